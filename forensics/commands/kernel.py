@@ -1,0 +1,11 @@
+"""`forensics kernel` (stub: being built)."""
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("kernel", help="(not built yet)")
+    def _cmd() -> None:
+        typer.echo("forensics kernel: not built yet", err=True)
+        raise typer.Exit(4)

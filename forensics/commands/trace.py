@@ -1,0 +1,11 @@
+"""`forensics trace` (stub: being built)."""
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("trace", help="(not built yet)")
+    def _cmd() -> None:
+        typer.echo("forensics trace: not built yet", err=True)
+        raise typer.Exit(4)

@@ -1,0 +1,138 @@
+"""Site identities: what the op-level tracer names and what ``forensics kernel`` starts from.
+
+Grammar (one line each, case-sensitive)::
+
+    gemm:<NN|NT|TN|TT>:acc<0|1>:grad<0|1>     Transformer Engine GEMM (cuBLAS layout letters)
+    <kind>:<flag><int>[:<flag><int>...]        other below-dispatcher site, e.g. index_add:acc1:grad0
+    <namespace>.<op>[.<overload>]              ATen op, e.g. aten.mm.default
+    <any of the above>#<N>                     the N-th occurrence (1-based, counted per rank)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from forensics.errors import BadSite
+
+GEMM_LAYOUTS = ("NN", "NT", "TN", "TT")
+_EXAMPLES = "e.g. gemm:NT:acc0:grad1, index_add:acc1:grad0, aten.mm.default, gemm:NT:acc0:grad1#3"
+_KIND = re.compile(r"^[a-z_][a-z0-9_]*$")
+_FLAG = re.compile(r"^([a-z_]+?)(\d+)$")
+_ATEN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+
+
+@dataclass(frozen=True)
+class Site:
+    """A parsed site identity. ``str(site)`` gives the canonical spelling."""
+
+    kind: str  # "gemm", another below-dispatcher kind ("index_add"), or "aten"
+    name: str  # the kind for below-dispatcher sites, the full op name for ATen sites
+    layout: str | None = None  # GEMM only: cuBLAS column-major layout letters (transa, transb)
+    flags: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+
+    @property
+    def acc(self) -> int | None:
+        return dict(self.flags).get("acc")
+
+    @property
+    def grad(self) -> int | None:
+        return dict(self.flags).get("grad")
+
+    @property
+    def is_gemm(self) -> bool:
+        return self.kind == "gemm"
+
+    @property
+    def is_aten(self) -> bool:
+        return self.kind == "aten"
+
+    def __str__(self) -> str:
+        if self.kind == "aten":
+            return self.name
+        parts = [self.name] + ([self.layout] if self.layout else [])
+        parts += [f"{k}{v}" for k, v in self.flags]
+        return ":".join(parts)
+
+    def occurrence(self, n: int) -> "Occurrence":
+        return Occurrence(self, n)
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """``SITE#N``: the N-th occurrence of a site on one rank (1-based)."""
+
+    site: Site
+    n: int
+
+    def __str__(self) -> str:
+        return f"{self.site}#{self.n}"
+
+
+def gemm_site(layout: str, acc: bool | int, grad: bool | int) -> Site:
+    """Build ``gemm:<layout>:acc<a>:grad<g>`` from its parts."""
+    if layout not in GEMM_LAYOUTS:
+        raise BadSite(f"GEMM layout {layout!r} is not one of {', '.join(GEMM_LAYOUTS)}")
+    return Site("gemm", "gemm", layout, (("acc", int(bool(acc))), ("grad", int(bool(grad)))))
+
+
+def parse_site(text: str) -> Site:
+    """Parse a site identity (without ``#N``); raise :class:`BadSite` with a one-line reason."""
+    s = (text or "").strip()
+    if not s:
+        raise BadSite(f"empty site; a valid site looks like {_EXAMPLES}")
+    if "#" in s:
+        raise BadSite(f"{s!r} is an occurrence (SITE#N), not a site; use parse_occurrence")
+    if ":" not in s:
+        if _ATEN.match(s):
+            return Site("aten", s)
+        raise BadSite(f"{s!r} is not a site; a valid site looks like {_EXAMPLES}")
+    head, *rest = s.split(":")
+    if not _KIND.match(head):
+        raise BadSite(f"{s!r}: site kind {head!r} must be lower-case letters, digits, '_'; {_EXAMPLES}")
+    if head == "gemm":
+        if len(rest) != 3:
+            raise BadSite(f"{s!r}: a GEMM site is gemm:<NN|NT|TN|TT>:acc<0|1>:grad<0|1>, e.g. gemm:NT:acc0:grad1")
+        layout, acc, grad = rest
+        if layout not in GEMM_LAYOUTS:
+            raise BadSite(f"{s!r}: layout {layout!r} must be one of NN, NT, TN, TT (cuBLAS column-major letters)")
+        for part, key in ((acc, "acc"), (grad, "grad")):
+            if part not in (f"{key}0", f"{key}1"):
+                raise BadSite(f"{s!r}: expected {key}0 or {key}1, got {part!r}; e.g. gemm:NT:acc0:grad1")
+        return Site("gemm", "gemm", layout, (("acc", int(acc[-1])), ("grad", int(grad[-1]))))
+    flags = []
+    seen = set()
+    for part in rest:
+        m = _FLAG.match(part)
+        if not m:
+            raise BadSite(f"{s!r}: flag {part!r} must be <name><integer>, e.g. acc1; {_EXAMPLES}")
+        key, val = m.group(1), int(m.group(2))
+        if key in seen:
+            raise BadSite(f"{s!r}: flag {key!r} appears twice")
+        seen.add(key)
+        flags.append((key, val))
+    return Site(head, head, None, tuple(flags))
+
+
+def parse_occurrence(text: str) -> Occurrence:
+    """Parse ``SITE#N`` (N >= 1)."""
+    s = (text or "").strip()
+    if s.count("#") != 1:
+        raise BadSite(f"{s!r} is not an occurrence; write SITE#N, e.g. gemm:NT:acc0:grad1#3")
+    site_text, n_text = s.split("#")
+    if not n_text.isdigit() or int(n_text) < 1:
+        raise BadSite(f"{s!r}: occurrence number {n_text!r} must be an integer >= 1")
+    return Occurrence(parse_site(site_text), int(n_text))
+
+
+def parse_site_or_occurrence(text: str) -> Site | Occurrence:
+    """Accept either form (the CLI's ``--site`` takes both)."""
+    return parse_occurrence(text) if "#" in (text or "") else parse_site(text)
+
+
+def split_label(label: str) -> tuple[str, int | None]:
+    """``'gemm:NT:acc0:grad1#3'`` -> ``('gemm:NT:acc0:grad1', 3)``; no ``#`` -> ``(label, None)``."""
+    if "#" in label:
+        site, n = label.rsplit("#", 1)
+        if n.isdigit():
+            return site, int(n)
+    return label, None

@@ -1,0 +1,109 @@
+"""Op-level traces from any producer, normalised for ``forensics diff``.
+
+A *reader* turns one producer's files (our own tracer's JSONL, Megatron-Core determinism traces,
+PyTorch DebugMode hash dumps, ...) into :class:`TraceRecord` streams, one per rank. The differ
+works on these records only, so every verdict (origin / receiver / control flow, cross-rank
+pattern, probe artifacts, one-hop-later warning) applies to every format.
+
+Readers register themselves with :func:`register_reader`; :func:`detect_format` picks one.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Evidence strength of a tensor digest. Only "full" can prove bit equality; "sampled" and
+#: "summary" can prove a difference but never equality; "metadata" proves neither (shape/dtype only).
+EVIDENCE_LEVELS = ("full", "sampled", "summary", "metadata")
+
+
+@dataclass(frozen=True)
+class TensorDigest:
+    """What a trace recorded about one tensor."""
+
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    numel: int | None = None
+    digest: str | None = None  # whole-tensor digest (hex or decimal string), None if not recorded
+    chunks: tuple[str, ...] | None = None  # per-row/chunk digests (permutation-sensitive)
+    evidence: str = "full"  # one of EVIDENCE_LEVELS
+
+    def key(self) -> tuple:
+        """What equality compares: shape, dtype and digests."""
+        return (self.shape, self.dtype, self.digest, self.chunks)
+
+
+@dataclass
+class TraceRecord:
+    """One record of one rank's ordered stream."""
+
+    rank: int
+    seq: int  # position in the rank's stream (only ordered within one rank)
+    identity: str  # alignment key, e.g. "aten.mm.default:17" (name:occurrence)
+    name: str  # op / event name, e.g. "aten.mm.default", "all_reduce", "optimizer.step"
+    kind: str = "op"  # op | collective | optimizer | backward | gemm | event | ...
+    step: int | None = None
+    phase: str | None = None  # forward | backward | optimizer | ... when known
+    inputs: list[TensorDigest] = field(default_factory=list)
+    outputs: list[TensorDigest] = field(default_factory=list)
+    source: str | None = None  # "file:line" for error messages and reports
+    extra: dict[str, Any] = field(default_factory=dict)  # producer-specific fields, kept
+
+
+@dataclass
+class Trace:
+    """A whole run: per-rank record streams plus what the run recorded about itself."""
+
+    format: str  # reader name
+    path: Path
+    ranks: dict[int, list[TraceRecord]]
+    run_info: dict[str, Any] = field(default_factory=dict)  # command, seeds, world size, versions, knobs
+
+    def records(self, rank: int) -> list[TraceRecord]:
+        return self.ranks.get(rank, [])
+
+
+@dataclass(frozen=True)
+class Reader:
+    name: str
+    detect: Callable[[Path], bool]  # cheap check: does this path look like my format?
+    read: Callable[[Path], Trace]  # raises forensics.errors.BadInput with file:line
+    iter_ranks: Callable[[Path], Iterator[tuple[int, Iterator[TraceRecord]]]] | None = None
+
+
+_READERS: dict[str, Reader] = {}
+
+
+def register_reader(reader: Reader) -> Reader:
+    _READERS[reader.name] = reader
+    return reader
+
+
+def readers() -> dict[str, Reader]:
+    _load_builtin_readers()
+    return dict(_READERS)
+
+
+def detect_format(path: Path) -> str | None:
+    """Name of the first registered reader that recognises ``path``, or None."""
+    for name, reader in readers().items():
+        try:
+            if reader.detect(Path(path)):
+                return name
+        except OSError:
+            continue
+    return None
+
+
+def _load_builtin_readers() -> None:
+    """Import the reader modules shipped with forensics (each calls register_reader)."""
+    import importlib
+    import pkgutil
+
+    import forensics.traces as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"forensics.traces.{mod.name}")
