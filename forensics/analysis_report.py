@@ -1,0 +1,93 @@
+"""Rendering an :class:`~forensics.analysis.Analysis`: terminal table, report.md, analysis.json."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from forensics.analysis import FAMILY_LABEL, NAMED, Analysis
+
+_STYLE = {"NAMED": "bold green", "DISAGREE": "bold red", "SINGLE-SOURCE": "yellow"}
+
+
+def _short(name: object, width: int = 70) -> str:
+    s = str(name) if name is not None else "?"
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60) -> None:
+    console = console or Console()
+    cap = an.capture
+    console.print(f"[bold]capture[/bold] {cap.root}  arms: {', '.join(cap.arms) or '-'}  "
+                  f"instruments: {', '.join(sorted(cap.instruments())) or '-'}")
+    for line in an.missing:
+        console.print(f"[yellow]missing:[/yellow] {line}")
+    for line in an.notes:
+        console.print(f"[yellow]note:[/yellow] {line}")
+    if not len(an.verdicts):
+        console.print("[yellow]no kernel launches to judge[/yellow]")
+        return
+    t = Table(title="launch counts per instrument family and the two-instrument rule", show_lines=False)
+    for col in ("arm", "rank", "scope", "kernel", "CUPTI", "ncu", "cuBLASLt", "verdict"):
+        t.add_column(col, overflow="fold")
+    for r in an.verdicts.head(max_rows).itertuples(index=False):
+        c = r.counts
+        t.add_row(str(r.arm), str(r.rank), str(r.scope), _short(r.kernel),
+                  _fmt(c.get("cupti"), r.cupti_instrument), _fmt(c.get("ncu")), _fmt(c.get("cublaslt")),
+                  f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]")
+    console.print(t)
+    if len(an.verdicts) > max_rows:
+        console.print(f"... {len(an.verdicts) - max_rows} more rows in analysis.json")
+    named = an.named
+    console.print(f"[bold]{len(named)} of {len(an.verdicts)} (scope, kernel) pairs NAMED[/bold] "
+                  f"({named['kernel'].nunique() if len(named) else 0} distinct kernels)")
+
+
+def _fmt(v: object, inst: str | None = None) -> str:
+    if v is None:
+        return "-"
+    return f"{v} ({inst})" if inst else str(v)
+
+
+def render_markdown(an: Analysis) -> str:
+    cap = an.capture
+    lines = [
+        "# forensics analysis", "",
+        f"- capture: `{cap.root}`",
+        f"- site: `{an.site or 'all'}`",
+        f"- arms: {', '.join(cap.arms) or '-'}",
+        f"- instruments present: {', '.join(sorted(cap.instruments())) or 'none'}",
+    ]
+    if cap.manifest.get("source") == "corpus":
+        lines.append("- note: this directory points at the real public corpus, not at a forensics capture")
+    if cap.manifest.get("synthetic"):
+        lines.append("- **SYNTHETIC capture** (hand-built test data in real formats, not a real run)")
+    lines += ["", "## The rule", "",
+              "A kernel is NAMED only when two independent instrument families agree on its launch count "
+              f"in a scope: {', '.join(FAMILY_LABEL.values())}. CUPTI, Kineto and nsys are one family.", ""]
+    if an.missing:
+        lines += ["## Missing", ""] + [f"- {m}" for m in an.missing] + [""]
+    lines += ["## Verdicts", "", "| arm | rank | scope | kernel | CUPTI | ncu | cuBLASLt | verdict | reason |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in an.verdicts.itertuples(index=False):
+        c = r.counts
+        lines.append(f"| {r.arm} | {r.rank} | `{r.scope}` | `{r.kernel}` | {c.get('cupti', '-')} | "
+                     f"{c.get('ncu', '-')} | {c.get('cublaslt', '-')} | **{r.verdict}** | {r.reason} |")
+    named = an.verdicts[an.verdicts["verdict"] == NAMED]
+    if len(named):
+        lines += ["", "## Named kernels (mangled)", ""]
+        for k, m in named[["kernel", "mangled"]].drop_duplicates().itertuples(index=False):
+            lines.append(f"- `{k}` — `{m if m is not None else 'not recorded by these instruments'}`")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(an: Analysis, out_dir: Path) -> list[Path]:
+    """Write analysis.json and report.md into ``out_dir`` (created)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    j = out_dir / "analysis.json"
+    j.write_text(json.dumps(an.to_json(), indent=1, default=str))
+    md = out_dir / "report.md"
+    md.write_text(render_markdown(an))
+    return [j, md]
