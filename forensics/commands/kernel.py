@@ -1,11 +1,124 @@
-"""`forensics kernel` (stub: being built)."""
+"""`forensics kernel --site SITE [...] -- CMD ...`: rerun the window under the instruments, then analyse."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
+from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, BadSite
+
+SHIPPED_EXAMPLE = "examples/corpus-ex-gpu"
+
+
+def _split(values: Optional[List[str]]) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out += [x.strip() for x in v.split(",") if x.strip()]
+    return out
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("kernel", help="(not built yet)")
-    def _cmd() -> None:
-        typer.echo("forensics kernel: not built yet", err=True)
-        raise typer.Exit(4)
+    @app.command("kernel", context_settings={"allow_interspersed_args": False})
+    def kernel_cmd(
+        command: Optional[List[str]] = typer.Argument(None, metavar="-- CMD ...",
+                                                      help="the training command (default: the bundled example)"),
+        site: Optional[str] = typer.Option(None, "--site", help="site or occurrence, e.g. gemm:NT:acc0:grad1 or gemm:NT:acc0:grad1#3"),
+        steps: Optional[str] = typer.Option(None, "--steps", help="step window: N, A-B, A-, A-B:K, all (default 1-2)"),
+        ranks: Optional[str] = typer.Option(None, "--ranks", help="ranks to capture: all or 0,3,8-15 (default all)"),
+        arms: Optional[int] = typer.Option(None, "--arms", help="identical arms to run (default 2)"),
+        instruments: Optional[List[str]] = typer.Option(None, "--instruments", help="cupti,cublaslt,ncu,nsys (default all)"),
+        toggle: Optional[List[str]] = typer.Option(None, "--toggle", help="NAME=VALUE: one more arm with that env var set (repeatable)"),
+        config: Optional[Path] = typer.Option(None, "--config", help="run.yaml holding any of these options (flags override)"),
+        out: Optional[Path] = typer.Option(None, "--out", help="capture directory (never overwritten: a -2, -3... suffix is added)"),
+        timeout: Optional[float] = typer.Option(None, "--timeout", help="seconds per pass (default 1800)"),
+        ncu_mode: Optional[str] = typer.Option(None, "--ncu-mode", help="window (cudaProfilerStart/Stop, default) or nvtx (site ranges)"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="print every pass's exact argv and env additions; run nothing"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display, no table"),
+    ) -> None:
+        """Rerun the step window under CUPTI, cuBLASLt logging, ncu and nsys; NAME the site's kernel.
+
+        Exit 0: a kernel NAMED; 1: none NAMED; 2: usage; 3: bad input; 4: nothing could run.
+        """
+        from forensics import kernel as lib
+        from forensics.passes import discover_tools, describe_plan, plan_passes
+        from forensics.site import parse_site_or_occurrence
+
+        cfg = lib.load_run_config(config) if config else {}
+        opts = {
+            "site": site or cfg.get("site"),
+            "steps": steps or cfg.get("steps", "1-2"),
+            "ranks": ranks or cfg.get("ranks", "all"),
+            "arms": arms if arms is not None else int(cfg.get("arms", 2)),
+            "instruments": tuple(_split(instruments) or cfg.get("instruments") or lib.INSTRUMENTS),
+            "toggles": tuple(toggle or cfg.get("toggles") or ()),
+            "env_arms": cfg.get("env_arms"),
+            "out": out or cfg.get("out"),
+            "timeout_s": timeout if timeout is not None else float(cfg.get("timeout_s", 1800)),
+            "ncu_mode": ncu_mode or cfg.get("ncu_mode", "window"),
+        }
+        if not opts["site"]:
+            raise typer.BadParameter("--site is required (or site: in --config)", param_hint="--site")
+        try:
+            parse_site_or_occurrence(opts["site"])
+        except BadSite as e:
+            raise typer.BadParameter(str(e), param_hint="--site")
+        cmd = list(command or cfg.get("command") or [])
+        tools = discover_tools()
+        if not cmd:
+            if not tools.cuda and not dry_run:
+                typer.echo(f"forensics kernel: the bundled example needs a CUDA GPU ({tools.cuda_reason}); "
+                           f"try `forensics analyze {SHIPPED_EXAMPLE}` on the shipped real capture", err=True)
+                raise typer.Exit(EXIT_UNAVAILABLE)
+            cmd = lib.default_command()
+        if dry_run:
+            where = Path(opts["out"] or lib.DEFAULT_OUT).resolve()
+            try:
+                plan = plan_passes(opts["site"], cmd, out=where, steps=opts["steps"], ranks=opts["ranks"],
+                                   arms=opts["arms"], instruments=opts["instruments"], toggles=opts["toggles"],
+                                   env_arms=opts["env_arms"], tools=tools, ncu_mode=opts["ncu_mode"])
+            except ValueError as e:
+                raise typer.BadParameter(str(e))
+            typer.echo(describe_plan(plan))
+            typer.echo("\n(dry run: nothing was started; the capture directory gets a -2, -3... suffix if it exists)")
+            raise typer.Exit(EXIT_OK)
+        try:
+            result = lib.run_kernel(opts["site"], cmd, steps=opts["steps"], ranks=opts["ranks"], arms=opts["arms"],
+                                    instruments=opts["instruments"], toggles=opts["toggles"],
+                                    env_arms=opts["env_arms"], out=opts["out"], timeout_s=opts["timeout_s"],
+                                    progress=not quiet, tools=tools, ncu_mode=opts["ncu_mode"])
+        except ValueError as e:
+            raise typer.BadParameter(str(e))
+        raise typer.Exit(_report(result, quiet))
+
+
+def _report(result, quiet: bool) -> int:  # noqa: ANN001
+    """Print the passes, the verdict and the capture directory; return the exit code."""
+    from rich.console import Console
+
+    console = Console()
+    for r in result.passes:
+        if r.status != "ok":
+            console.print(f"pass {r.name}: {r.status}: {r.reason}  (log: {r.log_path})", soft_wrap=True)
+    console.print(f"capture: {result.capture_dir}", soft_wrap=True)
+    if not any(r.status == "ok" for r in result.passes):
+        console.print("no pass ran: nothing captured")
+        return EXIT_UNAVAILABLE
+    an = result.analysis
+    if an is None:
+        console.print(f"{result.analysis_error or 'analysis unavailable'}; "
+                      f"run `forensics analyze {result.capture_dir}` later", soft_wrap=True)
+        return EXIT_OK
+    if not quiet:
+        from forensics.analysis_report import print_table
+
+        print_table(an, console)
+    try:
+        from forensics.analysis_report import write_outputs
+
+        write_outputs(an, result.capture_dir / "analysis")
+    except Exception:  # noqa: BLE001
+        pass
+    n = an.named["kernel"].nunique() if an.any_named() else 0
+    console.print(f"verdict: {n} kernel(s) NAMED" if n else "verdict: no kernel NAMED")
+    return EXIT_OK if n else EXIT_NOT_NAMED

@@ -1,0 +1,308 @@
+"""``forensics kernel`` as a library: plan the passes, run them, write the manifest, analyse.
+
+``run_kernel(site, command)`` reruns ``command`` (unmodified; probes enter through the
+environment) once per arm and once per instrument pass, each into its own folder of a fresh
+capture directory, then calls :func:`forensics.analysis.analyze` on it.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from forensics import __version__
+from forensics.capture import fresh_dir, new_manifest, write_manifest
+from forensics.environment import describe, redact_env, relevant_env
+from forensics.errors import BadInput
+from forensics.passes import (
+    INSTRUMENTS,
+    NCU_PERMISSION_REASON,
+    Pass,
+    Plan,
+    Tools,
+    discover_tools,
+    ncu_permission_denied,
+    plan_passes,
+)
+from forensics.site import parse_site_or_occurrence
+from probes.config import bootstrap_env
+
+#: Keys a ``--config run.yaml`` may hold (the flags' names; flags override the file).
+CONFIG_KEYS = {"site", "command", "steps", "ranks", "arms", "instruments", "toggles", "env_arms", "out",
+               "timeout_s", "timeout", "ncu_mode", "max_records"}
+DEFAULT_OUT = "forensics-capture"
+
+
+@dataclass
+class PassResult:
+    """How one pass went: status is ok | failed | timeout | skipped."""
+
+    name: str
+    arm: str
+    status: str
+    reason: str | None
+    log_path: Path
+    returncode: int | None
+    seconds: float
+
+
+@dataclass
+class KernelResult:
+    """What ``run_kernel`` leaves: the capture directory, every pass, and the analysis (or None)."""
+
+    capture_dir: Path
+    passes: list[PassResult] = field(default_factory=list)
+    analysis: Any = None
+    analysis_error: str | None = None
+
+    def ran(self, name: str) -> bool:
+        return any(p.name == name and p.status == "ok" for p in self.passes)
+
+
+# --------------------------------------------------------------------------- config
+def load_run_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a run YAML (the same keys as the flags). BadInput naming the file on any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(path, "no such run config file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise BadInput(path, f"not valid YAML: {getattr(e, 'problem', e)}", None if mark is None else mark.line + 1)
+    if data is None:
+        raise BadInput(path, "empty run config")
+    if not isinstance(data, dict):
+        raise BadInput(path, "a run config must be a mapping of option: value")
+    unknown = sorted(set(data) - CONFIG_KEYS)
+    if unknown:
+        raise BadInput(path, f"unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(CONFIG_KEYS))}")
+    if "timeout" in data:
+        data.setdefault("timeout_s", data.pop("timeout"))
+    for key in ("instruments", "toggles"):
+        if isinstance(data.get(key), str):
+            data[key] = [x.strip() for x in data[key].split(",") if x.strip()]
+    if isinstance(data.get("command"), str):
+        import shlex  # noqa: PLC0415
+
+        data["command"] = shlex.split(data["command"])
+    if "env_arms" in data and not isinstance(data["env_arms"], dict):
+        raise BadInput(path, "env_arms must map arm names to {VAR: value}")
+    for key in ("steps", "ranks"):
+        if key in data:
+            data[key] = str(data[key])
+    return data
+
+
+# --------------------------------------------------------------------------- running
+def default_command() -> list[str]:
+    """The bundled example workload (TE-style bf16 linear layer), run with this Python."""
+    return [sys.executable, "-m", "forensics.example_workload"]
+
+
+def prepare(plan: Plan) -> None:
+    """Create every folder and probe config of the plan (the capture directory exists already)."""
+    (plan.out / "passes").mkdir(parents=True, exist_ok=True)
+    for p in plan.passes:
+        if p.skip_reason is None:
+            p.folder.mkdir(parents=True, exist_ok=True)
+            if p.probe_config is not None and p.config_path is not None:
+                p.probe_config.write(p.config_path)
+
+
+def pass_env(p: Pass, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The full environment of a pass: parent env + bootstrap + the pass's additions."""
+    env = dict(os.environ if base is None else base)
+    env.update(p.env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if p.config_path is not None:
+        env = bootstrap_env(p.config_path, env)
+    return env
+
+
+def run_pass(p: Pass, timeout_s: float, base_env: dict[str, str] | None = None) -> PassResult:
+    """Run one pass (and its post steps) with its own log and timeout; never raises for the pass's failure."""
+    p.log_path.parent.mkdir(parents=True, exist_ok=True)
+    if p.skip_reason:
+        p.log_path.write_text(f"skipped: {p.skip_reason}\n")
+        return PassResult(p.name, p.arm, "skipped", p.skip_reason, p.log_path, None, 0.0)
+    env = pass_env(p, base_env)
+    t0 = time.monotonic()
+    status, reason, rc = "ok", None, None
+    with open(p.log_path, "w") as log:
+        for argv in [p.argv] + p.post:
+            log.write("$ " + " ".join(argv) + "\n")
+            log.flush()
+            try:
+                left = max(1.0, timeout_s - (time.monotonic() - t0))
+                proc = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=left,
+                                      stdin=subprocess.DEVNULL)
+                rc = proc.returncode
+            except subprocess.TimeoutExpired:
+                status, reason = "timeout", f"stopped after {timeout_s:.0f} s (--timeout)"
+                break
+            except OSError as e:
+                status, reason, rc = "failed", f"could not start {argv[0]}: {e.strerror or e}", None
+                break
+            if rc != 0:
+                status, reason = "failed", f"exit status {rc}"
+                break
+    text = p.log_path.read_text(errors="replace")
+    if p.name == "ncu" and ncu_permission_denied(text):
+        status, reason = "failed", NCU_PERMISSION_REASON
+    elif status == "failed" and reason and reason.startswith("exit status"):
+        last = _last_line(text)
+        if last:
+            reason = f"{reason}: {last}"
+    return PassResult(p.name, p.arm, status, reason, p.log_path, rc, round(time.monotonic() - t0, 2))
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    return lines[-1][:200] if lines else ""
+
+
+def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...]) -> dict[str, Any]:
+    """The manifest contract: arms and passes, knobs and environment, without secrets."""
+    arms = []
+    for p in plan.passes:
+        entry: dict[str, Any] = {"name": p.name, "role": p.role}
+        if p.role == "pass":
+            entry["of"] = p.arm
+        entry["env"] = redact_env({k: v for k, v in p.env.items()})
+        if p.toggle:
+            entry["toggle"] = redact_env(p.toggle)
+        arms.append(entry)
+    return new_manifest(
+        tool_version=__version__,
+        command=[str(c) for c in command],
+        site=plan.site,
+        steps=plan.steps,
+        ranks=plan.ranks,
+        instruments=list(instruments),
+        arms=arms,
+        knobs=relevant_env(),
+        environment=environment_snapshot(),
+    )
+
+
+def environment_snapshot(timeout_s: float = 120) -> dict[str, Any]:
+    """``describe()`` run in a subprocess (CUDA never initialised in this process); without torch on failure."""
+    import json  # noqa: PLC0415
+
+    code = "import json,sys; from forensics.environment import describe; sys.stdout.write(json.dumps(describe()))"
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+        if r.returncode == 0:
+            return json.loads(r.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pass
+    return describe(probe_torch=False)
+
+
+def _record_results(capture_dir: Path, results: list[PassResult]) -> None:
+    """Add each pass's outcome to the manifest (the manifest is ours: written moments ago)."""
+    from forensics.capture import MANIFEST  # noqa: PLC0415
+
+    path = capture_dir / MANIFEST
+    data = yaml.safe_load(path.read_text()) or {}
+    by_name = {r.name: r for r in results}
+    for entry in data.get("arms", []):
+        r = by_name.get(entry["name"])
+        if r is not None:
+            entry.update(status=r.status, rc=r.returncode, seconds=r.seconds)
+            if r.reason:
+                entry["reason"] = r.reason
+    write_manifest(capture_dir, data, overwrite=True)
+
+
+def run_kernel(
+    site: str,
+    command: list[str] | None,
+    *,
+    steps: str = "1-2",
+    ranks: str = "all",
+    arms: int = 2,
+    instruments: tuple[str, ...] | list[str] = INSTRUMENTS,
+    toggles: tuple[str, ...] | list[str] = (),
+    env_arms: dict[str, dict[str, str]] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    timeout_s: float = 1800,
+    config: str | os.PathLike[str] | dict[str, Any] | None = None,
+    progress: bool = True,
+    tools: Tools | None = None,
+    ncu_mode: str = "window",
+) -> KernelResult:
+    """Run every pass of ``command`` for ``site`` into a fresh capture directory, then analyse it.
+
+    ``config`` (a run YAML path or a dict) fills any argument left at its default. ``tools``
+    overrides the discovery of ncu/nsys/CUDA (tests). Never overwrites an existing capture.
+    """
+    given = dict(steps=steps, ranks=ranks, arms=arms, instruments=tuple(instruments), toggles=tuple(toggles),
+                 env_arms=env_arms, out=out, timeout_s=timeout_s, ncu_mode=ncu_mode, command=command, site=site)
+    defaults = dict(steps="1-2", ranks="all", arms=2, instruments=INSTRUMENTS, toggles=(), env_arms=None, out=None,
+                    timeout_s=1800, ncu_mode="window", command=None, site=None)
+    if config is not None:
+        cfg = load_run_config(config) if not isinstance(config, dict) else dict(config)
+        for k, v in cfg.items():
+            if k in given and given[k] == defaults[k]:
+                given[k] = tuple(v) if k in ("instruments", "toggles") else v
+    site = given["site"]
+    if not site:
+        raise ValueError("no site given (--site or site: in the run config)")
+    parse_site_or_occurrence(str(site))
+    cmd = list(given["command"] or default_command())
+    capture_dir = fresh_dir(given["out"] or DEFAULT_OUT).resolve()
+    tools = tools or discover_tools()
+    plan = plan_passes(str(site), cmd, out=capture_dir, steps=str(given["steps"]), ranks=str(given["ranks"]),
+                       arms=int(given["arms"]), instruments=given["instruments"], toggles=given["toggles"],
+                       env_arms=given["env_arms"], tools=tools, ncu_mode=given["ncu_mode"])
+    prepare(plan)
+    write_manifest(capture_dir, build_manifest(plan, cmd, tuple(given["instruments"])))
+    results = _run_all(plan, float(given["timeout_s"]), progress)
+    _record_results(capture_dir, results)
+    result = KernelResult(capture_dir=capture_dir, passes=results)
+    result.analysis, result.analysis_error = _analyse(capture_dir, str(site))
+    return result
+
+
+def _run_all(plan: Plan, timeout_s: float, progress: bool) -> list[PassResult]:
+    results: list[PassResult] = []
+    if not progress:
+        return [run_pass(p, timeout_s) for p in plan.passes]
+    from rich.console import Console  # noqa: PLC0415
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+
+    console = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=False) as bar:
+        for p in plan.passes:
+            task = bar.add_task(f"pass {p.name}", total=1)
+            r = run_pass(p, timeout_s)
+            note = r.status if not r.reason else f"{r.status}: {r.reason}"
+            bar.update(task, completed=1, description=f"pass {p.name}: {note}")
+            results.append(r)
+    return results
+
+
+def _analyse(capture_dir: Path, site: str) -> tuple[Any, str | None]:
+    """``forensics.analysis.analyze`` on the capture, or (None, why) when it is absent or fails."""
+    try:
+        from forensics import analysis  # noqa: PLC0415
+    except ImportError as e:
+        return None, f"analysis unavailable ({e})"
+    try:
+        return analysis.analyze(capture_dir, site=site, keep_going=True), None
+    except TypeError:
+        try:
+            return analysis.analyze(capture_dir, site=site), None
+        except Exception as e:  # noqa: BLE001
+            return None, f"analysis failed: {type(e).__name__}: {e}"
+    except Exception as e:  # noqa: BLE001
+        return None, f"analysis failed: {type(e).__name__}: {e}"
