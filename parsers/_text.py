@@ -1,0 +1,197 @@
+"""Text helpers shared by the line-oriented log parsers (cuBLASLt, legacy cuBLAS).
+
+- :func:`iter_line_chunks` reads a text log in bounded chunks, with line numbers, and turns
+  binary data, bad UTF-8 and foreign files (SQLite, gzip, JSON, ncu reports) into ``BadInput``.
+- :func:`tokenize_kv` is the bracket-depth ``key=value`` tokenizer (values may be ``[...]``
+  blocks, keys may carry a ``[out]`` suffix); :func:`flat_pairs` is its cached fast path.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import lru_cache
+from os import PathLike
+from pathlib import Path
+
+from forensics.errors import BadInput
+
+#: Bytes read per chunk; lines are never split across chunks.
+CHUNK_BYTES = 8 << 20
+
+#: A block value: list of ``(key, value)`` pairs, value being ``str`` or a nested block.
+Pairs = list[tuple[str, "str | Pairs"]]
+
+_MAGIC: list[tuple[bytes, str]] = [
+    (b"SQLite format 3\x00", "an SQLite database (nsys export?)"),
+    (b"\x1f\x8b", "a gzip-compressed file (Kineto trace?)"),
+    (b"NVR\x00", "an Nsight Compute report (.ncu-rep)"),
+    (b"PK\x03\x04", "a zip archive"),
+    (b"\x7fELF", "an ELF binary"),
+]
+
+
+class TokenError(ValueError):
+    """A ``key=value`` text that does not tokenize; ``column`` is 1-based within the text."""
+
+    def __init__(self, message: str, column: int):
+        super().__init__(message)
+        self.column = column
+
+
+def sniff_foreign(head: bytes) -> str | None:
+    """What a file is when its first bytes show it is not a text log (else None)."""
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return what
+    text = head.lstrip()
+    if text[:1] == b"{" or re.match(rb"\[\s*(?:[{\[\"\]]|$)", text):
+        return "a JSON document"
+    return None
+
+
+def iter_line_chunks(
+    path: str | PathLike[str], what: str, chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[tuple[int, list[str], bool]]:
+    """Yield ``(first_line_number, lines, cut_tail)`` for a UTF-8 text file, chunk by chunk.
+
+    Lines carry no newline. ``cut_tail`` is True only on the last chunk when the file does not
+    end with a newline: its last line was cut mid-way. ``what`` names the expected format in
+    errors ("cuBLASLt log"). Raises ``BadInput`` for a missing, empty, binary or foreign file.
+    """
+    p = Path(path)
+    try:
+        f = p.open("rb")
+    except OSError as e:
+        raise BadInput(p, f"cannot read {what}: {e.strerror or e}") from None
+    with f:
+        head = f.read(chunk_bytes)
+        if not head.strip():
+            raise BadInput(p, f"empty file: no {what} lines")
+        foreign = sniff_foreign(head[:64])
+        if foreign:
+            raise BadInput(p, f"this is {foreign}, not a {what}", line=1)
+        lineno = 1
+        pending = head
+        while pending:
+            more = f.read(chunk_bytes)
+            buf = pending + more if more else pending
+            cut = buf.rfind(b"\n")
+            if more and cut < 0:  # a single line longer than a chunk: keep reading
+                pending = buf
+                continue
+            if more:
+                body, pending = buf[: cut + 1], buf[cut + 1 :]
+            else:
+                body, pending = buf, b""
+            text = _decode(p, body, lineno, what)
+            lines = text.split("\n")
+            cut_tail = False
+            if lines[-1] == "":
+                lines.pop()
+            elif not more:
+                cut_tail = True
+            yield lineno, lines, cut_tail
+            lineno += len(lines)
+
+
+def _decode(path: Path, body: bytes, first_line: int, what: str) -> str:
+    """Decode one chunk; NUL bytes or bad UTF-8 become ``BadInput`` at the offending line."""
+    nul = body.find(b"\x00")
+    if nul >= 0:
+        raise BadInput(path, f"binary data (NUL byte), not a {what}", line=first_line + body.count(b"\n", 0, nul))
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = first_line + body.count(b"\n", 0, e.start)
+        raise BadInput(path, f"not UTF-8 text (byte 0x{body[e.start]:02x}): binary data, not a {what}", line=line) from None
+
+
+def preview(text: str, width: int = 60) -> str:
+    """A short printable excerpt of a line for error messages."""
+    s = text.strip()
+    return repr(s if len(s) <= width else s[:width] + "...")
+
+
+# --- key=value tokenizing -------------------------------------------------------------------
+
+_KEY = r"[^\s=\[\]]+(?:\[[^\s\[\]=]*\])?"
+#: One flat pair (block values without nested brackets) or one stray token (group 3).
+_PAIR_OR_STRAY = re.compile(rf"({_KEY})=(\[[^\[\]]*\]|[^\s\[\]]*)(?=\s|$)|(\S+)")
+
+
+def flat_pairs(text: str) -> Pairs:
+    """Tokenize ``key=value ...`` where blocks have no nested brackets; fall back otherwise.
+
+    Equivalent to :func:`tokenize_kv`, but runs in C for the common case and caches each
+    block's contents (descriptor blocks repeat from call to call).
+    """
+    out: Pairs = []
+    for key, value, stray in _PAIR_OR_STRAY.findall(text):
+        if stray:
+            return tokenize_kv(text)
+        if value[:1] == "[":
+            out.append((key, _block(value[1:-1])))
+        else:
+            out.append((key, value))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _block_cached(content: str) -> tuple[tuple[str, object], ...]:
+    return tuple(flat_pairs(content))
+
+
+def _block(content: str) -> Pairs:
+    return list(_block_cached(content))
+
+
+def tokenize_kv(text: str) -> Pairs:
+    """Bracket-depth tokenizer for ``key=value key=[k=v ...] ...``.
+
+    Whitespace separates pairs; a value is a ``[...]`` block (tokenized recursively, any depth)
+    or a run of non-space characters (``beta=?`` and ``val=a=b`` are legal). A key may end in a
+    bracketed suffix (``matmulDesc[out]=0x...``). Raises :class:`TokenError` for an unterminated
+    ``[``, a stray ``]``, or a token that is not ``key=value``.
+    """
+    pairs, end = _tokenize(text, 0, nested=False)
+    return pairs
+
+
+def _tokenize(text: str, i: int, nested: bool) -> tuple[Pairs, int]:
+    out: Pairs = []
+    n = len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            if nested:
+                raise TokenError("unterminated '[' block (line cut short?)", n)
+            return out, i
+        if text[i] == "]":
+            if nested:
+                return out, i + 1
+            raise TokenError("stray ']' outside a block", i + 1)
+        start = i
+        while i < n and text[i] not in "=[] \t\r\n\f\v":
+            i += 1
+        if i < n and text[i] == "[" and i > start:  # key suffix such as matmulDesc[out]
+            close = text.find("]", i)
+            if close < 0 or any(c.isspace() or c in "=[" for c in text[i + 1 : close]):
+                raise TokenError(f"expected key=value, got {preview(text[start:])}", start + 1)
+            i = close + 1
+        if i >= n or text[i] != "=" or i == start:
+            raise TokenError(f"expected key=value, got {preview(text[start:start + 40])}", start + 1)
+        key = text[start:i]
+        i += 1
+        if i < n and text[i] == "[":
+            value, i = _tokenize(text, i + 1, nested=True)
+            out.append((key, value))
+        else:
+            vstart = i
+            while i < n and not text[i].isspace() and text[i] not in "[]":
+                i += 1
+            if i < n and text[i] == "[":
+                raise TokenError(f"'[' inside the value of {key!r}", i + 1)
+            out.append((key, text[vstart:i]))
+        if i < n and not text[i].isspace() and text[i] != "]":
+            raise TokenError(f"expected whitespace after {key}=...", i + 1)

@@ -1,0 +1,507 @@
+"""cuBLASLt API log (``CUBLASLT_LOG_LEVEL`` / ``CUBLASLT_LOG_MASK``) -> pandas frames.
+
+Line grammar (instrument-formats.md §1.2)::
+
+    [<YYYY-MM-DD HH:MM:SS>][cublasLt][<pid>][<Level>][<function>] key=value key=[k=v ...] ...
+
+The timestamp is optional. Each ``[Trace]`` line of a ``cublasLt*Matmul`` function (including
+type-encoded aliases such as ``cublasLtSSSMatmul``) is one launched matmul; it becomes one row
+of :attr:`CublasLtLog.calls` with the problem descriptor (m, n, k, layout, types, ld) derived
+from the column-major matrix descriptors and the algo descriptor. Only non-default fields are
+printed by cuBLASLt: an absent ``transa``/``transb`` means ``N``. See docs/parsers/cublaslt.md.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any
+
+import pandas as pd
+
+from forensics.errors import BadInput
+from forensics.model import CALL_KEY_COLUMNS
+
+from ._text import Pairs, TokenError, flat_pairs, iter_line_chunks, preview, tokenize_kv
+
+WHAT = "cuBLASLt log"
+
+HEADER_RE = re.compile(
+    r"(?:\[(?P<ts>[^\]\[]*)\])?\[cublasLt\]\[(?P<pid>\d+)\]\[(?P<level>[A-Za-z]+)\]\[(?P<function>[\w.]+)\][ \t]?(?P<rest>.*)"
+)
+MATMUL_FN_RE = re.compile(r"cublasLt(\w*)Matmul")
+HEURISTIC_PREFIX = "cublasLtMatmulAlgoGetHeuristic"
+#: A line that starts like a cuBLASLt header but may be damaged (checked when HEADER_RE fails).
+_LOOKS_LIKE_HEADER = re.compile(r"(?:\[[^\]]*\])?\[cublasLt\b")
+
+#: Columns common to every frame.
+COMMON_COLUMNS: dict[str, str] = {
+    "line": "Int64",  # 1-based line number in the log
+    "pid": "Int64",
+    "timestamp": "string",  # as printed ("2023-04-07 04:57:13"); None when the line has none
+    "level": "string",  # Trace | Api | Info | Hints | Error | ...
+    "function": "string",
+}
+
+_MATRICES = ("a", "b", "c", "d")
+
+#: One row per matmul call (``[Trace][cublasLt*Matmul]``).
+CALL_COLUMNS: dict[str, str] = {
+    **COMMON_COLUMNS,
+    "type_hint": "string",  # "SSS" of cublasLtSSSMatmul; None for plain cublasLtMatmul
+    "m": "Int64",
+    "n": "Int64",
+    "k": "Int64",
+    "transa": "string",  # N | T | C (absent in the log means N)
+    "transb": "string",
+    "layout": "string",  # transa + transb, e.g. "NT"
+    **{f"{x}_type": "string" for x in _MATRICES},
+    **{f"ld{x}": "Int64" for x in _MATRICES},
+    **{f"{x}_{d}": "Int64" for x in _MATRICES for d in ("rows", "cols")},
+    "batch_count": "Int64",
+    **{f"stride_{x}": "Int64" for x in _MATRICES},
+    "compute_type": "string",
+    "scale_type": "string",
+    "epilogue": "string",
+    "sm_count_target": "Int64",
+    "a_scale_mode": "string",
+    "b_scale_mode": "string",
+    "algo_id": "Int64",
+    "tile": "string",
+    "stages": "string",
+    "custom_option": "Int64",
+    "num_splits_k": "Int64",
+    "reduction_scheme": "string",
+    "cta_swizzling": "string",
+    "cluster_shape": "string",
+    "scheduling_mode": "string",
+    "inner_shape": "string",
+    "workspace_size": "Int64",
+    "beta": "string",  # "0", "1", "?" (device pointer / unreadable)
+    "out_of_place": "Int64",
+    "stream": "string",
+    **{f"pointer_{x}": "string" for x in _MATRICES},
+    "consistent": "boolean",  # descriptors agree on m, n, k (None when not checkable)
+    "extra": "object",  # dict of every other field; nested blocks flattened as "desc.key"
+    "raw": "string",
+}
+
+#: Algo descriptor columns (what differs when cuBLASLt picks another kernel).
+ALGO_COLUMNS = [
+    "algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme",
+    "cta_swizzling", "cluster_shape", "scheduling_mode", "inner_shape",
+]
+
+#: ``[Api][cublasLtMatmulAlgoGetHeuristic*]`` queries.
+HEURISTIC_COLUMNS: dict[str, str] = {
+    **COMMON_COLUMNS,
+    **{f"{x}_type": "string" for x in _MATRICES},
+    **{f"{x}_{d}": "Int64" for x in _MATRICES for d in ("rows", "cols")},
+    **{f"ld{x}": "Int64" for x in _MATRICES},
+    "transa": "string",
+    "transb": "string",
+    "compute_type": "string",
+    "scale_type": "string",
+    "max_workspace_bytes": "Int64",
+    "requested_algo_count": "Int64",
+    "preference": "object",  # dict of the preference=[...] block
+    "params": "object",  # every field, flattened
+    "raw": "string",
+}
+
+#: Every other line ([Api], [Info], [Hints], [Error], non-matmul [Trace]).
+MESSAGE_COLUMNS: dict[str, str] = {
+    **COMMON_COLUMNS,
+    "message": "string",  # text after the header
+    "params": "object",  # key=value fields when the message tokenizes, else {}
+}
+
+# field name in the log -> column
+_TOP = {
+    "A": "pointer_a", "B": "pointer_b", "C": "pointer_c", "D": "pointer_d",
+    "workSpaceSizeInBytes": "workspace_size", "beta": "beta", "outOfPlace": "out_of_place",
+    "stream": "stream",
+}
+_DESC = {"Adesc": "a", "Bdesc": "b", "Cdesc": "c", "Ddesc": "d"}
+_MATRIX = {
+    "type": "type", "rows": "rows", "cols": "cols", "ld": "ld",
+    "batchCount": "batch_count", "stridedBatchOffset": "stride", "batchStride": "stride",
+}
+_COMPUTE = {
+    "computeType": "compute_type", "scaleType": "scale_type", "transa": "transa", "transb": "transb",
+    "epilogue": "epilogue", "smCountTarget": "sm_count_target",
+    "aScaleMode": "a_scale_mode", "bScaleMode": "b_scale_mode",
+}
+_ALGO = {
+    "algoId": "algo_id", "tile": "tile", "stages": "stages", "customOption": "custom_option",
+    "numSplitsK": "num_splits_k", "splitK": "num_splits_k", "splitKNum": "num_splits_k",
+    "reductionScheme": "reduction_scheme", "ctaSwizzling": "cta_swizzling", "swizzle": "cta_swizzling",
+    "clusterShape": "cluster_shape", "schedulingMode": "scheduling_mode", "innerShape": "inner_shape",
+}
+_PREF = {"maxWorkspaceSizeinBytes": "max_workspace_bytes", "maxWorkspaceSizeInBytes": "max_workspace_bytes"}
+_INT_COLUMNS = {c for c, t in CALL_COLUMNS.items() if t == "Int64"} | {"rows", "cols", "ld", "batch_count", "stride"}
+
+#: Rows per frame chunk (bounded memory while parsing; the frame is concatenated at the end).
+ROWS_PER_CHUNK = 100_000
+
+
+@dataclass
+class CublasLtLog:
+    """Everything one cuBLASLt log says, as frames (see the ``*_COLUMNS`` contracts)."""
+
+    path: str
+    calls: pd.DataFrame
+    heuristics: pd.DataFrame
+    api: pd.DataFrame
+    info: pd.DataFrame
+    hints: pd.DataFrame
+    errors: pd.DataFrame
+    level_counts: dict[str, int] = field(default_factory=dict)  # lines per [Level]
+    skipped_lines: int = 0  # lines that are not cuBLASLt log lines (program output on stdout)
+    problems: list[str] = field(default_factory=list)  # tolerated damage and notable absences
+
+
+@dataclass
+class _Line:
+    """One header-parsed log line."""
+
+    line: int
+    ts: str | None
+    pid: int
+    level: str
+    function: str
+    rest: str
+    raw: str
+
+
+class _Reader:
+    """Streams the classified lines of one log; keeps counts and problems."""
+
+    def __init__(self, path: str | PathLike[str], tolerate_truncated_tail: bool):
+        self.path = str(path)
+        self.tolerate = tolerate_truncated_tail
+        self.level_counts: dict[str, int] = {}
+        self.skipped = 0
+        self.first_skipped: int | None = None
+        self.problems: list[str] = []
+
+    def lines(self) -> Iterator[_Line]:
+        match = HEADER_RE.match
+        counts = self.level_counts
+        seen = 0
+        for first, lines, cut_tail in iter_line_chunks(self.path, WHAT):
+            last = len(lines) - 1
+            for i, raw in enumerate(lines):
+                lineno = first + i
+                if cut_tail and i == last:
+                    self._cut_tail(lineno, raw)
+                    continue
+                if "[cublasLt]" not in raw:
+                    self._foreign(lineno, raw, seen)
+                    continue
+                m = match(raw)
+                if m is None:
+                    self._foreign(lineno, raw, seen)
+                    continue
+                seen += 1
+                level = m["level"]
+                counts[level] = counts.get(level, 0) + 1
+                yield _Line(lineno, m["ts"], int(m["pid"]), level, m["function"], m["rest"], raw)
+        if not seen:
+            self._no_lines()
+
+    def _foreign(self, lineno: int, raw: str, seen: int) -> None:
+        if not raw.strip():
+            return
+        if _LOOKS_LIKE_HEADER.match(raw.lstrip()):
+            raise BadInput(self.path, f"damaged cuBLASLt line header: {preview(raw)}", line=lineno)
+        if raw.startswith(("I! cuBLAS", "i! ")):
+            raise BadInput(self.path, "this is a legacy cuBLAS log (CUBLAS_LOGINFO_DBG); read it with parsers.cublas_legacy", line=lineno)
+        self.skipped += 1
+        if self.first_skipped is None:
+            self.first_skipped = lineno
+
+    def _cut_tail(self, lineno: int, raw: str) -> None:
+        msg = f"last line is cut short (no newline at end of file; truncated log?): {preview(raw)}"
+        if not self.tolerate:
+            raise BadInput(self.path, msg, line=lineno)
+        self.problems.append(f"line {lineno}: {msg}; dropped")
+
+    def _no_lines(self) -> None:
+        where = f" (first other line: {self.first_skipped})" if self.first_skipped else ""
+        raise BadInput(self.path, f"no cuBLASLt log line found{where}; not a {WHAT}?", line=self.first_skipped)
+
+    def bad(self, ln: _Line, message: str) -> BadInput:
+        return BadInput(self.path, f"{message}: {preview(ln.raw, 80)}", line=ln.line)
+
+    def finish(self) -> None:
+        if self.skipped:
+            self.problems.append(
+                f"{self.skipped} lines are not cuBLASLt log lines (first at line {self.first_skipped}); skipped"
+            )
+
+
+def _op_letter(value: str) -> str:
+    """``OP_T`` / ``CUBLAS_OP_T`` / ``T`` -> ``T``."""
+    return value.rsplit("_", 1)[-1].upper() if value else "N"
+
+
+def _to_int(reader: _Reader, ln: _Line, key: str, value: str) -> int:
+    try:
+        return int(value, 0) if value[:2].lower() == "0x" else int(value)
+    except ValueError:
+        raise reader.bad(ln, f"{key}={value!r} is not an integer") from None
+
+
+def _tokens(reader: _Reader, ln: _Line) -> Pairs:
+    try:
+        return flat_pairs(ln.rest)
+    except TokenError as e:
+        raise reader.bad(ln, f"column {e.column + len(ln.raw) - len(ln.rest)}: {e}") from None
+
+
+def _call_row(reader: _Reader, ln: _Line) -> dict[str, Any]:
+    """Parse one ``[Trace][cublasLt*Matmul]`` line into a row dict (CALL_COLUMNS)."""
+    row: dict[str, Any] = {
+        "line": ln.line, "pid": ln.pid, "timestamp": ln.ts, "level": ln.level, "function": ln.function,
+        "type_hint": MATMUL_FN_RE.fullmatch(ln.function)[1] or None,
+    }
+    extra: dict[str, str] = {}
+    for key, value in _tokens(reader, ln):
+        if isinstance(value, list):
+            x = _DESC.get(key)
+            if x is not None:
+                _matrix(reader, ln, row, extra, key, x, value)
+            elif key == "computeDesc":
+                _mapped(reader, ln, row, extra, key, value, _COMPUTE)
+            elif key == "algo":
+                _mapped(reader, ln, row, extra, key, value, _ALGO)
+            else:
+                _flatten_into(extra, key, value)
+        else:
+            col = _TOP.get(key)
+            if col is None:
+                _put(extra, key, value)
+            elif col in _INT_COLUMNS:
+                row[col] = _to_int(reader, ln, key, value)
+            else:
+                row[col] = value
+    _derive(row)
+    row["extra"] = extra
+    row["raw"] = ln.raw
+    return row
+
+
+def _matrix(reader: _Reader, ln: _Line, row: dict, extra: dict, key: str, x: str, pairs: Pairs) -> None:
+    for k, v in pairs:
+        f = _MATRIX.get(k)
+        if f is None or isinstance(v, list):
+            _flatten_into(extra, f"{key}.{k}", v)
+        elif f == "type":
+            row[f"{x}_type"] = v
+        elif f == "ld":
+            row[f"ld{x}"] = _to_int(reader, ln, f"{key}.{k}", v)
+        elif f == "batch_count":
+            n = _to_int(reader, ln, f"{key}.{k}", v)
+            row.setdefault("batch_count", n)
+            if n != row["batch_count"]:
+                row["consistent"] = False
+                extra[f"{key}.{k}"] = v
+        elif f == "stride":
+            row[f"stride_{x}"] = _to_int(reader, ln, f"{key}.{k}", v)
+        else:
+            row[f"{x}_{f}"] = _to_int(reader, ln, f"{key}.{k}", v)
+
+
+def _mapped(reader: _Reader, ln: _Line, row: dict, extra: dict, key: str, pairs: Pairs, names: dict[str, str]) -> None:
+    for k, v in pairs:
+        col = names.get(k)
+        if col is None or isinstance(v, list):
+            _flatten_into(extra, f"{key}.{k}", v)
+        elif col in ("transa", "transb"):
+            row[col] = _op_letter(v)
+        elif col in _INT_COLUMNS:
+            row[col] = _to_int(reader, ln, f"{key}.{k}", v)
+        else:
+            row[col] = v
+
+
+def _put(extra: dict[str, str], key: str, value: str) -> None:
+    n, name = 2, key
+    while name in extra:
+        name = f"{key}#{n}"
+        n += 1
+    extra[name] = value
+
+
+def _flatten_into(extra: dict[str, str], key: str, value: str | Pairs) -> None:
+    if isinstance(value, list):
+        if not value:
+            _put(extra, key, "[]")
+        for k, v in value:
+            _flatten_into(extra, f"{key}.{k}", v)
+    else:
+        _put(extra, key, value)
+
+
+def _flat_dict(pairs: Pairs) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in pairs:
+        _flatten_into(out, k, v)
+    return out
+
+
+def _derive(row: dict[str, Any]) -> None:
+    """Fill transa/transb/layout, m/n/k and ``consistent`` from column-major descriptors.
+
+    op(A) is m x k, op(B) is k x n, C and D are m x n. Stored A is m x k when transa is N and
+    k x m otherwise (likewise B). m and n come from C (D when C has no descriptor).
+    """
+    ta = row.setdefault("transa", "N")
+    tb = row.setdefault("transb", "N")
+    row["layout"] = ta + tb
+    out = "c" if row.get("c_rows") is not None else "d"
+    m, n = row.get(f"{out}_rows"), row.get(f"{out}_cols")
+    a_rows, a_cols, b_rows, b_cols = (row.get(c) for c in ("a_rows", "a_cols", "b_rows", "b_cols"))
+    a_m, a_k = (a_rows, a_cols) if ta == "N" else (a_cols, a_rows)
+    b_k, b_n = (b_rows, b_cols) if tb == "N" else (b_cols, b_rows)
+    row["m"], row["n"] = m, n
+    row["k"] = a_k if a_k is not None else b_k
+    checks = [(a_m, m), (a_k, b_k), (b_n, n)]
+    if row.get("c_rows") is not None and row.get("d_rows") is not None:
+        checks += [(row["c_rows"], row["d_rows"]), (row.get("c_cols"), row.get("d_cols"))]
+    if any(x is None or y is None for x, y in checks) or m is None:
+        row.setdefault("consistent", None)
+    elif row.get("consistent") is not False:
+        row["consistent"] = all(x == y for x, y in checks)
+
+
+def _heuristic_row(reader: _Reader, ln: _Line) -> dict[str, Any]:
+    row: dict[str, Any] = {"line": ln.line, "pid": ln.pid, "timestamp": ln.ts, "level": ln.level, "function": ln.function}
+    pairs = _tokens(reader, ln)
+    scratch: dict[str, str] = {}
+    for key, value in pairs:
+        if not isinstance(value, list):
+            if key == "requestedAlgoCount":
+                row["requested_algo_count"] = _to_int(reader, ln, key, value)
+            continue
+        x = _DESC.get(key)
+        if x is not None:
+            _matrix(reader, ln, row, scratch, key, x, value)
+        elif key == "computeDesc":
+            _mapped(reader, ln, row, scratch, key, value, _COMPUTE)
+        elif key == "preference":
+            pref = _flat_dict(value)
+            row["preference"] = pref
+            for k, col in _PREF.items():
+                if k in pref:
+                    row[col] = _to_int(reader, ln, f"preference.{k}", pref[k])
+    row.setdefault("transa", "N")
+    row.setdefault("transb", "N")
+    row.pop("batch_count", None)
+    row.pop("consistent", None)
+    row["params"] = _flat_dict(pairs)
+    row["raw"] = ln.raw
+    return row
+
+
+def _message_row(ln: _Line) -> dict[str, Any]:
+    try:
+        pairs = tokenize_kv(ln.rest) if "=" in ln.rest else []
+    except TokenError:
+        pairs = []
+    return {
+        "line": ln.line, "pid": ln.pid, "timestamp": ln.ts, "level": ln.level, "function": ln.function,
+        "message": ln.rest, "params": _flat_dict(pairs),
+    }
+
+
+def _bucket(ln: _Line) -> str:
+    level = ln.level
+    if level == "Trace" and MATMUL_FN_RE.fullmatch(ln.function):
+        return "calls"
+    if level == "Api" and ln.function.startswith(HEURISTIC_PREFIX):
+        return "heuristics"
+    if level == "Info":
+        return "info"
+    if level == "Hints":
+        return "hints"
+    if level == "Error":
+        return "errors"
+    return "api"
+
+
+def iter_calls(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -> Iterator[dict[str, Any]]:
+    """Stream the matmul calls of a log as row dicts (CALL_COLUMNS keys), in file order."""
+    reader = _Reader(path, tolerate_truncated_tail)
+    for ln in reader.lines():
+        if ln.level == "Trace" and MATMUL_FN_RE.fullmatch(ln.function):
+            yield _call_row(reader, ln)
+
+
+def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -> CublasLtLog:
+    """Parse a cuBLASLt log into frames; ``BadInput`` names the file and line of any damage.
+
+    A log without matmul calls is valid (empty ``calls``, noted in ``problems``). A last line
+    cut mid-way is an error unless ``tolerate_truncated_tail`` (then dropped and noted).
+    """
+    reader = _Reader(path, tolerate_truncated_tail)
+    contracts = {"calls": CALL_COLUMNS, "heuristics": HEURISTIC_COLUMNS, "api": MESSAGE_COLUMNS,
+                 "info": MESSAGE_COLUMNS, "hints": MESSAGE_COLUMNS, "errors": MESSAGE_COLUMNS}
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in contracts}
+    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in contracts}
+    for ln in reader.lines():
+        name = _bucket(ln)
+        bucket = rows[name]
+        if name == "calls":
+            bucket.append(_call_row(reader, ln))
+        elif name == "heuristics":
+            bucket.append(_heuristic_row(reader, ln))
+        else:
+            bucket.append(_message_row(ln))
+        if len(bucket) >= ROWS_PER_CHUNK:
+            parts[name].append(_frame(bucket, contracts[name]))
+            bucket.clear()
+    reader.finish()
+    frames = {}
+    for name, contract in contracts.items():
+        if rows[name]:
+            parts[name].append(_frame(rows[name], contract))
+        frames[name] = _concat(parts[name], contract)
+    if frames["calls"].empty:
+        reader.problems.append(
+            "no matmul calls: no [Trace][cublasLt*Matmul] line (CUBLASLT_LOG_LEVEL below 2, or no GEMM ran)"
+        )
+    return CublasLtLog(str(path), **frames, level_counts=reader.level_counts,
+                       skipped_lines=reader.skipped, problems=reader.problems)
+
+
+def _frame(rows: list[dict[str, Any]], contract: dict[str, str]) -> pd.DataFrame:
+    cols = {c: [r.get(c) for r in rows] for c in contract}
+    return pd.DataFrame({c: pd.Series(v, dtype=contract[c]) for c, v in cols.items()})
+
+
+def _concat(parts: list[pd.DataFrame], contract: dict[str, str]) -> pd.DataFrame:
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in contract.items()})
+    if len(parts) == 1:
+        return parts[0]
+    return pd.concat(parts, ignore_index=True)
+
+
+def problem_key(row: Any) -> tuple:
+    """The hashable problem descriptor of a call row (``forensics.model.CALL_KEY_COLUMNS``)."""
+    return tuple(_plain(row[c]) for c in CALL_KEY_COLUMNS)
+
+
+call_key = problem_key
+
+
+def algo_key(row: Any) -> tuple:
+    """The hashable algo descriptor of a call row (:data:`ALGO_COLUMNS`)."""
+    return tuple(_plain(row[c]) for c in ALGO_COLUMNS)
+
+
+def _plain(v: Any) -> Any:
+    return None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else v
