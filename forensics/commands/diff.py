@@ -1,11 +1,39 @@
-"""`forensics diff` (stub: being built)."""
+"""`forensics diff A B`: the first divergent op per rank, its verdict, the pattern, the next command."""
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
+from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_USAGE
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("diff", help="(not built yet)")
-    def _cmd() -> None:
-        typer.echo("forensics diff: not built yet", err=True)
-        raise typer.Exit(4)
+    @app.command(
+        "diff",
+        help="Diff two op-level traces (directories or single rank files): per rank the first divergent "
+        "record (ORIGIN / RECEIVER / CONTROL_FLOW), the cross-rank pattern, the site and the next command. "
+        "Exit 0: no divergence; 1: divergence found; 3: bad input.",
+    )
+    def diff_cmd(
+        run_a: Path = typer.Argument(..., help="trace of run A (directory or rank file)"),
+        run_b: Path = typer.Argument(..., help="trace of run B (directory or rank file)"),
+        fmt: str = typer.Option("auto", "--format", help="reader: auto (detect; mixed formats refused), native, ..."),
+        json_out: Path | None = typer.Option(None, "--json", help="write the JSON report here (never overwrites)"),
+        rank: int | None = typer.Option(None, "--rank", help="compare this rank only"),
+    ) -> None:
+        from forensics.diff import diff_paths, format_report  # noqa: PLC0415
+
+        if json_out is not None and json_out.exists():
+            typer.echo(f"forensics diff: {json_out} exists; not overwriting it (choose another --json path)", err=True)
+            raise typer.Exit(EXIT_USAGE)
+        report = diff_paths(run_a, run_b, fmt=fmt, rank=rank)
+        typer.echo(format_report(report))
+        if json_out is not None:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            with open(json_out, "x") as f:
+                json.dump(report.to_json(), f, indent=1, default=str)
+                f.write("\n")
+            typer.echo(f"report: {json_out}")
+        raise typer.Exit(EXIT_NOT_NAMED if report.diverged else EXIT_OK)

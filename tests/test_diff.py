@@ -1,0 +1,225 @@
+"""Differ on SYNTHETIC traces written in the native optrace format (docs/trace-format.md).
+
+Every trace here is hand-written (SYNTHETIC) to exercise one rule of the differ; the real CPU
+divergences are in tests/test_diff_cpu_real.py and tests/test_diff_torchrun.py.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forensics.cli import main
+from forensics.diff import CONTROL_FLOW, ORIGIN, RECEIVER, diff_paths
+from forensics.errors import BadInput
+
+
+def tensor(h: str, shape=(4, 4), dtype="float32", chunks=None, ev=None) -> dict:
+    t = {"s": list(shape), "t": dtype, "n": 16, "h": h}
+    if chunks is not None:
+        t["c"] = chunks
+    if ev is not None:
+        t["ev"] = ev
+    return t
+
+
+def rec(op: str, occ: int, ins, outs, step=0, kind="op", meta=None) -> dict:
+    r = {"id": f"{op}:{occ}", "op": op, "kind": kind, "step": step, "in": ins, "out": outs}
+    if meta:
+        r["meta"] = meta
+    return r
+
+
+def write_trace(d: Path, records_by_rank: dict[int, list[dict]], world=None, env=None, argv=None) -> Path:
+    """SYNTHETIC native trace directory."""
+    for rank, recs in records_by_rank.items():
+        f = d / f"rank{rank}" / "trace.jsonl"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        header = {"type": "header", "schema": "forensics.optrace", "version": 1, "rank": rank,
+                  "world_size": world or len(records_by_rank), "argv": argv or ["python", "train.py"],
+                  "env": env or {}, "steps": "all"}
+        lines = [json.dumps(header)] + [json.dumps({"seq": i, **r}) for i, r in enumerate(recs)]
+        lines.append(json.dumps({"type": "footer", "records": len(recs), "dropped": 0}))
+        f.write_text("\n".join(lines) + "\n")
+    return d
+
+
+MM_META = {"gemm": {"layout": "NT", "acc": 0, "grad": 1}}
+
+
+def base_records() -> list[dict]:
+    return [
+        rec("aten.add.Tensor", 1, [tensor("x"), tensor("y")], [tensor("xy")]),
+        rec("aten.mm.default", 1, [tensor("xy"), tensor("w")], [tensor("m")], meta=MM_META),
+        rec("aten.relu.default", 1, [tensor("m")], [tensor("r")]),
+        rec("aten.sum.default", 1, [tensor("r")], [tensor("s", shape=())]),
+    ]
+
+
+def test_identical_traces_report_no_divergence(tmp_path):
+    a = write_trace(tmp_path / "a", {0: base_records()})
+    b = write_trace(tmp_path / "b", {0: base_records()})
+    rep = diff_paths(a, b)
+    assert not rep.diverged and rep.pattern == "none" and rep.site is None
+    assert rep.ranks[0].records_compared == 4
+
+
+def test_origin_at_gemm_names_gemm_site_and_next_command(tmp_path):
+    recs_b = base_records()
+    recs_b[1]["out"] = [tensor("m2")]
+    recs_b[2]["in"], recs_b[2]["out"] = [tensor("m2")], [tensor("r2")]
+    a = write_trace(tmp_path / "a", {0: base_records()})
+    b = write_trace(tmp_path / "b", {0: recs_b})
+    rep = diff_paths(a, b)
+    d = rep.ranks[0].first_divergence
+    assert d.verdict == ORIGIN and d.identity == "aten.mm.default:1" and d.inputs_matched
+    assert d.site == "gemm:NT:acc0:grad1" and rep.site == "gemm:NT:acc0:grad1" and rep.occurrence == 1
+    assert rep.next_command == "forensics kernel --site gemm:NT:acc0:grad1 -- python train.py"
+
+
+def test_alignment_is_by_identity_not_position(tmp_path):
+    """SYNTHETIC: B runs two independent ops in the other order; nothing diverges."""
+    recs_b = base_records()
+    recs_b.insert(0, recs_b.pop(1))  # mm first in B's stream: positions differ, identities do not
+    a = write_trace(tmp_path / "a", {0: base_records()})
+    b = write_trace(tmp_path / "b", {0: recs_b})
+    assert not diff_paths(a, b).diverged
+
+
+def test_receiver_when_inputs_differ(tmp_path):
+    recs_a = base_records()[2:]
+    recs_b = base_records()[2:]
+    recs_b[0]["in"], recs_b[0]["out"] = [tensor("m2")], [tensor("r2")]
+    rep = diff_paths(write_trace(tmp_path / "a", {0: recs_a}), write_trace(tmp_path / "b", {0: recs_b}))
+    d = rep.ranks[0].first_divergence
+    assert d.verdict == RECEIVER and d.inputs_matched is False and d.site is None
+    assert rep.pattern == "only_receivers" and rep.site is None and "forensics trace" in rep.next_command
+
+
+def test_control_flow_extra_record_in_b(tmp_path):
+    recs_b = base_records()
+    recs_b.insert(1, rec("aten.neg.default", 1, [tensor("xy")], [tensor("n")]))
+    rep = diff_paths(write_trace(tmp_path / "a", {0: base_records()}), write_trace(tmp_path / "b", {0: recs_b}))
+    d = rep.ranks[0].first_divergence
+    assert d.verdict == CONTROL_FLOW and d.side == "B" and d.identity == "aten.neg.default:1"
+
+
+def test_empty_artifact_and_its_consumer_are_passed_over(tmp_path):
+    """SYNTHETIC: an uninitialised empty differs, a copy of it differs, then a real origin."""
+    def recs(e: str, c: str, s: str):
+        return [
+            rec("aten.empty.memory_format", 1, [], [tensor(e)]),
+            rec("aten.clone.default", 1, [tensor(e)], [tensor(c)]),
+            rec("aten.sum.default", 1, [tensor("x")], [tensor(s, shape=())]),
+        ]
+    rep = diff_paths(write_trace(tmp_path / "a", {0: recs("e1", "c1", "s1")}),
+                     write_trace(tmp_path / "b", {0: recs("e2", "c2", "s2")}))
+    r = rep.ranks[0]
+    assert r.artifacts_total == 2 and [a.identity for a in r.artifacts] == ["aten.empty.memory_format:1", "aten.clone.default:1"]
+    assert r.first_divergence.identity == "aten.sum.default:1" and r.first_divergence.verdict == ORIGIN
+
+
+def test_non_blocking_copy_is_artifact_but_blocking_copy_is_not(tmp_path):
+    def recs(h: str, nb: bool):
+        return [rec("aten._to_copy.default", 1, [tensor("x")], [tensor(h)], meta={"non_blocking": nb})]
+    rep = diff_paths(write_trace(tmp_path / "a", {0: recs("1", True)}), write_trace(tmp_path / "b", {0: recs("2", True)}))
+    assert not rep.diverged and rep.ranks[0].artifacts_total == 1
+    rep = diff_paths(write_trace(tmp_path / "c", {0: recs("1", False)}), write_trace(tmp_path / "d", {0: recs("2", False)}))
+    assert rep.diverged and rep.ranks[0].first_divergence.verdict == ORIGIN
+    assert any("one hop later" in w for w in rep.ranks[0].first_divergence.warnings)
+
+
+def test_trivial_op_origin_warns_one_hop_later(tmp_path):
+    recs_b = base_records()
+    recs_b[0]["out"] = [tensor("xy2")]
+    recs_b[1]["in"] = [tensor("xy2"), tensor("w")]
+    rep = diff_paths(write_trace(tmp_path / "a", {0: base_records()}), write_trace(tmp_path / "b", {0: recs_b}))
+    d = rep.ranks[0].first_divergence
+    assert d.identity == "aten.add.Tensor:1" and d.verdict == ORIGIN
+    assert any("one hop later" in w for w in d.warnings)
+
+
+def test_weak_evidence_equality_is_unproven(tmp_path):
+    recs_a = [rec("aten.sum.default", 1, [tensor("x", ev="summary")], [tensor("s1")])]
+    recs_b = [rec("aten.sum.default", 1, [tensor("x", ev="summary")], [tensor("s2")])]
+    rep = diff_paths(write_trace(tmp_path / "a", {0: recs_a}), write_trace(tmp_path / "b", {0: recs_b}))
+    d = rep.ranks[0].first_divergence
+    assert d.verdict == ORIGIN and d.evidence == "unproven" and any("unproven" in w for w in d.warnings)
+
+
+def test_chunk_digests_find_a_permutation(tmp_path):
+    """SYNTHETIC: whole-tensor digests equal (xor is permutation-blind), chunk digests differ."""
+    recs_a = [rec("aten.sort.default", 1, [tensor("x")], [tensor("v", chunks=["1", "2"])])]
+    recs_b = [rec("aten.sort.default", 1, [tensor("x")], [tensor("v", chunks=["2", "1"])])]
+    rep = diff_paths(write_trace(tmp_path / "a", {0: recs_a}), write_trace(tmp_path / "b", {0: recs_b}))
+    d = rep.ranks[0].first_divergence
+    assert d.verdict == ORIGIN and "chunk" in d.how
+
+
+def test_cross_rank_patterns(tmp_path):
+    """SYNTHETIC 2-rank: rank 0 origin, rank 1 receives via a collective -> subset."""
+    def r(ar_out: str, add_out: str):
+        return [
+            rec("aten.add.Tensor", 1, [tensor("x")], [tensor(add_out)]),
+            rec("c10d.allreduce_", 1, [tensor("g")], [tensor(ar_out)], kind="collective"),
+        ]
+    a = write_trace(tmp_path / "a", {0: r("s", "p"), 1: r("s", "p")})
+    b = write_trace(tmp_path / "b", {0: r("s2", "p2"), 1: r("s2", "p")})
+    rep = diff_paths(a, b)
+    assert rep.ranks[0].first_divergence.verdict == ORIGIN
+    assert rep.ranks[1].first_divergence.verdict == RECEIVER
+    assert rep.ranks[1].first_divergence.identity == "c10d.allreduce_:1"
+    assert rep.pattern == "subset"
+    # both ranks origin at the same op -> op_nondeterministic
+    b2 = write_trace(tmp_path / "b2", {0: r("s2", "p2"), 1: r("s2", "p2")})
+    assert diff_paths(a, b2).pattern == "op_nondeterministic"
+    # both ranks: collective with matching inputs, whole world traced -> the collective is the origin
+    b3 = write_trace(tmp_path / "b3", {0: r("s2", "p"), 1: r("s2", "p")})
+    rep3 = diff_paths(a, b3)
+    assert {d.verdict for d in (rep3.ranks[0].first_divergence, rep3.ranks[1].first_divergence)} == {ORIGIN}
+
+
+def test_cli_exit_codes_and_json_report(tmp_path):
+    recs_b = base_records()
+    recs_b[3]["out"] = [tensor("s2", shape=())]
+    a = write_trace(tmp_path / "a", {0: base_records()})
+    b = write_trace(tmp_path / "b", {0: recs_b})
+    assert main(["diff", str(a), str(a)]) == 0
+    out = tmp_path / "rep.json"
+    assert main(["diff", str(a), str(b), "--json", str(out)]) == 1
+    rep = json.loads(out.read_text())
+    fd = rep["ranks"]["0"]["first_divergence"]
+    for key in ("identity", "name", "verdict", "seq", "step", "inputs_matched", "evidence", "site", "warnings"):
+        assert key in fd
+    assert rep["schema"] == "forensics.diff" and rep["site"] == "aten.sum.default" and rep["pattern"] == "single_rank"
+    assert main(["diff", str(a), str(b), "--json", str(out)]) == 2  # never overwrites
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("", "empty file"),
+    ('{"foo": 1}\n', "foreign schema"),
+    ('{"type":"header","schema":"forensics.optrace","version":1,"rank":0}\n{"seq":0,"id":"a:1","op":"a"', "truncated"),
+    ('{"type":"header","schema":"forensics.optrace","version":1,"rank":0}\n{"seq":0,"id":"a:1","op":"a"}\nnot json\n', "corrupt"),
+    ('{"type":"header","schema":"forensics.optrace","version":1,"rank":0}\n{"seq":0,"id":"a:1","op":"a","in":[],"out":[]}\n', "no footer"),
+    ('{"type":"header","schema":"forensics.optrace","version":7,"rank":0}\n', "version"),
+])
+def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys, content, needle):
+    good = write_trace(tmp_path / "good", {0: [rec("a", 1, [], [tensor("1")])]})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(content)
+    with pytest.raises(BadInput) as e:
+        diff_paths(good / "rank0" / "trace.jsonl", bad, fmt="native")
+    assert needle in str(e.value) and str(bad) in str(e.value)
+    assert main(["diff", str(good), str(bad), "--format", "native"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0]
+
+
+def test_mixed_formats_refused(tmp_path):
+    good = write_trace(tmp_path / "good", {0: [rec("a", 1, [], [tensor("1")])]})
+    other = tmp_path / "other.json"
+    other.write_text('{"traceEvents": []}')
+    with pytest.raises(BadInput) as e:
+        diff_paths(good, other)
+    assert str(other) in str(e.value)
