@@ -50,7 +50,7 @@ def sniff_foreign(head: bytes) -> str | None:
 
 
 def iter_line_chunks(
-    path: str | PathLike[str], what: str, chunk_bytes: int = CHUNK_BYTES
+    path: str | PathLike[str], what: str, chunk_bytes: int | None = None
 ) -> Iterator[tuple[int, list[str], bool]]:
     """Yield ``(first_line_number, lines, cut_tail)`` for a UTF-8 text file, chunk by chunk.
 
@@ -59,6 +59,7 @@ def iter_line_chunks(
     errors ("cuBLASLt log"). Raises ``BadInput`` for a missing, empty, binary or foreign file.
     """
     p = Path(path)
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     try:
         f = p.open("rb")
     except OSError as e:
@@ -153,11 +154,13 @@ def tokenize_kv(text: str) -> Pairs:
     bracketed suffix (``matmulDesc[out]=0x...``). Raises :class:`TokenError` for an unterminated
     ``[``, a stray ``]``, or a token that is not ``key=value``.
     """
-    pairs, end = _tokenize(text, 0, nested=False)
+    pairs, _ = _tokenize(text, 0, opened=None)
     return pairs
 
 
-def _tokenize(text: str, i: int, nested: bool) -> tuple[Pairs, int]:
+def _tokenize(text: str, i: int, opened: int | None) -> tuple[Pairs, int]:
+    """Pairs from ``text[i:]`` up to the ``]`` closing the block opened at index ``opened``."""
+    nested = opened is not None
     out: Pairs = []
     n = len(text)
     while True:
@@ -165,7 +168,7 @@ def _tokenize(text: str, i: int, nested: bool) -> tuple[Pairs, int]:
             i += 1
         if i >= n:
             if nested:
-                raise TokenError("unterminated '[' block (line cut short?)", n)
+                raise TokenError(f"unterminated '[' opened at column {opened + 1} (line cut short?)", opened + 1)
             return out, i
         if text[i] == "]":
             if nested:
@@ -184,7 +187,7 @@ def _tokenize(text: str, i: int, nested: bool) -> tuple[Pairs, int]:
         key = text[start:i]
         i += 1
         if i < n and text[i] == "[":
-            value, i = _tokenize(text, i + 1, nested=True)
+            value, i = _tokenize(text, i + 1, opened=i)
             out.append((key, value))
         else:
             vstart = i
@@ -195,3 +198,8 @@ def _tokenize(text: str, i: int, nested: bool) -> tuple[Pairs, int]:
             out.append((key, text[vstart:i]))
         if i < n and not text[i].isspace() and text[i] != "]":
             raise TokenError(f"expected whitespace after {key}=...", i + 1)
+
+
+def format_kv(pairs: Pairs) -> str:
+    """Inverse of :func:`tokenize_kv`: ``[("a", "1"), ("d", [("t", "x")])]`` -> ``"a=1 d=[t=x]"``."""
+    return " ".join(f"{k}=[{format_kv(v)}]" if isinstance(v, list) else f"{k}={v}" for k, v in pairs)
