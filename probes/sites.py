@@ -1,0 +1,419 @@
+"""GEMM site probe: names each GEMM call, marks each occurrence, digests its inputs and output.
+
+Inside the step window a ``TorchDispatchMode`` (pushed at window entry, popped at exit: nothing is
+intercepted outside the window) sees every aten GEMM, including those the autograd engine runs in
+backward. For each call of the selected site it
+
+1. names it (:mod:`probes.gemm_naming`) and counts the occurrence per rank (``SITE#N``),
+2. opens an NVTX **start/end** range ``SITE#N`` in the ``forensics`` domain (start/end, not
+   push/pop: ncu's ``--nvtx-include`` sees start/end ranges across autograd threads), and pushes a
+   fresh CUPTI external-correlation id (when the CUPTI probe is collecting) around the call,
+3. digests inputs (cuBLAS order A, B, then C/bias) and output with ``torch.hash_tensor``; the
+   uint64 stays on the device until flush (window end, every ``FLUSH_EVERY`` records, exit).
+
+When Transformer Engine is loaded, its ``general_gemm`` entry point is wrapped too, named from
+TE's own ``layout``/``accumulate``/``grad`` arguments (TE GEMMs bypass aten, so nothing is counted
+twice). Output: ``<out_dir>/rank<R>/sites.jsonl`` (created on first use, never overwritten; a
+second process of the same rank writes ``sites.<pid>.jsonl``).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from probes.config import ProbeConfig
+from probes.gemm_naming import GEMM_OPS, name_gemm, te_site
+from probes.window import StepWindow
+
+SCHEMA = "forensics.sites"
+VERSION = 1
+NVTX_DOMAIN = "forensics"
+FLUSH_EVERY = 1024  # pending records before a flush (one host sync) inside the window
+
+
+def open_exclusive(folder: Path, stem: str, suffix: str):
+    """``folder/stem.suffix`` created exclusively, else ``stem.<pid>.suffix`` (never overwrite)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in (f"{stem}{suffix}", f"{stem}.{os.getpid()}{suffix}"):
+        try:
+            return open(folder / name, "x", buffering=1 << 16)
+        except FileExistsError:
+            continue
+    i = 2
+    while True:
+        try:
+            return open(folder / f"{stem}.{os.getpid()}-{i}{suffix}", "x")
+        except FileExistsError:
+            i += 1
+
+
+def _selection(site: str | None) -> tuple[str | None, int | None]:
+    if not site:
+        return None, None
+    if "#" in site:
+        s, n = site.rsplit("#", 1)
+        return s, int(n) if n.isdigit() else None
+    return site, None
+
+
+class SiteProbe:
+    """Per-process recorder; created by :func:`install`."""
+
+    def __init__(self, cfg: ProbeConfig, window: StepWindow, out_dir: Path, rank: int):
+        self.cfg = cfg
+        self.window = window
+        self.out_dir = Path(out_dir)
+        self.rank = rank
+        self.pid = os.getpid()
+        self.site, self.only_occurrence = _selection(cfg.site)
+        self.seen: dict[str, int] = {}
+        self.ext_id = 0
+        self.records = 0
+        self.dropped = 0
+        self.pending: list[dict[str, Any]] = []
+        self.file = None
+        self.mode = None
+        self.lock = threading.Lock()
+        self.closed = False
+        self.profiler_started = False
+        self.te_wrapped = False
+        self._nvtx = None
+        window.on_enter.append(self._enter)
+        window.on_step.append(self._step)
+        window.on_exit.append(self._exit)
+
+    # ------------------------------------------------------------------ window
+    def _enter(self, step: int) -> None:
+        self._mark(step)
+        self._maybe_start_profiler()
+        self._wrap_te()
+        self._push_mode()
+
+    def _step(self, step: int) -> None:
+        nxt = step + 1
+        if self.mode is not None and not self.closed and nxt in self.window.steps:
+            self._mark(nxt)
+        if self.mode is not None and not self.te_wrapped:
+            self._wrap_te()
+
+    def _exit(self, step: int) -> None:
+        self._pop_mode()
+        self._stop_profiler()
+        self.flush(final=True)
+
+    def _mark(self, step: int) -> None:
+        with self.lock:
+            self.pending.append({"event": "iteration", "iteration": step, "arm": self.cfg.arm, "rank": self.rank,
+                                 "pid": self.pid, "t_ns": time.time_ns()})
+
+    def _push_mode(self) -> None:
+        if self.mode is not None:
+            return
+        self.mode = _make_mode(self)
+        self.mode.__enter__()
+
+    def _pop_mode(self) -> None:
+        if self.mode is None:
+            return
+        from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: PLC0415
+
+        try:
+            if _get_current_dispatch_mode() is self.mode:
+                self.mode.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001  (another mode on top: ours stays, inactive)
+            pass
+        self.mode.inactive = True
+        self.mode = None
+
+    # ------------------------------------------------------------------ cudaProfilerStart/Stop
+    def _maybe_start_profiler(self, tensor: Any = None) -> None:
+        """Start the profiler window once CUDA is in use (never initialise CUDA ourselves)."""
+        if not self.cfg.cuda_profiler_window or self.profiler_started or self.closed:
+            return
+        try:
+            import torch  # noqa: PLC0415
+
+            if not torch.cuda.is_initialized() and not (tensor is not None and getattr(tensor, "is_cuda", False)):
+                return
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+            self.profiler_started = True
+        except Exception as e:  # noqa: BLE001
+            sys.stderr.write(f"forensics: cudaProfilerStart failed on rank {self.rank}: {e!r}\n")
+            self.profiler_started = True  # do not retry on every call
+
+    def _stop_profiler(self) -> None:
+        if not self.profiler_started:
+            return
+        try:
+            import torch  # noqa: PLC0415
+
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # ------------------------------------------------------------------ the call
+    def selected(self, site: str) -> bool:
+        return self.site is None or site == self.site
+
+    def around(self, site: str, op: str, meta: dict[str, Any], inputs: list[Any], run, first_tensor: Any = None):
+        """Run ``run()`` as occurrence N of ``site``: count, range, correlate, digest, record."""
+        if not self.window.active or self.closed or not self.selected(site):
+            return run()
+        with self.lock:
+            occ = self.seen.get(site, 0) + 1
+            self.seen[site] = occ
+        if self.only_occurrence is not None and occ != self.only_occurrence:
+            return run()
+        if self.records >= self.cfg.max_site_records:
+            self.dropped += 1
+            return run()
+        if self.cfg.cuda_profiler_window and not self.profiler_started:
+            self._maybe_start_profiler(first_tensor)
+        label = f"{site}#{occ}"
+        with self.lock:
+            self.ext_id += 1
+            ext = self.ext_id
+        ins = [stage(t) for t in inputs if t is not None]
+        collector = _cupti_collector()
+        rng = self._range_start(label)
+        if collector is not None:
+            collector.push_external_id(ext)
+        try:
+            out = run()
+        finally:
+            if collector is not None:
+                collector.pop_external_id()
+            self._range_end(rng)
+        outs = [stage(t) for t in (out if isinstance(out, (list, tuple)) else [out]) if _tensorish(t)]
+        rec = {"event": "site", "arm": self.cfg.arm, "iteration": self.window.step, "site": site, "occurrence": occ,
+               "label": label, "external_id": ext, "in": ins, "out": outs[:1], "rank": self.rank, "pid": self.pid,
+               "op": op, "meta": meta}
+        with self.lock:
+            self.pending.append(rec)
+            self.records += 1
+            n_pending = len(self.pending)
+        if n_pending >= FLUSH_EVERY:
+            self.flush()
+        return out
+
+    def _range_start(self, label: str):
+        if not self.cfg.nvtx:
+            return None
+        try:
+            if self._nvtx is None:
+                import nvtx  # noqa: PLC0415
+
+                self._nvtx = nvtx
+            return self._nvtx.start_range(message=label, domain=NVTX_DOMAIN)
+        except Exception:  # noqa: BLE001
+            self.cfg.nvtx = False
+            return None
+
+    def _range_end(self, rng) -> None:  # noqa: ANN001
+        if rng is not None:
+            try:
+                self._nvtx.end_range(rng)
+            except Exception:  # noqa: BLE001
+                pass
+
+    # ------------------------------------------------------------------ TE
+    def _wrap_te(self) -> None:
+        if not self.te_wrapped:
+            self.te_wrapped = wrap_transformer_engine(self)
+
+    # ------------------------------------------------------------------ output
+    def _open(self) -> None:
+        if self.file is None:
+            self.file = open_exclusive(self.out_dir, "sites", ".jsonl")
+            header = {"event": "header", "schema": SCHEMA, "version": VERSION, "rank": self.rank, "pid": self.pid,
+                      "arm": self.cfg.arm, "site_filter": self.cfg.site, "steps": self.cfg.steps,
+                      "nvtx_domain": NVTX_DOMAIN if self.cfg.nvtx else None, "host": os.uname().nodename,
+                      "argv": sys.argv[:8]}
+            self.file.write(json.dumps(header) + "\n")
+
+    def flush(self, final: bool = False) -> None:
+        """Resolve the staged digests (one device->host copy) and write the pending lines."""
+        with self.lock:
+            pending, self.pending = self.pending, []
+        if pending:
+            resolve(pending)
+            self._open()
+            for rec in pending:
+                self.file.write(json.dumps(rec) + "\n")
+        if final and self.file is not None:
+            self.file.write(json.dumps({"event": "summary", "records": self.records, "dropped": self.dropped,
+                                        "occurrences": dict(self.seen)}) + "\n")
+        if self.file is not None:
+            self.file.flush()
+        if final:
+            self.closed = True
+
+    def close(self) -> None:
+        if not self.closed:
+            self._pop_mode()
+            self._stop_profiler()
+            self.flush(final=True)
+        if self.file is not None and not self.file.closed:
+            self.file.close()
+
+
+# --------------------------------------------------------------------------- digests
+def _tensorish(t: Any) -> bool:
+    return hasattr(t, "shape") and hasattr(t, "dtype") and hasattr(t, "numel")
+
+
+def stage(t: Any) -> dict[str, Any]:
+    """Digest of a tensor, hash kept on its device (``_h``) until :func:`resolve`."""
+    d: dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "numel": int(t.numel())}
+    if d["numel"] == 0:
+        d["hash"] = 0  # empty-tensor sentinel: numel tells it from an all-zero tensor
+        return d
+    try:
+        import torch  # noqa: PLC0415
+
+        d["_h"] = torch.hash_tensor(t.detach())
+    except Exception as e:  # noqa: BLE001
+        d["hash_error"] = f"{type(e).__name__}: {e}"[:200]
+    return d
+
+
+def resolve(records: list[dict[str, Any]]) -> None:
+    """Replace every staged ``_h`` by its integer value; one copy per device."""
+    staged = [d for r in records for key in ("in", "out") for d in r.get(key, ()) if "_h" in d]
+    if not staged:
+        return
+    import torch  # noqa: PLC0415
+
+    by_device: dict[Any, list[dict[str, Any]]] = {}
+    for d in staged:
+        by_device.setdefault(d["_h"].device, []).append(d)
+    for group in by_device.values():
+        try:
+            values = torch.stack([d["_h"] for d in group]).cpu().tolist()
+        except Exception:  # noqa: BLE001
+            values = [int(d["_h"].item()) for d in group]
+        for d, v in zip(group, values):
+            d["hash"] = int(v) % (1 << 64)
+            del d["_h"]
+
+
+# --------------------------------------------------------------------------- the dispatch mode
+def _make_mode(probe: SiteProbe):
+    import torch  # noqa: PLC0415
+    from torch.utils._python_dispatch import TorchDispatchMode  # noqa: PLC0415
+
+    graph_task_id = torch._C._current_graph_task_id
+    packets = set()
+    for name in GEMM_OPS:
+        p = getattr(torch.ops.aten, name, None)
+        if p is not None:
+            packets.add(p)
+
+    class GemmSiteMode(TorchDispatchMode):
+        inactive = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            kwargs = kwargs or {}
+            if self.inactive or func.overloadpacket not in packets or not probe.window.active:
+                return func(*args, **kwargs)
+            call = name_gemm(str(func), args, kwargs, graph_task_id() != -1)
+            if call is None:
+                return func(*args, **kwargs)
+            tensors = _operands(call, args, kwargs)
+            return probe.around(call.site, call.op, call.meta(), tensors, lambda: func(*args, **kwargs),
+                                first_tensor=tensors[0] if tensors else None)
+
+    return GemmSiteMode()
+
+
+def _operands(call, args: tuple, kwargs: dict[str, Any]) -> list[Any]:  # noqa: ANN001
+    """The call's tensors in cuBLAS order: A, B, then C/bias (``self``) when present."""
+    base = call.op.split(".")[1]
+    with_self = base in ("addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "_addmm_activation")
+    if with_self:
+        self_t = kwargs.get("self", kwargs.get("input", args[0] if args else None))
+        mat1 = kwargs.get("mat1", kwargs.get("batch1", args[1] if len(args) > 1 else None))
+        mat2 = kwargs.get("mat2", kwargs.get("batch2", args[2] if len(args) > 2 else None))
+    else:
+        self_t = None
+        mat1 = kwargs.get("self", kwargs.get("input", args[0] if args else None))
+        mat2 = kwargs.get("mat2", kwargs.get("other", args[1] if len(args) > 1 else None))
+    a_is_mat2 = call.operands[0].get("role") == "mat2"
+    out = [mat2, mat1] if a_is_mat2 else [mat1, mat2]
+    if _tensorish(self_t):
+        out.append(self_t)
+    return out
+
+
+# --------------------------------------------------------------------------- Transformer Engine
+TE_MODULE = "transformer_engine.pytorch.cpp_extensions"
+TE_ENTRY = "general_gemm"
+
+
+def wrap_transformer_engine(probe: SiteProbe) -> bool:
+    """Wrap TE's ``general_gemm`` (where TE is already imported); True once wrapped.
+
+    TE's own arguments name the site: ``layout`` (cuBLAS letters, default "TN"), ``accumulate``
+    and ``grad``. Every loaded ``transformer_engine.*`` module that imported the function by name
+    gets the wrapper too. TE is not installed on the development machine: this path is untested
+    there (docs/gemm-naming.md).
+    """
+    mod = sys.modules.get(TE_MODULE)
+    orig = getattr(mod, TE_ENTRY, None) if mod is not None else None
+    if orig is None:
+        return False
+    if getattr(orig, "__forensics_wrapped__", False):
+        return True
+    import inspect  # noqa: PLC0415
+
+    try:
+        sig = inspect.signature(orig)
+    except (TypeError, ValueError):
+        sig = None
+
+    @functools.wraps(orig)
+    def general_gemm(*args, **kwargs):  # noqa: ANN002, ANN003
+        try:
+            bound = sig.bind_partial(*args, **kwargs).arguments if sig is not None else dict(kwargs)
+        except TypeError:
+            bound = dict(kwargs)
+        layout = bound.get("layout", "TN")
+        acc = bool(bound.get("accumulate", False))
+        grad = bool(bound.get("grad", False))
+        try:
+            site = te_site(layout, acc, grad)
+        except ValueError:
+            return orig(*args, **kwargs)
+        a, b = bound.get("A", args[0] if args else None), bound.get("B", args[1] if len(args) > 1 else None)
+        inputs = [x for x in (a, b) if _tensorish(x)]
+        if acc and _tensorish(bound.get("out")):
+            inputs.append(bound["out"])
+        meta = {"layout": site.split(":")[1], "accumulate": acc, "grad": grad, "te": True,
+                "operands": [{"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")} for x in inputs]}
+        return probe.around(site, f"transformer_engine.{TE_ENTRY}", meta, inputs, lambda: orig(*args, **kwargs),
+                            first_tensor=inputs[0] if inputs else None)
+
+    general_gemm.__forensics_wrapped__ = True  # type: ignore[attr-defined]
+    for name, m in list(sys.modules.items()):
+        if name.startswith("transformer_engine") and getattr(m, TE_ENTRY, None) is orig:
+            setattr(m, TE_ENTRY, general_gemm)
+    return True
+
+
+# --------------------------------------------------------------------------- plumbing
+def _cupti_collector():
+    mod = sys.modules.get("probes.cupti")
+    return mod.active() if mod is not None else None
+
+
+def install(cfg: ProbeConfig, window: StepWindow, out_dir: Path, rank: int) -> SiteProbe:
+    """Entry point used by :func:`probes.activate.activate`."""
+    return SiteProbe(cfg, window, out_dir, rank)
