@@ -40,6 +40,9 @@ class StaticScan:
     libraries: list[ElfFileResult] = field(default_factory=list)  # contains the name / cannot tell
     counts: dict[str, int] = field(default_factory=dict)  # files scanned, cache hits, ...
     seconds: float = 0.0
+    #: every scanned file (for "is this code-path component installed here?"), not reported
+    all_python: list[str] = field(default_factory=list, repr=False)
+    all_libraries: list[str] = field(default_factory=list, repr=False)
 
     def findings(self, kind: str | None = None) -> list[Any]:
         out = [f for r in self.python for f in r.findings]
@@ -187,6 +190,7 @@ def scan(name: str, paths: list[str] | None = None, *, use_cache: bool = True, w
         "cache_hits": len(py_files) + len(so_files) - todo, "scanned": todo,
         "libraries_importing_getenv": sum(1 for lib in libs if lib.env_imports),
     }
+    result.all_python, result.all_libraries = py_files, so_files
     result.seconds = time.perf_counter() - started
     return result
 
