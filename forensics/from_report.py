@@ -1,0 +1,273 @@
+"""``forensics kernel --from REPORT``: the site a divergence report found, or a refusal that says why.
+
+Two report kinds are read:
+
+* a ``forensics diff`` JSON report (schema ``forensics.diff`` version 1, docs/commands/diff.md);
+* a Megatron-Core ``tools/determinism/compare_traces.py`` report (version 1: top-level
+  ``first_divergence``; version 2: ``rank_results`` keyed by rank). Its first divergence is one
+  record and says nothing about the evidence of that record's inputs, so when the two trace
+  directories it names still exist they are re-diffed with ``forensics diff`` (which reads Megatron
+  traces) and that verdict is used; otherwise the site is refused as unproven.
+
+A site is handed to the kernel rerun ONLY for an ORIGIN (inputs matched, outputs differ) whose
+equality rests on full evidence. A RECEIVER (inputs already differed), a CONTROL-FLOW divergence
+(no counterpart), an unproven origin, a one-hop-later origin on a trivially deterministic op, or a
+record name that maps to no site is refused with one line.
+
+Record name -> site mapping (docs/formats/megatron.md, docs/formats/debugmode.md):
+
+* a record carrying GEMM meta ``{"layout", "acc", "grad"}`` -> ``gemm:<layout>:acc<a>:grad<g>``;
+* Transformer Engine roles ``<module>.fprop`` / ``.dgrad`` / ``.wgrad`` -> layouts TN / NN / NT
+  (TE ``general_gemm`` in its Linear), grad 0 / 1 / 1, acc from ``metadata.accumulate``;
+* ``aten.mm`` / ``aten.addmm`` with operand strides -> layout from :func:`gemm_layout_from_strides`,
+  acc 1 for addmm, grad 1 in the backward phase;
+* another ATen op (``aten.``, ``prims.``, ``c10d.``...) -> its ATen name (``aten.sum.default``).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import BadInput, BadSite
+from forensics.site import parse_site
+
+OP_NAMESPACES = ("aten", "prims", "c10d", "_c10d_functional", "quantized", "torchvision", "triton")
+
+
+@dataclass
+class FromReport:
+    """What ``--from`` found: a site to rerun (``command``), or a refusal (``reason``)."""
+
+    site: str | None
+    occurrence: int | None
+    rank: int | None
+    verdict: str | None  # ORIGIN | RECEIVER | CONTROL_FLOW | NONE
+    command: list[str] | None  # the `forensics kernel` argv, None when refused
+    reason: str  # why this site, or why none
+    steps: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.command is not None
+
+    @property
+    def site_arg(self) -> str | None:
+        """``SITE`` or ``SITE#N``: what ``--site`` gets."""
+        if self.site is None:
+            return None
+        return f"{self.site}#{self.occurrence}" if self.occurrence else self.site
+
+    def command_line(self) -> str:
+        return shlex.join(self.command or [])
+
+
+# --------------------------------------------------------------------------- name -> site
+
+def _letter(shape: Any, stride: Any) -> str | None:
+    """cuBLAS letter of one 2-D operand: N when row-major, T when column-major, None otherwise."""
+    if not (isinstance(shape, (list, tuple)) and isinstance(stride, (list, tuple)) and len(shape) == len(stride) == 2):
+        return None
+    (rows, cols), (s0, s1) = shape, stride
+    if s1 == 1 and s0 >= max(cols, 1):
+        return "N"
+    if s0 == 1 and s1 >= max(rows, 1):
+        return "T"
+    return None
+
+
+def gemm_layout_from_strides(mat1: tuple[Any, Any], mat2: tuple[Any, Any]) -> str | None:
+    """Layout letters of ``mat1 @ mat2`` (each ``(shape, stride)``) as cuBLAS sees it.
+
+    PyTorch computes the row-major ``C = mat1 @ mat2`` as the column-major ``C^T = mat2^T mat1^T``,
+    so cuBLAS's A is ``mat2`` and its B is ``mat1``: layout = letter(mat2) + letter(mat1). E.g.
+    ``x @ W.t()`` (a Linear forward) is TN, ``grad_out.t() @ x`` (wgrad) NT, ``grad_out @ W``
+    (dgrad) NN, as in Transformer Engine. None when an operand is not 2-D contiguous either way
+    (PyTorch copies it first).
+    """
+    a, b = _letter(*mat2), _letter(*mat1)
+    return a + b if a and b else None
+
+
+def site_for_name(name: str, gemm: dict | None = None) -> str | None:
+    """The site a record name maps to, or None (see the module docstring)."""
+    from forensics.site import gemm_site  # noqa: PLC0415
+
+    if isinstance(gemm, dict) and gemm.get("layout"):
+        try:
+            return str(gemm_site(gemm["layout"], gemm.get("acc", 0), gemm.get("grad", 0)))
+        except BadSite:
+            return None
+    if name.split(".", 1)[0] not in OP_NAMESPACES:
+        return None
+    try:
+        return str(parse_site(name))
+    except BadSite:
+        return None
+
+
+# --------------------------------------------------------------------------- report reading
+
+def _load(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(path, "no such report file") from None
+    except (OSError, UnicodeError) as e:
+        raise BadInput(path, f"cannot read report: {e}") from None
+    if not text.strip():
+        raise BadInput(path, "empty report file")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadInput(path, f"not JSON ({e.msg}): truncated or not a report", e.lineno) from None
+    if not isinstance(obj, dict):
+        raise BadInput(path, "report is not a JSON object")
+    return obj
+
+
+def site_from_report(path: str | Path, command: list[str] | None = None) -> FromReport:
+    """Read a ``forensics diff`` or Megatron ``compare_traces.py`` report; never raise for a
+    refusal (``FromReport.ok`` is False and ``reason`` says why), raise BadInput for a bad file."""
+    path = Path(path)
+    rep = _load(path)
+    if rep.get("schema") == "forensics.diff":
+        if rep.get("version") != 1:
+            raise BadInput(path, f"forensics.diff report version {rep.get('version')!r}; this reads version 1")
+        return _from_diff_report(rep, path, command)
+    if "rank_results" in rep or "first_divergence" in rep or rep.get("status") == "invalid_trace":
+        return _from_megatron_report(rep, path, command)
+    raise BadInput(path, "not a forensics diff report (schema forensics.diff) nor a Megatron compare_traces.py report")
+
+
+def _refuse(reason: str, *, rank: int | None = None, verdict: str | None = None, site: str | None = None) -> FromReport:
+    return FromReport(site=site, occurrence=None, rank=rank, verdict=verdict, command=None, reason=reason)
+
+
+def _steps_arg(steps: Any) -> str | None:
+    vals = [s for s in steps or [] if isinstance(s, int)]
+    if not vals or len(vals) != len(steps):
+        return None
+    lo, hi = min(vals), max(vals)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _traced_command(next_command: Any) -> list[str] | None:
+    """The training command inside the report's ``next_command`` (after ``--``), if real."""
+    if not isinstance(next_command, str) or " -- " not in next_command:
+        return None
+    try:
+        argv = shlex.split(next_command)
+    except ValueError:
+        return None
+    cmd = argv[argv.index("--") + 1:] if "--" in argv else []
+    return cmd if cmd and cmd != ["<command>"] else None
+
+
+def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None) -> FromReport:
+    ranks = rep.get("ranks")
+    if not isinstance(ranks, dict):
+        raise BadInput(path, "forensics.diff report without a 'ranks' object")
+    firsts: dict[int, dict] = {}
+    for key, block in ranks.items():
+        if not isinstance(block, dict):
+            raise BadInput(path, f"ranks[{key!r}] is not an object")
+        d = block.get("first_divergence")
+        if d is not None:
+            if not isinstance(d, dict) or "verdict" not in d:
+                raise BadInput(path, f"ranks[{key!r}].first_divergence lacks a verdict")
+            firsts[int(key)] = d
+    if not firsts:
+        return _refuse("no rank diverged in this report: nothing to hand to the kernel rerun", verdict="NONE")
+    site_rank = rep.get("site_rank")
+    origin = firsts.get(site_rank) if isinstance(site_rank, int) else None
+    if origin is None or origin.get("verdict") != "ORIGIN":
+        origins = [(r, d) for r, d in sorted(firsts.items()) if d.get("verdict") == "ORIGIN"]
+        if not origins:
+            r, d = min(firsts.items())
+            what = {"RECEIVER": "a RECEIVER (its inputs already differed: the difference came from upstream or "
+                                "another rank; widen the window or the ranks)",
+                    "CONTROL_FLOW": "a CONTROL-FLOW divergence (the runs executed different ops; no site to rerun)"}
+            return _refuse(f"first divergence on rank {r} ({d.get('identity')}) is "
+                           f"{what.get(d['verdict'], repr(d['verdict']))}; refusing to hand an unproven site to "
+                           f"`forensics kernel` (pattern {rep.get('pattern')})", rank=r, verdict=d["verdict"])
+        site_rank, origin = origins[0]
+    fmt = rep.get("format")
+    site = origin.get("site") or rep.get("site")
+    identity = origin.get("identity")
+    if origin.get("evidence") != "proven" or origin.get("inputs_matched") is not True:
+        return _refuse(f"ORIGIN {identity} on rank {site_rank} rests on unproven evidence (inputs equal only by "
+                       "sampled/summary/metadata digests, or not observed): rerun the trace with full digests "
+                       "around it", rank=site_rank, verdict="ORIGIN", site=site)
+    hop = [w for w in origin.get("warnings") or [] if str(w).startswith("one hop later")]
+    if hop:
+        return _refuse(f"ORIGIN {identity} on rank {site_rank}: {hop[0]}", rank=site_rank, verdict="ORIGIN", site=site)
+    mapped = site_for_name(str(origin.get("name", "")), None)
+    if not site or (not str(site).startswith("gemm:") and mapped is None):
+        return _refuse(f"ORIGIN {identity} on rank {site_rank} (format {fmt}) maps to no site: a record name is a "
+                       "site only for GEMM meta or an ATen op (docs/formats/megatron.md)", rank=site_rank,
+                       verdict="ORIGIN")
+    try:
+        parse_site(site)
+    except BadSite as e:
+        raise BadInput(path, f"report site {site!r} does not parse: {e}") from None
+    occurrence = origin.get("occurrence") if isinstance(origin.get("occurrence"), int) else None
+    steps = _steps_arg((ranks.get(str(site_rank)) or {}).get("steps"))
+    cmd = command or _traced_command(rep.get("next_command"))
+    res = FromReport(site=site, occurrence=occurrence, rank=site_rank, verdict="ORIGIN", command=None,
+                     reason=f"ORIGIN {identity} on rank {site_rank} (evidence proven, pattern {rep.get('pattern')})",
+                     steps=steps, warnings=list(origin.get("warnings") or []))
+    argv = ["forensics", "kernel", "--site", res.site_arg, "--ranks", str(site_rank)]
+    if steps:
+        argv += ["--steps", steps]
+    res.command = argv + (["--", *cmd] if cmd else [])
+    return res
+
+
+def _from_megatron_report(rep: dict[str, Any], path: Path, command: list[str] | None) -> FromReport:
+    if rep.get("status") == "invalid_trace":
+        raise BadInput(path, f"compare_traces.py could not compare the traces: {rep.get('error')}")
+    if rep.get("match") is True:
+        return _refuse("compare_traces.py found no divergence: nothing to hand to the kernel rerun", verdict="NONE")
+    if "rank_results" in rep:
+        per_rank = rep["rank_results"]
+        if not isinstance(per_rank, dict):
+            raise BadInput(path, "rank_results is not an object")
+        firsts = {int(r): b.get("first_divergence") for r, b in per_rank.items()
+                  if isinstance(b, dict) and b.get("first_divergence")}
+    else:
+        d = rep.get("first_divergence")
+        if not isinstance(d, dict):
+            raise BadInput(path, "compare_traces report without a first_divergence")
+        key = d.get("key") or d.get("left") or {}
+        firsts = {int(key.get("rank", 0)) if isinstance(key, dict) else 0: d}
+    if not firsts:
+        return _refuse("compare_traces.py report names no first divergence", verdict="NONE")
+    left, right = (rep.get("left") or {}).get("path"), (rep.get("right") or {}).get("path")
+    kinds = {r: d.get("kind") for r, d in firsts.items()}
+    if all(k != "content_mismatch" for k in kinds.values()):
+        r = min(kinds)
+        return _refuse(f"first divergence on rank {r} is {kinds[r]}: a CONTROL-FLOW divergence (an event exists on "
+                       "one side only or in another order); no site to rerun", rank=r, verdict="CONTROL_FLOW")
+    if left and right:
+        base = path.parent
+        pa, pb = [Path(p) if Path(p).is_absolute() else base / p for p in (left, right)]
+        if pa.exists() and pb.exists():
+            from forensics.diff import diff_paths  # noqa: PLC0415
+
+            report = diff_paths(pa, pb, fmt="megatron").to_json()
+            res = _from_diff_report(report, path, command)
+            res.warnings.append(f"verdict from `forensics diff {pa} {pb}` (the compare_traces report alone cannot "
+                                "prove the record's inputs matched)")
+            return res
+    r = min(r for r, k in kinds.items() if k == "content_mismatch")
+    rec = firsts[r].get("left") or {}
+    name = rec.get("name", (firsts[r].get("key") or {}).get("name"))
+    return _refuse(f"first divergence on rank {r} is record {name!r}: a compare_traces report does not carry the "
+                   "evidence of that record's inputs, so it cannot tell an ORIGIN from a RECEIVER; keep the two trace "
+                   "directories it names, or run `forensics diff LEFT RIGHT --json R` and pass that report",
+                   rank=r, verdict="UNPROVEN")

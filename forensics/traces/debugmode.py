@@ -1,0 +1,456 @@
+"""Reader of PyTorch DebugMode hash output (``torch.utils._debug_mode.DebugMode``, prototype).
+
+Two ways to save a run, one file per rank with ``rank<R>`` in its name (``debugmode.rank0.jsonl``,
+``rank1.txt``...), either alone or in one directory:
+
+* **structured** (preferred): :func:`capture` (DebugMode + ``log_tensor_hashes`` + a record hook
+  for phase and GEMM operand strides), then :func:`dump` writes JSONL: a header line
+  (``"forensics_debugmode": 1``, torch version, rank, step, hash functions, argv) and one line per
+  call (op, depth, args/output strings, ``hash``, ``input_hash``, ``record``). Existing files are
+  never overwritten.
+* **text**: ``open(path, "x").write(debug_mode.debug_string())``; each line is
+  ``aten::op(args)  ->  out  # {'input_hash': ..., 'hash': ...}``. No step, phase or strides.
+
+Evidence: a ``hash_tensor`` digest (``torch.hash_tensor`` over the float64/int64 up-cast bits, an
+order-independent XOR: every element's bits count) is **full**; a ``norm`` hash (float64 L1 norm)
+is **summary** (it can differ for equal tensors when the norm's own reduction order changes, and
+be equal for different ones); an op logged without hashes is **metadata**. Inputs not hashed
+(``hash_inputs=False``) are *not observed*: the differ can call such an op only an unproven origin.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import BadInput, Unavailable
+from forensics.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
+
+FORMAT = "debugmode"
+HEADER_KEY = "forensics_debugmode"
+VERSION = 1
+_RANK = re.compile(r"rank[_-]?(\d+)")
+_TENSOR = re.compile(r"\b(?:dt|ft|t)(?:\$\d+)?: ([a-z0-9]+)\[([^\]]*)\]")
+_OP_LINE = re.compile(r"^(?P<indent> *)(?P<op>[A-Za-z_][\w.]*(?:::[\w.]+)?)\((?P<rest>.*)$")
+_NONFINITE = re.compile(r"(?<![\w.'\"])(-?)(nan|inf)(?![\w.'\"])")
+_GEMM_OPS = re.compile(r"^aten\.(mm|addmm)\.")
+DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "bf16": "bfloat16", "i8": "int8", "i16": "int16",
+          "i32": "int32", "i64": "int64", "u8": "uint8", "b8": "bool", "c64": "complex64", "c128": "complex128"}
+NOT_OBSERVED = TensorDigest(evidence="metadata")
+
+
+# --------------------------------------------------------------------------- producing (needs torch)
+
+def features() -> dict[str, bool]:
+    """What the installed torch's DebugMode offers (feature detection, no side effects)."""
+    try:
+        import torch  # noqa: PLC0415
+        from torch.utils._debug_mode import DebugMode  # noqa: PLC0415
+    except ImportError:
+        return {"debug_mode": False}
+    import inspect  # noqa: PLC0415
+
+    params = inspect.signature(DebugMode.__init__).parameters
+    return {
+        "debug_mode": True,
+        "log_tensor_hashes": hasattr(DebugMode, "log_tensor_hashes"),
+        "hash_inputs": hasattr(DebugMode, "log_tensor_hashes")
+        and "hash_inputs" in inspect.signature(DebugMode.log_tensor_hashes).parameters,
+        "hash_tensor": hasattr(torch, "hash_tensor"),
+        "dispatch_hooks": hasattr(DebugMode, "dispatch_hooks"),
+        "record_output": "record_output" in params,
+        "record_ids": "record_ids" in params,
+        "check_hash_mismatches": hasattr(DebugMode, "check_hash_mismatches"),
+        "operators": True,
+    }
+
+
+def _phase_and_strides(func: Any, types: Any, args: Any, kwargs: Any, result: Any) -> dict[str, Any]:
+    """Record hook: autograd phase, and operand shapes/strides of GEMM-like ops."""
+    import torch  # noqa: PLC0415
+
+    out: dict[str, Any] = {"phase": "backward" if torch._C._current_autograd_node() is not None else "forward"}
+    if _GEMM_OPS.match(str(func)):
+        out["operands"] = [[list(a.shape), list(a.stride())] for a in args if isinstance(a, torch.Tensor)]
+    return out
+
+
+@contextlib.contextmanager
+def capture(hash_fn: str | list[str] = "hash_tensor", hash_inputs: bool = True, **debug_mode_kwargs: Any):
+    """``with capture() as dm: step()`` then ``dump(dm, path)``: DebugMode with tensor hashes."""
+    feats = features()
+    if not feats.get("debug_mode") or not feats.get("log_tensor_hashes"):
+        raise Unavailable("this torch has no torch.utils._debug_mode.DebugMode.log_tensor_hashes (PyTorch >= 2.10)")
+    wanted = [hash_fn] if isinstance(hash_fn, str) else list(hash_fn)
+    if "hash_tensor" in wanted and not feats.get("hash_tensor"):
+        raise Unavailable("this torch has no torch.hash_tensor; use hash_fn='norm' (summary evidence only)")
+    from torch.utils._debug_mode import DebugMode  # noqa: PLC0415
+
+    hooks = DebugMode.dispatch_hooks(record_hook=_phase_and_strides) if feats.get("dispatch_hooks") else contextlib.nullcontext()
+    hash_kw = {"hash_inputs": hash_inputs} if feats.get("hash_inputs") else {}
+    with DebugMode(**debug_mode_kwargs) as dm, DebugMode.log_tensor_hashes(hash_fn=hash_fn, **hash_kw), hooks:
+        dm._forensics_hash_fn = wanted  # noqa: SLF001 (remembered for dump)
+        yield dm
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, (tuple, list)):
+        return [_jsonable(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, float) and obj != obj:
+        return "nan"
+    if isinstance(obj, float) and obj in (float("inf"), float("-inf")):
+        return "inf" if obj > 0 else "-inf"
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return str(obj)
+
+
+def _argv() -> list[str]:
+    """The command that ran (``python script.py ...`` when a script was run)."""
+    argv = list(sys.argv)
+    return ["python", *argv] if argv and argv[0].endswith(".py") else argv
+
+
+def dump(debug_mode: Any, path: str | Path, *, rank: int = 0, step: int | None = None,
+         hash_fn: str | list[str] | None = None) -> Path:
+    """Write ``debug_mode.operators`` as JSONL (never overwrites an existing file)."""
+    import torch  # noqa: PLC0415
+
+    path = Path(path)
+    fns = hash_fn if hash_fn is not None else getattr(debug_mode, "_forensics_hash_fn", ["hash_tensor"])
+    fns = [fns] if isinstance(fns, str) else list(fns)
+    header = {HEADER_KEY: VERSION, "torch": torch.__version__, "rank": rank, "step": step, "hash_fn": fns,
+              "argv": _argv(), "features": features()}
+    with open(path, "x", encoding="utf-8") as f:
+        f.write(json.dumps(header) + "\n")
+        for i, call in enumerate(debug_mode.operators):
+            kind = type(call).__name__
+            row: dict[str, Any] = {"i": i, "type": kind, "depth": call.call_depth}
+            if hasattr(call, "op"):
+                row["op"] = str(call.op)
+                row["args"] = (call.args_str or "") + (call.kwargs_str or "") if call.args_str is not None else None
+            elif hasattr(call, "kernel_name"):
+                row["op"] = f"triton.{call.kernel_name}"
+                row["args"] = call.kwargs_str
+            else:
+                row["op"] = call.render([])
+            row["out"] = (getattr(call, "output_str", None) or "").replace("  ->  ", "", 1) or None
+            log = getattr(call, "log", None) or {}
+            if "hash" in log:
+                row["hash"] = _jsonable(log["hash"])
+            if "input_hash" in log:
+                row["input_hash"] = _jsonable(log["input_hash"])
+            for key in ("pre_hashes", "post_hashes"):
+                if getattr(call, key, None):
+                    row[key] = _jsonable(getattr(call, key))
+            rec = getattr(call, "record", None)
+            if isinstance(rec, dict):
+                row["record"] = {k: v for k, v in rec.items() if k in ("phase", "operands")}
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+# --------------------------------------------------------------------------- hashes -> digests
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) or x in ("nan", "inf", "-inf")
+
+
+def _leaves(tree: Any, n_fns: int | None) -> list[Any]:
+    """One entry per hashed tensor: a number, or a tuple of numbers (one per hash function)."""
+    if tree is None:
+        return []
+    if _is_num(tree):
+        return [tree]
+    if isinstance(tree, dict):
+        return [leaf for v in tree.values() for leaf in _leaves(v, n_fns)]
+    if isinstance(tree, (list, tuple)):
+        nums = [x for x in tree if _is_num(x)]
+        mixed = any(isinstance(x, int) for x in nums) and any(isinstance(x, float) for x in nums)
+        if tree and len(nums) == len(tree) and (mixed or (n_fns is not None and n_fns > 1 and len(tree) == n_fns)):
+            return [tuple(tree)]
+        return [leaf for v in tree for leaf in _leaves(v, n_fns)]
+    return []
+
+
+def _digest(leaf: Any, meta: tuple[str | None, tuple[int, ...] | None], fns: list[str] | None) -> TensorDigest:
+    """hash_tensor (int) -> full; norm (float) -> summary."""
+    dtype, shape = meta
+    vals = list(leaf) if isinstance(leaf, tuple) else [leaf]
+    names = fns if fns and len(fns) == len(vals) else [("hash_tensor" if isinstance(v, int) else "norm") for v in vals]
+    full = [v for v, n in zip(vals, names) if n == "hash_tensor"]
+    if full:
+        return TensorDigest(shape=shape, dtype=dtype, digest=str(full[0]), evidence="full")
+    return TensorDigest(shape=shape, dtype=dtype, digest="norm:" + repr(vals[0]), evidence="summary")
+
+
+def _tensor_meta(text: str | None) -> list[tuple[str | None, tuple[int, ...] | None]]:
+    out = []
+    for abbr, dims in _TENSOR.findall(text or ""):
+        try:
+            shape = tuple(int(d) for d in dims.split(",") if d.strip())
+        except ValueError:  # symbolic sizes
+            shape = None
+        out.append((DTYPES.get(abbr, abbr), shape))
+    return out
+
+
+def _tensors(tree: Any, text: str | None, fns: list[str] | None) -> list[TensorDigest]:
+    leaves = _leaves(tree, len(fns) if fns else None)
+    meta = _tensor_meta(text)
+    if len(meta) != len(leaves):
+        meta = [(None, None)] * len(leaves)
+    return [_digest(leaf, m, fns) for leaf, m in zip(leaves, meta)]
+
+
+def _unhashed(text: str | None) -> list[TensorDigest]:
+    return [TensorDigest(shape=s, dtype=d, evidence="metadata") for d, s in _tensor_meta(text)]
+
+
+def op_name(raw: str) -> str:
+    """``aten::mm`` -> ``aten.mm.default``; ``aten::mul.Tensor`` -> ``aten.mul.Tensor``."""
+    if "::" not in raw:
+        return raw
+    ns, rest = raw.split("::", 1)
+    return f"{ns}.{rest}" if "." in rest else f"{ns}.{rest}.default"
+
+
+def _record(rank: int, seq: int, name: str, counts: Counter, *, step: int | None, inputs: list[TensorDigest],
+            outputs: list[TensorDigest], source: str, extra: dict[str, Any], phase: str | None = None) -> TraceRecord:
+    from forensics.from_report import gemm_layout_from_strides  # noqa: PLC0415
+
+    counts[name] += 1
+    ops = extra.get("operands")
+    if _GEMM_OPS.match(name) and isinstance(ops, list) and len(ops) >= 2 and phase:
+        mats = ops[-2:] if name.startswith("aten.addmm") else ops[:2]
+        layout = gemm_layout_from_strides(tuple(mats[0]), tuple(mats[1]))
+        if layout:
+            extra["gemm"] = {"layout": layout, "acc": int(name.startswith("aten.addmm")), "grad": int(phase == "backward")}
+    return TraceRecord(rank=rank, seq=seq, identity=f"{name}:{counts[name]}", name=name,
+                       kind="triton" if name.startswith("triton.") else "op", step=step, phase=phase,
+                       inputs=inputs, outputs=outputs, source=source, extra=extra)
+
+
+# --------------------------------------------------------------------------- reading
+
+def _first_line(path: Path) -> str:
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.strip():
+                return raw[:65536].decode("utf-8", "replace")
+    return ""
+
+
+def _is_structured(path: Path) -> bool:
+    return f'"{HEADER_KEY}"' in _first_line(path)
+
+
+def _rank_of(path: Path, default: int = 0) -> int:
+    m = _RANK.search(path.name)
+    return int(m.group(1)) if m else default
+
+
+def read_structured(path: Path) -> tuple[dict[str, Any], list[TraceRecord]]:
+    """Header and records of a :func:`dump` file; BadInput with file:line on anything malformed."""
+    path = Path(path)
+    records: list[TraceRecord] = []
+    counts: Counter = Counter()
+    header: dict[str, Any] | None = None
+    hashed = 0
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeError) as e:
+        raise BadInput(path, f"cannot read: {e}") from None
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            what = "truncated line" if not line.endswith("\n") else "corrupt line"
+            raise BadInput(path, f"{what}: not JSON ({e.msg})", no) from None
+        if not isinstance(obj, dict):
+            raise BadInput(path, "corrupt line: not a JSON object", no)
+        if header is None:
+            if obj.get(HEADER_KEY) is None:
+                raise BadInput(path, f"foreign file: first line is not a {HEADER_KEY} header", no)
+            if obj[HEADER_KEY] != VERSION:
+                raise BadInput(path, f"{HEADER_KEY} version {obj[HEADER_KEY]!r}; this reader reads version {VERSION}", no)
+            header = obj
+            continue
+        if HEADER_KEY in obj:
+            raise BadInput(path, "second header (two dumps concatenated?)", no)
+        if not isinstance(obj.get("op"), str) or not isinstance(obj.get("i"), int):
+            raise BadInput(path, "call line lacks 'op' or 'i'", no)
+        if records and obj["i"] <= records[-1].seq:
+            raise BadInput(path, f"call index {obj['i']} does not increase", no)
+        fns = header.get("hash_fn")
+        rec_meta = obj.get("record") if isinstance(obj.get("record"), dict) else {}
+        extra: dict[str, Any] = {"depth": obj.get("depth"), "call_type": obj.get("type"), "args": obj.get("args"),
+                                 "out": obj.get("out")}
+        if rec_meta.get("operands"):
+            extra["operands"] = rec_meta["operands"]
+        if "pre_hashes" in obj or "post_hashes" in obj:  # Inductor Triton kernel: hashes by argument name
+            inputs = [_digest(v, (None, None), fns) for v in (obj.get("pre_hashes") or {}).values()] or [NOT_OBSERVED]
+            outputs = [_digest(v, (None, None), fns) for v in (obj.get("post_hashes") or {}).values()]
+        else:
+            outputs = _tensors(obj["hash"], obj.get("out"), fns) if "hash" in obj else _unhashed(obj.get("out"))
+            inputs = _tensors(obj["input_hash"], obj.get("args"), fns) if "input_hash" in obj else [NOT_OBSERVED]
+        hashed += "hash" in obj or "post_hashes" in obj
+        name = obj["op"] if obj.get("type") != "_OpCall" else op_name(obj["op"])
+        records.append(_record(int(header.get("rank") or 0), obj["i"], name, counts, step=header.get("step"),
+                               inputs=inputs, outputs=outputs, source=f"{path}:{no}", extra=extra,
+                               phase=rec_meta.get("phase")))
+    if header is None:
+        raise BadInput(path, "empty file: no DebugMode dump header")
+    if not records:
+        raise BadInput(path, "no calls recorded after the header (DebugMode saw no op?)")
+    if not hashed:
+        raise BadInput(path, "no tensor hashes: record under DebugMode.log_tensor_hashes() (forensics.traces.debugmode.capture)")
+    return header, records
+
+
+def _split_line(body: str) -> tuple[str, str, str | None, str | None]:
+    """``op(args)  ->  out  # {log}`` -> (op, args, out, log)."""
+    log = None
+    cut = body.rfind("  # {")
+    if cut >= 0:
+        body, log = body[:cut], body[cut + 4:]
+    out = None
+    arrow = body.rfind(")  ->  ")
+    if arrow >= 0:
+        body, out = body[:arrow + 1], body[arrow + 7:]
+    m = _OP_LINE.match(body)
+    if not m or not body.endswith(")"):
+        raise ValueError("not a DebugMode call line")
+    return m.group("op"), m.group("rest")[:-1], out, log
+
+
+def _literal(text: str) -> Any:
+    return ast.literal_eval(_NONFINITE.sub(lambda m: repr(m.group(1) + m.group(2)), text))
+
+
+def read_text(path: Path, rank: int | None = None) -> list[TraceRecord]:
+    """Records of a ``debug_string()`` text dump; BadInput with file:line on a line it cannot read."""
+    path = Path(path)
+    rank = _rank_of(path) if rank is None else rank
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeError) as e:
+        raise BadInput(path, f"cannot read: {e}") from None
+    records: list[TraceRecord] = []
+    counts: Counter = Counter()
+    hashed = 0
+    for no, line in enumerate(lines, 1):
+        body = line.strip()
+        if not body or body.startswith("# File:") or body.startswith("[annotate]") or body.startswith("-> output:"):
+            continue
+        if body.startswith("# pre-kernel hashes:") or body.startswith("# post-kernel hashes:"):
+            continue  # Inductor kernel hashes: the kernel line itself is kept as metadata
+        if body.startswith("[triton] "):
+            name = "triton." + body[len("[triton] "):].split("(", 1)[0]
+            records.append(_record(rank, no, name, counts, step=None, inputs=[NOT_OBSERVED], outputs=[],
+                                   source=f"{path}:{no}", extra={"depth": None}))
+            continue
+        try:
+            op, args, out, log = _split_line(body)
+            logd = _literal(log) if log else {}
+            if not isinstance(logd, dict):
+                raise ValueError("annotation is not a dict")
+        except (ValueError, SyntaxError) as e:
+            raise BadInput(path, f"not a DebugMode debug_string() line ({e})", no) from None
+        name = op_name(op)
+        outputs = _tensors(logd["hash"], out, None) if "hash" in logd else _unhashed(out)
+        inputs = _tensors(logd["input_hash"], args, None) if "input_hash" in logd else [NOT_OBSERVED]
+        hashed += "hash" in logd
+        depth = (len(line) - len(line.lstrip(" ")) - 2) // 2
+        records.append(_record(rank, no, name, counts, step=None, inputs=inputs, outputs=outputs,
+                               source=f"{path}:{no}", extra={"depth": depth, "args": args, "out": out}))
+    if not records:
+        raise BadInput(path, "empty: no DebugMode call lines")
+    if not hashed:
+        raise BadInput(path, "no tensor hashes in this debug_string(): record under DebugMode.log_tensor_hashes()")
+    return records
+
+
+def rank_files(path: Path) -> dict[int, Path]:
+    """``{rank: file}`` for one dump file or a directory of ``*rank<R>*`` dump files."""
+    path = Path(path)
+    if path.is_file():
+        return {_rank_of(path): path}
+    if not path.is_dir():
+        raise BadInput(path, "no such file or directory")
+    files: dict[int, Path] = {}
+    for f in sorted(p for p in path.iterdir() if p.is_file() and _RANK.search(p.name) and _looks_like_dump(p)):
+        r = _rank_of(f)
+        if r in files:
+            raise BadInput(f, f"second DebugMode dump for rank {r} (also {files[r].name})")
+        files[r] = f
+    if not files:
+        raise BadInput(path, "no *rank<R>* DebugMode dump files here")
+    return files
+
+
+def _records(file: Path, rank: int) -> list[TraceRecord]:
+    if _is_structured(file):
+        header, recs = read_structured(file)
+        if header.get("rank") is not None and int(header["rank"]) != rank and _RANK.search(file.name):
+            raise BadInput(file, f"header rank {header['rank']} contradicts the file name's rank {rank}", 1)
+        return recs
+    return read_text(file, rank)
+
+
+def iter_ranks(path: Path) -> Iterator[tuple[int, Iterator[TraceRecord]]]:
+    for rank, file in sorted(rank_files(Path(path)).items()):
+        yield rank, iter(_records(file, rank))
+
+
+def run_info(path: Path) -> dict[str, Any]:
+    """From the lowest rank's structured header (argv, torch version, hash functions); {} for text."""
+    files = rank_files(Path(path))
+    first = files[min(files)]
+    info: dict[str, Any] = {"producer": "torch.utils._debug_mode.DebugMode", "traced_ranks": sorted(files)}
+    if _is_structured(first):
+        with open(first, encoding="utf-8") as f:
+            try:
+                header = json.loads(f.readline())
+            except json.JSONDecodeError:
+                raise BadInput(first, "header is not JSON", 1) from None
+        info.update({"argv": header.get("argv"), "torch": header.get("torch"), "hash_fn": header.get("hash_fn")})
+    return info
+
+
+def read(path: Path) -> Trace:
+    return Trace(format=FORMAT, path=Path(path), ranks={r: list(it) for r, it in iter_ranks(path)},
+                 run_info=run_info(path))
+
+
+def _looks_like_dump(path: Path) -> bool:
+    try:
+        first = _first_line(path)
+    except OSError:
+        return False
+    if f'"{HEADER_KEY}"' in first:
+        return True
+    body = first.strip()
+    return bool(_OP_LINE.match(body)) and "::" in body.split("(", 1)[0] and (") " in body or body.endswith(")"))
+
+
+def detect(path: Path) -> bool:
+    path = Path(path)
+    if path.is_file():
+        return _looks_like_dump(path)
+    if path.is_dir():
+        return any(p.is_file() and _RANK.search(p.name) and _looks_like_dump(p) for p in sorted(path.iterdir())[:64])
+    return False
+
+
+READER = register_reader(Reader(name=FORMAT, detect=detect, read=read, iter_ranks=iter_ranks, run_info=run_info))
