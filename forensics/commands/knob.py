@@ -1,11 +1,92 @@
-"""`forensics knob` (stub: being built)."""
+"""`forensics knob NAME [--site SITE] [--path DIR ...] [--values 0,1] [--json F] [--no-cache] [-- CMD ...]`.
+
+Static scope always; dynamic scope (one arm per value through the capture path) when ``--values``
+and a command are given and a CUDA GPU is present. Exit 0: report written; 2: bad command line;
+3: bad input; 4: dynamic scope asked for but unavailable here (the static report is still printed).
+"""
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
+from forensics.errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, Unavailable
+
 
 def register(app: typer.Typer) -> None:
-    @app.command("knob", help="(not built yet)")
-    def _cmd() -> None:
-        typer.echo("forensics knob: not built yet", err=True)
-        raise typer.Exit(4)
+    @app.command(
+        "knob",
+        help="Does an environment knob reach a site? Static scope (Python reads/writers/mentions, shared "
+        "libraries holding the name, the shipped catalog, verdict ON PATH / NOT ON PATH / UNKNOWN for --site) "
+        "and, with --values and '-- CMD', dynamic scope (one capture arm per value). "
+        "Exit 0 ok; 2 usage; 3 bad input; 4 dynamic scope unavailable (static report still printed).",
+    )
+    def knob_cmd(
+        name: str = typer.Argument(..., help="environment variable, e.g. CUBLAS_WORKSPACE_CONFIG"),
+        command: list[str] | None = typer.Argument(None, help="after '--': the command to run one arm per value"),
+        site: str | None = typer.Option(None, "--site", help="site (or SITE#N), e.g. gemm:NT:acc0:grad1, aten.mm.default"),
+        path: list[Path] | None = typer.Option(None, "--path", help="tree or file to scan (repeatable); default: this Python's site-packages"),
+        values: str | None = typer.Option(None, "--values", help="comma-separated values, one capture arm each (needs '-- CMD')"),
+        json_out: Path | None = typer.Option(None, "--json", help="write the JSON report here (never overwrites)"),
+        no_cache: bool = typer.Option(False, "--no-cache", help="rescan every file (ignore and do not update the cache)"),
+        out: Path | None = typer.Option(None, "--out", help="capture directory for the dynamic arms (never overwritten)"),
+        steps: str = typer.Option("1-2", "--steps", help="step window of the dynamic capture"),
+        jobs: int | None = typer.Option(None, "--jobs", help="worker processes for the static scan (default: CPU count, max 8)"),
+    ) -> None:
+        from forensics.knobs import check_knob_name, scan  # noqa: PLC0415
+        from forensics.knobs.catalog import lookup  # noqa: PLC0415
+        from forensics.knobs.dynamic import IN_TIME_NOTE, late_assignments, run_dynamic, script_of  # noqa: PLC0415
+        from forensics.knobs.report import KnobReport, render, to_json  # noqa: PLC0415
+        from forensics.knobs.scope import assess  # noqa: PLC0415
+        from forensics.site import parse_site_or_occurrence  # noqa: PLC0415
+
+        check_knob_name(name)
+        parsed_site = parse_site_or_occurrence(site) if site else None
+        value_list = [v.strip() for v in values.split(",")] if values is not None else []
+        if values is not None and not command:
+            _usage("--values needs the command to run after '--', e.g. forensics knob NAME --site S --values 0,1 -- python train.py")
+        if command and values is None:
+            _usage("a command after '--' is run only with --values V1,V2")
+        if value_list and parsed_site is None:
+            _usage("dynamic scope (--values) needs --site")
+        if json_out is not None and str(json_out) != "-" and json_out.exists():
+            _usage(f"{json_out} exists; not overwriting it (choose another --json path)")
+
+        result = scan(name, [str(p) for p in path] if path else None, use_cache=not no_cache, workers=jobs)
+        entry = lookup(name)
+        report = KnobReport(name, result, entry)
+        if parsed_site is not None:
+            report.scope = assess(result, parsed_site, entry)
+        if command:
+            script = script_of(command)
+            if script is not None:
+                report.late = late_assignments(script, name, entry)
+            report.notes.append(f"note: {IN_TIME_NOTE}")
+        code = EXIT_OK
+        if value_list:
+            try:
+                report.dynamic = run_dynamic(name, str(parsed_site), value_list, list(command or []),
+                                             out=str(out) if out else None, steps=steps)
+            except Unavailable as e:
+                report.dynamic_unavailable = str(e)
+                code = EXIT_UNAVAILABLE
+        json_to_stdout = json_out is not None and str(json_out) == "-"
+        if json_to_stdout:
+            typer.echo(json.dumps(to_json(report), indent=1, default=str))
+        else:
+            render(report)
+        if json_out is not None and not json_to_stdout:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+            with open(json_out, "x") as f:
+                json.dump(to_json(report), f, indent=1, default=str)
+                f.write("\n")
+            typer.echo(f"report: {json_out}")
+        if report.dynamic_unavailable:
+            typer.echo(f"forensics knob: {report.dynamic_unavailable}", err=True)
+        raise typer.Exit(code)
+
+
+def _usage(message: str) -> None:
+    typer.echo(f"forensics knob: {message}", err=True)
+    raise typer.Exit(EXIT_USAGE)

@@ -1,0 +1,228 @@
+"""Dynamic scope: run one arm per knob value through the capture path and compare the site.
+
+Uses ``forensics.kernel.run_kernel`` (capture) and ``forensics.verdicts.toggle_report`` (kernel /
+algo / bits changed against the baseline arm), both imported lazily: without them, or without a
+CUDA device, :func:`run_dynamic` raises :class:`Unavailable` with one line.
+
+Also checks *when* a script sets the knob (:func:`late_assignments`): a knob read at import or
+at CUDA / library initialisation has no effect when the script assigns ``os.environ[NAME]`` after
+``import torch`` (or TE) / after its first CUDA call. Values set by ``forensics knob --values`` are
+put in the child's environment before it starts, so they are always in time.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import BadInput, Unavailable
+from forensics.knobs.catalog import KnobEntry
+
+#: imports after which an import-time knob is too late (the module may read it when imported)
+_EARLY_IMPORTS = ("torch", "transformer_engine", "apex", "megatron")
+_CUDA_CALLS = ("cuda", "to", "init", "set_device", "is_available", "device_count", "synchronize")
+IN_TIME_NOTE = ("a value set in the launching environment (as `forensics knob --values` does for each arm) "
+                "is in place before the process starts, so it is always in time")
+
+
+@dataclass
+class LateAssignment:
+    """A script line that sets the knob after something that may already have read it."""
+
+    file: str
+    line: int
+    statement: str
+    after: str  # e.g. "import torch (line 3)" or "CUDA use torch.randn(..., device='cuda') (line 9)"
+    severity: str  # "too late" | "risky"
+    message: str
+
+
+def script_of(command: list[str]) -> Path | None:
+    """The Python script a command runs (``python x.py``, ``torchrun ... x.py``), if any exists."""
+    for arg in command:
+        if arg.endswith(".py") and os.path.isfile(arg):
+            return Path(arg)
+    return None
+
+
+def late_assignments(script: Path, name: str, entry: KnobEntry | None) -> list[LateAssignment]:
+    """Assignments of ``os.environ[name]`` (or setdefault/putenv/update) that come too late.
+
+    Order is the module's top-level execution order (statements inside ``if``/``with``/``try``
+    blocks included, function bodies counted where they are called from the top level).
+    """
+    try:
+        tree = ast.parse(script.read_bytes(), filename=str(script))
+    except (OSError, SyntaxError, ValueError) as e:
+        raise BadInput(script, f"cannot parse the script to check when {name} is set: {e}") from None
+    events = _ordered_events(tree, name)
+    out: list[LateAssignment] = []
+    first_import = first_cuda = None
+    read_at = entry.read_at if entry else "unknown"
+    for kind, line, text in events:
+        if kind == "import" and first_import is None:
+            first_import = (line, text)
+        elif kind == "cuda" and first_cuda is None:
+            first_cuda = (line, text)
+        elif kind == "set":
+            if first_cuda is not None and read_at in ("init", "cuda_init", "handle", "import", "construct", "unknown"):
+                sev = "too late" if read_at != "unknown" else "risky"
+                out.append(LateAssignment(str(script), line, text, f"CUDA use `{first_cuda[1]}` (line {first_cuda[0]})", sev,
+                                          f"{script}:{line} sets {name} after CUDA is in use (line {first_cuda[0]}); "
+                                          f"{name} is read at {read_at}: {sev}. Set it in the launching environment."))
+            elif first_import is not None and read_at in ("import", "construct", "init", "cuda_init", "handle", "unknown"):
+                sev = "too late" if read_at == "import" else "risky"
+                out.append(LateAssignment(str(script), line, text, f"`{first_import[1]}` (line {first_import[0]})", sev,
+                                          f"{script}:{line} sets {name} after `{first_import[1]}` (line {first_import[0]}); "
+                                          f"{name} is read at {read_at}: {sev}"
+                                          + ("" if sev == "too late" else " (in time only if nothing imported so far initialised it)")
+                                          + ". Set it in the launching environment."))
+    return out
+
+
+def _ordered_events(tree: ast.Module, name: str) -> list[tuple[str, int, str]]:
+    """(kind, line, source) for imports, CUDA uses and knob assignments, in execution order."""
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    events: list[tuple[str, int, str]] = []
+
+    def walk(stmts: list[ast.stmt], depth: int) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else [stmt.module or ""]
+                if any(m.split(".")[0] in _EARLY_IMPORTS for m in mods):
+                    events.append(("import", stmt.lineno, ast.unparse(stmt)))
+                continue
+            if _sets_knob(stmt, name):
+                events.append(("set", stmt.lineno, ast.unparse(stmt)))
+            elif _uses_cuda(stmt):
+                events.append(("cuda", stmt.lineno, _short(ast.unparse(stmt))))
+            for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+                if isinstance(call.func, ast.Name) and call.func.id in functions and depth < 4:
+                    walk(functions[call.func.id].body, depth + 1)
+            for block in ("body", "orelse", "finalbody"):
+                if isinstance(stmt, (ast.If, ast.With, ast.Try, ast.For, ast.While)) and hasattr(stmt, block):
+                    walk(getattr(stmt, block), depth)
+            for handler in getattr(stmt, "handlers", []) or []:
+                walk(handler.body, depth)
+
+    walk(tree.body, 0)
+    return events
+
+
+def _sets_knob(stmt: ast.stmt, name: str) -> bool:
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and _const(node.slice) == name and "environ" in ast.unparse(node.value):
+            return True
+        if isinstance(node, ast.Call) and node.args and _const(node.args[0]) == name:
+            f = ast.unparse(node.func)
+            if f.endswith(("environ.setdefault", "putenv")):
+                return True
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("environ.update"):
+            if any(kw.arg == name for kw in node.keywords) or any(
+                    isinstance(a, ast.Dict) and any(_const(k) == name for k in a.keys if k is not None) for a in node.args):
+                return True
+    return False
+
+
+def _uses_cuda(stmt: ast.stmt) -> bool:
+    """A statement that touches CUDA: ``torch.cuda.*``, ``.cuda()``, ``device='cuda...'``, ``.to('cuda')``."""
+    if isinstance(stmt, (ast.If, ast.With, ast.Try, ast.For, ast.While)):
+        header = stmt.test if isinstance(stmt, (ast.If, ast.While)) else None
+        return header is not None and _uses_cuda(ast.Expr(header))
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Attribute) and node.attr == "cuda" and isinstance(node.value, ast.Name) and node.value.id == "torch":
+            return True
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "cuda":
+                return True
+            for arg in list(node.args) + [k.value for k in node.keywords]:
+                text = _const(arg)
+                if isinstance(text, str) and text.startswith("cuda"):
+                    return True
+    return False
+
+
+def _const(node: ast.AST | None) -> Any:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def _short(text: str, width: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+@dataclass
+class DynamicResult:
+    """One arm per value, compared with the baseline arm at the site."""
+
+    name: str
+    site: str
+    values: list[str]
+    capture_dir: str | None
+    arms: dict[str, dict[str, str]]
+    toggles: list[dict[str, Any]] = field(default_factory=list)  # ToggleResult.to_dict() per arm
+    summary: list[str] = field(default_factory=list)
+    passes: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "site": self.site, "values": self.values, "capture_dir": self.capture_dir,
+                "arms": self.arms, "toggles": self.toggles, "summary": self.summary, "passes": self.passes,
+                "error": self.error}
+
+
+def env_arms(name: str, values: list[str]) -> dict[str, dict[str, str]]:
+    """Two baseline arms (the launching environment, for run-to-run) then one arm per value.
+
+    Arm names are folder names (``a1``, ``a2``, ``k1-_4096_8`` for ``:4096:8``); the value itself is
+    recorded as the arm's toggle in the capture manifest by ``run_kernel``.
+    """
+    arms: dict[str, dict[str, str]] = {"a1": {}, "a2": {}}
+    for i, v in enumerate(values, 1):
+        arms[f"k{i}-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", v)[:40] or "empty")] = {name: v}
+    return arms
+
+
+def check_available() -> None:
+    """Raise :class:`Unavailable` (one line) unless the capture path can run here."""
+    try:
+        from forensics import kernel as _kernel  # noqa: F401, PLC0415
+        from forensics import verdicts as _verdicts  # noqa: F401, PLC0415
+    except ImportError as e:
+        raise Unavailable(f"dynamic scope unavailable: the capture/verdict modules cannot be imported ({e})") from None
+    try:
+        from forensics.passes import cuda_status  # noqa: PLC0415
+    except ImportError:
+        return
+    ok, reason = cuda_status()
+    if not ok:
+        raise Unavailable(f"dynamic scope needs a CUDA GPU: {reason}; static result above")
+
+
+def run_dynamic(name: str, site: str, values: list[str], command: list[str], *, out: str | None = None,
+                steps: str = "1-2", timeout_s: float = 1800, progress: bool = True) -> DynamicResult:
+    """Capture one arm per value (plus the baseline replicas) and report what changed at the site."""
+    check_available()
+    from forensics.kernel import run_kernel  # noqa: PLC0415
+    from forensics.verdicts import toggle_report  # noqa: PLC0415
+
+    arms = env_arms(name, values)
+    kr = run_kernel(site, command, steps=steps, env_arms=arms, out=out, timeout_s=timeout_s, progress=progress)
+    result = DynamicResult(name, site, values, str(kr.capture_dir), arms,
+                           passes=[{"name": p.name, "arm": p.arm, "status": p.status, "reason": p.reason} for p in kr.passes])
+    try:
+        report = toggle_report(kr.capture_dir, site=site, names=[name])
+    except Exception as e:  # a verdict that cannot be formed is reported, never guessed
+        result.error = f"toggle report failed: {type(e).__name__}: {e}"
+        return result
+    for r in report.for_knob(name):
+        result.toggles.append(r.to_dict())
+        result.summary.append(r.summary())
+    if not result.toggles:
+        result.error = "no arm with this knob's toggle was comparable at the site (see the capture's pass logs)"
+    return result
