@@ -35,6 +35,9 @@ def register(app: typer.Typer) -> None:
         ncu_mode: Optional[str] = typer.Option(None, "--ncu-mode", help="window (cudaProfilerStart/Stop, default) or nvtx (site ranges)"),
         dry_run: bool = typer.Option(False, "--dry-run", help="print every pass's exact argv and env additions; run nothing"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display, no table"),
+        from_report: Optional[Path] = typer.Option(
+            None, "--from", help="take the site from a `forensics diff --json` or Megatron compare_traces.py report "
+                                 "(refused for a RECEIVER, CONTROL-FLOW or unproven first divergence)"),
     ) -> None:
         """Rerun the step window under CUPTI, cuBLASLt logging, ncu and nsys; NAME the site's kernel.
 
@@ -44,6 +47,8 @@ def register(app: typer.Typer) -> None:
         from forensics.passes import discover_tools, describe_plan, plan_passes
         from forensics.site import parse_site_or_occurrence
 
+        if from_report is not None:
+            site, ranks, steps, command = _from_report(from_report, site, ranks, steps, command)
         cfg = lib.load_run_config(config) if config else {}
         opts = {
             "site": site or cfg.get("site"),
@@ -90,6 +95,23 @@ def register(app: typer.Typer) -> None:
         except ValueError as e:
             raise typer.BadParameter(str(e))
         raise typer.Exit(_report(result, quiet))
+
+
+def _from_report(path: Path, site: Optional[str], ranks: Optional[str], steps: Optional[str],
+                 command: Optional[List[str]]) -> tuple[str, Optional[str], Optional[str], Optional[List[str]]]:
+    """``--from REPORT``: the report's ORIGIN site, rank, step window and command (flags win)."""
+    from forensics.from_report import site_from_report
+
+    if site:
+        raise typer.BadParameter("--from and --site exclude each other", param_hint="--from")
+    found = site_from_report(path, list(command) if command else None)
+    if not found.ok:
+        typer.echo(f"forensics kernel: --from {path}: refused: {found.reason}", err=True)
+        raise typer.Exit(EXIT_NOT_NAMED)
+    typer.echo(f"--from {path}: {found.reason}: {found.command_line()}", err=True)
+    cmd = found.command[found.command.index("--") + 1:] if "--" in found.command else None
+    return (found.site_arg, ranks or (str(found.rank) if found.rank is not None else None),
+            steps or found.steps, command or cmd)
 
 
 def _report(result, quiet: bool) -> int:  # noqa: ANN001
