@@ -228,6 +228,16 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
     return res
 
 
+def _trace_path(p: Any, report_dir: Path) -> Path | None:
+    """A trace path named in a report: as written (relative to the cwd), else next to the report."""
+    if not isinstance(p, str) or not p:
+        return None
+    for cand in (Path(p), report_dir / p):
+        if cand.exists():
+            return cand
+    return None
+
+
 def _from_megatron_report(rep: dict[str, Any], path: Path, command: list[str] | None) -> FromReport:
     if rep.get("status") == "invalid_trace":
         raise BadInput(path, f"compare_traces.py could not compare the traces: {rep.get('error')}")
@@ -254,9 +264,8 @@ def _from_megatron_report(rep: dict[str, Any], path: Path, command: list[str] | 
         return _refuse(f"first divergence on rank {r} is {kinds[r]}: a CONTROL-FLOW divergence (an event exists on "
                        "one side only or in another order); no site to rerun", rank=r, verdict="CONTROL_FLOW")
     if left and right:
-        base = path.parent
-        pa, pb = [Path(p) if Path(p).is_absolute() else base / p for p in (left, right)]
-        if pa.exists() and pb.exists():
+        pa, pb = (_trace_path(p, path.parent) for p in (left, right))
+        if pa is not None and pb is not None:
             from forensics.diff import diff_paths  # noqa: PLC0415
 
             report = diff_paths(pa, pb, fmt="megatron").to_json()

@@ -116,6 +116,59 @@ def run(folder: str, *, wgrad_differs: bool = False, input_differs_rank: int | N
         t.write(HERE / folder)
 
 
+def _records(folder: str) -> list[dict]:
+    out = []
+    for f in sorted((HERE / folder).glob("rank_*.jsonl")):
+        out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return out
+
+
+def report_v1(left: str, right: str, name: str) -> None:
+    """SYNTHETIC compare_traces.py report, version 1 layout (tools/determinism/trace_comparison.py,
+    NVIDIA/Megatron-LM commit 1fdd5fb1e7cbceeb542bbd3ff65998c990dff5ab): semantic keys visited in
+    (iteration, microbatch, rank, phase, event, name, occurrence) order -- lexical, not causal."""
+    keyf = ("rank", "iteration", "microbatch", "phase", "event", "name", "occurrence")
+    a = {tuple(r[k] for k in keyf): r for r in _records(left)}
+    b = {tuple(r[k] for k in keyf): r for r in _records(right)}
+    order = sorted(set(a) | set(b), key=lambda k: (k[1], -1 if k[2] is None else k[2], k[0], k[3], k[4], k[5], k[6]))
+    first, compared = None, 0
+    for k in order:
+        sa = {x: y for x, y in a[k].items() if x != "sequence"}
+        sb = {x: y for x, y in b[k].items() if x != "sequence"}
+        if sa != sb:
+            first = {"differing_fields": sorted(f for f in set(sa) | set(sb) if sa.get(f) != sb.get(f)),
+                     "key": dict(zip(keyf, k)), "kind": "content_mismatch", "left": sa, "right": sb}
+            break
+        compared += 1
+    modes = lambda rs: {m: sum(1 for r in rs if r["event"] == "tensor" and r["tensor"]["mode"] == m)  # noqa: E731
+                        for m in sorted({r["tensor"]["mode"] for r in rs if r["event"] == "tensor"})}
+    rep = {"compared_records_before_divergence": compared, "first_divergence": first,
+           "left": {"path": left, "records": len(a), "tensor_modes": modes(list(a.values()))},
+           "match": first is None, "match_strength": "none" if first else "diagnostic_tensor_match",
+           "right": {"path": right, "records": len(b), "tensor_modes": modes(list(b.values()))},
+           "schema_version": 1, "status": "diverged" if first else "match"}
+    with open(HERE / name, "x", encoding="utf-8") as f:
+        f.write(json.dumps(rep, indent=2, sort_keys=True) + "\n")
+
+
+def report_v2_missing_event(name: str) -> None:
+    """SYNTHETIC compare_traces.py report, version 2 as Megatron's docs/.../determinism_tracing.md
+    describes it (rank_results keyed by decimal rank; each with match, first_divergence,
+    compared_records_before_divergence; candidates carry left_sequence/right_sequence): rank 1
+    recorded an event the other run did not (a control-flow divergence)."""
+    key = {"event": "tensor", "iteration": 1, "microbatch": 0, "name": "decoder.layer0.recompute.output",
+           "occurrence": 0, "phase": "forward", "rank": 1}
+    rep = {"match": False, "report_version": 2, "schema_version": 1, "status": "diverged",
+           "left": {"path": "run_a", "ranks": [0, 1]}, "right": {"path": "run_x", "ranks": [0, 1]},
+           "rank_results": {
+               "0": {"match": True, "first_divergence": None, "compared_records_before_divergence": 8},
+               "1": {"match": False, "compared_records_before_divergence": 3,
+                     "first_divergence": {"kind": "missing_event", "key": key, "missing_from": "left",
+                                          "left_sequence": None, "right_sequence": 3}}}}
+    with open(HERE / name, "x", encoding="utf-8") as f:
+        f.write(json.dumps(rep, indent=2, sort_keys=True) + "\n")
+
+
 if __name__ == "__main__":
     if any((HERE / d).exists() for d in ("run_a", "run_a2", "run_b_wgrad", "run_c_receiver")):
         sys.exit("fixtures exist; delete them first (nothing is overwritten)")
@@ -123,3 +176,5 @@ if __name__ == "__main__":
     run("run_a2")  # control: an identical rerun
     run("run_b_wgrad", wgrad_differs=True)
     run("run_c_receiver", input_differs_rank=0)
+    report_v1("run_a", "run_b_wgrad", "compare_v1_wgrad.json")
+    report_v2_missing_event("compare_v2_missing_event.json")
