@@ -12,7 +12,7 @@ import typer
 
 from forensics.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, BadInput, BadSite, ForensicsError, Unavailable
 
-COMMAND_MODULES = ("analyze", "kernel", "trace", "diff", "knob", "bundle")
+COMMAND_MODULES = ("analyze", "kernel", "trace", "diff", "knob", "bundle", "compare")
 
 app = typer.Typer(
     name="forensics",

@@ -100,11 +100,13 @@ def _select_sites(ev: Evidence, site: str | None) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- comparability
-def _arm_env(ev: Evidence, arm: str) -> dict[str, str]:
+def arm_knobs(ev: Evidence, arm: str) -> dict[str, str]:
+    """Determinism-relevant environment of an arm (manifest, environment.json, declared toggle); no instrument settings."""
     entry = arm_entries(ev.manifest).get(arm, {})
     env: dict[str, str] = {}
     environment = ev.environments.get(arm, {})
-    for source in (ev.manifest.get("env"), environment.get("env"), entry.get("env"), entry.get("knobs")):
+    for source in (ev.manifest.get("knobs"), ev.manifest.get("env"), environment.get("env"), entry.get("env"),
+                   entry.get("knobs")):
         if isinstance(source, dict):
             env.update({str(k): str(v) for k, v in source.items()})
     env.update({str(k): str(v) for k, v in (entry.get("toggle") or {}).items()})
@@ -134,7 +136,7 @@ def comparability(ev: Evidence, arm: str, baseline: str) -> list[str]:
             reasons.append(f"version {key} differs: {baseline}={a} {arm}={b}")
     allowed = set((arm_entries(ev.manifest).get(arm, {}).get("toggle") or {}))
     allowed |= set((arm_entries(ev.manifest).get(baseline, {}).get("toggle") or {}))
-    env_a, env_b = _arm_env(ev, baseline), _arm_env(ev, arm)
+    env_a, env_b = arm_knobs(ev, baseline), arm_knobs(ev, arm)
     for name in sorted(set(env_a) | set(env_b)):
         if name in allowed or env_a.get(name) == env_b.get(name):
             continue
@@ -208,7 +210,7 @@ class ArmPair:
         return {"baseline": self.baseline, "arm": self.arm, "toggle": self.toggle, "comparable": self.comparable,
                 "reasons": self.reasons, "counts": self.counts(),
                 "first_divergence": {str(r): v for r, v in self.first_divergence.items()},
-                "occurrences": _records(self.occurrences)}
+                "occurrences": records(self.occurrences)}
 
 
 @dataclass
@@ -347,7 +349,7 @@ class DiscriminatorTable:
 
     def to_dict(self) -> dict[str, Any]:
         return {"site": self.site, "separating": self.separating, "statement": self.statement,
-                "cells": _records(self.cells), "instances": _records(self.instances)}
+                "cells": records(self.cells), "instances": records(self.instances)}
 
     def rows(self) -> pd.DataFrame:
         """The worked-example view: one row per distinct combination of axes, with its status counts."""
@@ -529,7 +531,7 @@ class ToggleResult:
         return {"arm": self.arm, "toggle": self.toggle, "baseline": self.baseline, "comparable": self.comparable,
                 "reasons": self.reasons, "kernel_changed": self.kernel_changed, "algo_changed": self.algo_changed,
                 "bits_changed": self.bits_changed, "baseline_run_to_run": self.baseline_run_to_run,
-                "summary": self.summary(), "occurrences": _records(self.occurrences)}
+                "summary": self.summary(), "occurrences": records(self.occurrences)}
 
 
 @dataclass
@@ -624,5 +626,5 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [_plain(r) for r in df.to_dict("records")]

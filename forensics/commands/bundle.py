@@ -1,11 +1,25 @@
-"""`forensics bundle` (stub: being built)."""
+"""`forensics bundle CAPTURE_DIR -o bundle.tar.gz [--site SITE]`: the evidence bundle (offline, no GPU)."""
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("bundle", help="(not built yet)")
-    def _cmd() -> None:
-        typer.echo("forensics bundle: not built yet", err=True)
-        raise typer.Exit(4)
+    @app.command("bundle")
+    def bundle_cmd(
+        capture_dir: Path = typer.Argument(..., help="capture directory (has manifest.yaml)"),
+        out: Path = typer.Option(..., "--out", "-o", help="bundle to write (.tar.gz); never overwritten"),
+        site: Optional[str] = typer.Option(None, "--site", help="site (gemm:NT:acc0:grad1) or occurrence (SITE#N); "
+                                                                 "default: the first divergent origin"),
+    ) -> None:
+        """Write report.md, evidence.json, the site's raw records, the redacted manifest and repro.py as one tar.gz.
+
+        Exit 0: written; 3: bad input (no such site, unreadable capture, output exists).
+        """
+        from forensics.bundle import write_bundle
+
+        path = write_bundle(capture_dir, out, site=site)
+        typer.echo(f"wrote {path}")

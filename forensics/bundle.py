@@ -1,0 +1,483 @@
+"""The evidence bundle: what to send to a library owner, as one ``.tar.gz`` (docs/bundle.md).
+
+``write_bundle(capture_dir, out_path, site=None)`` writes, under one top folder:
+
+* ``report.md``: the verdict, kernel symbols (mangled and demangled), problem and algo
+  descriptors, launch counts per instrument, the arm and discriminator tables, toggle results,
+  the environment (GPU, driver, CUDA, cuBLAS, torch, TE) and a plot of the site's launches;
+* ``evidence.json``: the same, for machines;
+* ``raw/<folder>/rank<R>/``: the site's own raw records only (site JSONL records, CUPTI records of
+  its launches, cuBLASLt lines of its calls);
+* ``manifest.yaml`` (redacted) and ``repro.py`` (torch only; runs on a CPU too).
+
+Secrets never leave: every text member is redacted (secret-named keys, token-looking values,
+URL credentials, and every value of a secret-named variable found in the capture). An existing
+output file is never overwritten.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from forensics import __version__
+from forensics.arm_evidence import Evidence, load_evidence
+from forensics.environment import REDACTED, is_secret_name, redact_obj, redact_value
+from forensics.errors import BadInput, ForensicsError
+from forensics.repro import gemm_problem, render_repro, repro_knobs
+from forensics.site import Occurrence, parse_site_or_occurrence, split_label
+from forensics.verdicts import (
+    ArmComparison,
+    arm_knobs,
+    records,
+    DiscriminatorTable,
+    ToggleReport,
+    baseline_arm,
+    compare_arms,
+    discriminator_table,
+    toggle_report,
+)
+
+ENV_KEYS = ("device", "capability", "sm_count", "driver", "cuda", "cublas", "cublaslt", "cudnn", "torch",
+            "transformer_engine", "python", "platform")
+PROBLEM_COLUMNS = ["m", "n", "k", "layout", "a_type", "b_type", "c_type", "d_type", "compute_type", "epilogue",
+                   "beta"]
+ALGO_COLUMNS = ["algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme", "cta_swizzling",
+                "cluster_shape", "scheduling_mode"]
+_NAME_VALUE = re.compile(r"\b([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY)"
+                         r"[A-Za-z0-9_]*)(\s*[=:]\s*)(\"?)[^\s\"',}]+", re.I)
+
+
+_HEADER = re.compile(r'"event"\s*:\s*"header"')
+
+
+class OutputExists(ForensicsError):
+    """The bundle's output path exists: a bundle never overwrites anything."""
+
+
+@dataclass
+class Bundle:
+    """Everything the bundle says, before it is written (``evidence.json`` is ``to_json()``)."""
+
+    capture: str
+    site: str | None
+    focus: str | None  # the occurrence the report centres on (first divergent origin when known)
+    synthetic: bool
+    comparison: ArmComparison
+    discriminator_site: DiscriminatorTable
+    discriminator_gemm: DiscriminatorTable
+    toggles: ToggleReport
+    verdicts: pd.DataFrame
+    counts: pd.DataFrame
+    kernels: pd.DataFrame  # arm, mangled, demangled, family, launches
+    problems: pd.DataFrame  # arm, rank, label, problem + algo columns
+    environment: dict[str, dict[str, Any]]
+    missing: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "forensics.bundle", "version": 1, "tool_version": __version__, "synthetic": self.synthetic,
+            "capture": self.capture, "site": self.site, "focus": self.focus,
+            "verdicts": records(self.verdicts), "counts": records(self.counts),
+            "kernels": records(self.kernels), "problems": records(self.problems),
+            "comparison": self.comparison.to_dict(),
+            "discriminator": {"site": self.discriminator_site.to_dict(), "gemm": self.discriminator_gemm.to_dict()},
+            "toggles": self.toggles.to_dict(), "environment": self.environment,
+            "missing": self.missing, "notes": self.notes,
+        }
+
+
+# --------------------------------------------------------------------------- choosing the site
+def choose_site(ev: Evidence, comparison: ArmComparison, site: str | None) -> tuple[str | None, str | None]:
+    """(site, focus occurrence): the given site, else the first divergent origin's, else the first GEMM site."""
+    labels = set(ev.sites["label"]) if len(ev.sites) else set()
+    if site is not None:
+        parsed = parse_site_or_occurrence(site)
+        if isinstance(parsed, Occurrence):
+            if str(parsed) not in labels:
+                raise BadInput(_capture_name(ev), f"site occurrence {parsed} is not in the capture's site records "
+                                                  f"({_some(labels)})")
+            return str(parsed.site), str(parsed)
+        if str(parsed) not in set(ev.sites["site"]):
+            raise BadInput(_capture_name(ev), f"site {parsed} is not in the capture's site records ({_some(labels)})")
+        site = str(parsed)
+    firsts = [fd for p in comparison.replicas if p.comparable for _, fd in sorted(p.first_divergence.items())]
+    firsts += [fd for p in comparison.pairs if p.comparable and p.toggle for _, fd in sorted(p.first_divergence.items())]
+    if site is not None:
+        firsts = [fd for fd in firsts if fd["site"] == site]
+    origins = [fd for fd in firsts if fd.get("role") == "origin"] or firsts
+    if origins:
+        return origins[0]["site"], origins[0]["label"]
+    if site is not None:
+        first = ev.sites[ev.sites["site"] == site].sort_values(["rank", "seq"]).iloc[0]
+        return site, first["label"]
+    gemm = ev.sites[ev.sites["site"].astype(str).str.startswith("gemm:")] if len(ev.sites) else ev.sites
+    if len(gemm):
+        first = gemm.sort_values(["rank", "seq"]).iloc[0]
+        return first["site"], first["label"]
+    return None, None
+
+
+def _some(labels: set[str]) -> str:
+    sites = sorted({split_label(x)[0] for x in labels})
+    return "sites present: " + (", ".join(sites[:8]) + (" ..." if len(sites) > 8 else "") if sites else "none")
+
+
+def _capture_name(ev: Evidence) -> str:
+    return str(ev.capture.root) if ev.capture is not None else "<capture>"
+
+
+# --------------------------------------------------------------------------- gathering
+def collect(capture_dir: str | Path | Evidence, site: str | None = None) -> tuple[Bundle, Evidence]:
+    """Compute everything the bundle reports (no file is written)."""
+    ev = capture_dir if isinstance(capture_dir, Evidence) else load_evidence(capture_dir)
+    if ev.sites.empty:
+        raise BadInput(_capture_name(ev), "no site records (sites.jsonl) in this capture: a bundle is about a site")
+    everything = compare_arms(ev)
+    site, focus = choose_site(ev, everything, site)
+    comparison = compare_arms(ev, site)
+    disc_site = discriminator_table(ev, site, comparison=comparison)
+    disc_gemm = discriminator_table(ev, None, comparison=everything)
+    toggles = toggle_report(ev, site)
+    an = ev.analysis
+    in_site = (lambda scope: split_label(str(scope))[0] == site)
+    verdicts = an.verdicts[[in_site(s) for s in an.verdicts["scope"]]] if an is not None and len(an.verdicts) \
+        else pd.DataFrame()
+    counts = an.counts[[in_site(s) for s in an.counts["scope"]]] if an is not None and len(an.counts) \
+        else pd.DataFrame()
+    kernels, problems = _kernels_and_problems(ev, site)
+    bundle = Bundle(
+        capture=Path(_capture_name(ev)).name, site=site, focus=focus,
+        synthetic=bool(ev.manifest.get("synthetic")), comparison=comparison, discriminator_site=disc_site,
+        discriminator_gemm=disc_gemm, toggles=toggles, verdicts=verdicts.reset_index(drop=True),
+        counts=counts.reset_index(drop=True), kernels=kernels, problems=problems,
+        environment=_environment(ev), missing=list(getattr(an, "missing", []) or []),
+        notes=list(getattr(an, "notes", []) or []))
+    return bundle, ev
+
+
+def _site_rows(ev: Evidence, site: str | None) -> pd.DataFrame:
+    return ev.sites[ev.sites["site"] == site] if site is not None else ev.sites.iloc[0:0]
+
+
+def _kernels_and_problems(ev: Evidence, site: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from forensics.arm_evidence import kernel_family  # noqa: PLC0415
+
+    kernels, problems = {}, []
+    for r in _site_rows(ev, site).to_dict("records"):
+        launches = ev.occurrence_launches(r["arm"], r["rank"], r["label"])
+        for lr in launches.to_dict("records"):
+            mangled = lr.get("mangled") if isinstance(lr.get("mangled"), str) else lr.get("kernel")
+            key = (r["arm"], mangled)
+            row = kernels.setdefault(key, {"arm": r["arm"], "mangled": mangled, "demangled": lr.get("kernel"),
+                                           "family": kernel_family(str(lr.get("kernel"))), "grid": lr.get("grid"),
+                                           "block": lr.get("block"), "instrument": lr.get("instrument"),
+                                           "launches": 0})
+            row["launches"] += 1
+        calls = ev.occurrence_calls(r["arm"], r["rank"], r["label"])
+        for cr in calls.to_dict("records"):
+            problems.append({"arm": r["arm"], "rank": r["rank"], "label": r["label"],
+                             **{c: cr.get(c) for c in PROBLEM_COLUMNS + ALGO_COLUMNS}})
+    kcols = ["arm", "mangled", "demangled", "family", "grid", "block", "instrument", "launches"]
+    pcols = ["arm", "rank", "label", *PROBLEM_COLUMNS, *ALGO_COLUMNS]
+    return pd.DataFrame(list(kernels.values()), columns=kcols), pd.DataFrame(problems, columns=pcols)
+
+
+def _environment(ev: Evidence) -> dict[str, dict[str, Any]]:
+    """Versions per arm (GPU, driver, CUDA, cuBLAS, torch, TE...), from environment.json or the manifest."""
+    out = {}
+    arms = list(dict.fromkeys([*(a["name"] for a in ev.manifest.get("arms", []) if a.get("role", "arm") == "arm"),
+                               *sorted(set(ev.sites["arm"]))]))
+    manifest_env = ev.manifest.get("environment") or {}
+    for arm in arms:
+        env = ev.environments.get(arm, {})
+        entry = next((a for a in ev.manifest.get("arms", []) if a.get("name") == arm), {})
+        versions = entry.get("versions") or {}
+        out[arm] = {k: (versions.get(k) or env.get(k) or manifest_env.get(k)) for k in ENV_KEYS}
+    return redact_obj(out)
+
+
+# --------------------------------------------------------------------------- raw records
+def _raw_members(ev: Evidence, bundle: Bundle) -> dict[str, str]:
+    """``raw/<folder>/rank<R>/<file>`` -> the site's own lines of each raw file."""
+    members: dict[str, list[tuple[int, str]]] = {}
+    if bundle.site is None or ev.capture is None:
+        return {}
+    root = ev.capture.root
+    labels = set(_site_rows(ev, bundle.site)["label"])
+    lines_of: dict[Path, set[int]] = {}
+    an_sites = getattr(ev.analysis, "sites", None)
+    if an_sites is not None and len(an_sites):
+        for r in an_sites[an_sites["label"].isin(labels)].to_dict("records"):
+            for f in ev.capture.of("sites", arm=r.get("folder", r["arm"]), rank=r["rank"]):
+                lines_of.setdefault(f.path, set()).add(int(r["line"]))
+    for frame in (ev.launches, ev.calls):
+        if frame is None or frame.empty or "line" not in frame.columns:
+            continue
+        hit = frame[frame["site_label"].isin(labels) & frame["line"].notna() & frame["file"].notna()]
+        for file, line in zip(hit["file"], hit["line"]):
+            lines_of.setdefault(Path(file), set()).add(int(line))
+    cupti_corr = _cupti_correlations(ev, labels)
+    for path, wanted in sorted(lines_of.items()):
+        try:
+            text = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for i, line in enumerate(text, 1):
+            keep = i in wanted or (i == 1 and bool(_HEADER.search(line)))
+            if path.name.startswith("cupti") and not keep and cupti_corr.get(path):
+                keep = _correlation_of(line) in cupti_corr[path]
+            if keep:
+                members.setdefault(_member_path(path, root), []).append((i, line))
+    return {name: "\n".join(line for _, line in sorted(rows)) + "\n" for name, rows in members.items()}
+
+
+def _cupti_correlations(ev: Evidence, labels: set[str]) -> dict[Path, set[int]]:
+    """Correlation ids of the site's launches per CUPTI file (their RUNTIME and EXTERNAL_CORRELATION records too)."""
+    out: dict[Path, set[int]] = {}
+    lf = ev.launches
+    if lf is None or lf.empty:
+        return out
+    hit = lf[(lf["instrument"] == "cupti") & lf["site_label"].isin(labels) & lf["correlation_id"].notna()]
+    for file, corr in zip(hit["file"], hit["correlation_id"]):
+        out.setdefault(Path(file), set()).add(int(corr))
+    return out
+
+
+def _correlation_of(line: str) -> int | None:
+    m = re.search(r'"correlation_id":\s*(\d+)', line)
+    return int(m.group(1)) if m else None
+
+
+def _member_path(path: Path, root: Path) -> str:
+    try:
+        rel = path.resolve().relative_to(root.resolve())
+        parts = [p for p in rel.parts if p not in ("", ".", "..")]
+    except ValueError:  # a manifest-listed file outside the capture: keep its name only
+        parts = ["external", path.name]
+    return "raw/" + "/".join(parts)
+
+
+# --------------------------------------------------------------------------- report.md
+def _md_table(df: pd.DataFrame, columns: list[str] | None = None, max_rows: int = 60) -> str:
+    if df is None or df.empty:
+        return "_(none)_\n"
+    cols = [c for c in (columns or list(df.columns)) if c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in df[cols].head(max_rows).itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v) for v in r) + " |")
+    if len(df) > max_rows:
+        lines.append(f"\n_{len(df) - max_rows} more rows in evidence.json_")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(v: Any) -> str:
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return ""
+    if isinstance(v, dict):
+        v = ", ".join(f"{k}={x}" for k, x in v.items())
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
+    """report.md: one section per question, in the order a reader asks them."""
+    from forensics.analysis import NAMED  # noqa: PLC0415
+
+    out = [f"# Evidence bundle: `{b.site or 'no site'}`\n"]
+    if b.synthetic:
+        out.append("> **SYNTHETIC capture**: the manifest says `synthetic: true`; these records were made by a "
+                   "test builder, not by instruments on a GPU.\n")
+    out.append(f"Capture `{b.capture}`, forensics {__version__}. Focus occurrence: `{b.focus or '-'}`. "
+               "How to read this: docs/verdicts.md; what is where: docs/bundle.md.\n")
+
+    out.append("## Verdict\n")
+    named = b.verdicts[b.verdicts["verdict"] == NAMED] if len(b.verdicts) else b.verdicts
+    if len(named):
+        kernels = sorted(set(named["kernel"].astype(str)))
+        out.append(f"**NAMED** (two independent instruments agree on the launch count) at {len(named)} "
+                   f"(arm, rank, occurrence) scope(s): " + ", ".join(f"`{k}`" for k in kernels) + ".\n")
+    else:
+        out.append("**NOT NAMED**: no kernel of this site was confirmed by two independent instruments "
+                   "(see the launch counts); the identities below are what single instruments saw.\n")
+    for p in b.comparison.pairs:
+        if not p.comparable:
+            out.append(f"- `{p.arm}` vs `{p.baseline}`: **NOT COMPARABLE** ({'; '.join(p.reasons)})")
+            continue
+        counts = ", ".join(f"{k}: {v}" for k, v in sorted(p.counts().items())) or "no occurrence"
+        first = "; ".join(f"rank {r}: `{fd['label']}` {fd['classification']} ({fd['role']})"
+                          for r, fd in sorted(p.first_divergence.items())) or "none"
+        kind = "toggle " + ", ".join(f"{k}={v}" for k, v in p.toggle.items()) if p.toggle else "replica"
+        out.append(f"- `{p.arm}` ({kind}) vs `{p.baseline}`: {counts}. First divergence: {first}.")
+    out.append(f"\nDiscriminator: {b.discriminator_gemm.statement}\n")
+
+    out.append("## Kernel\n")
+    out.append("Symbols as the instruments reported them (mangled) and demangled (cxxfilt):\n")
+    out.append(_md_table(b.kernels, ["arm", "family", "launches", "grid", "block", "instrument", "mangled",
+                                     "demangled"]))
+
+    out.append("## Problem and algo descriptors\n")
+    out.append("From the cuBLASLt log (`[Trace]` matmul lines attributed to the site by host order and shape):\n")
+    out.append(_md_table(b.problems))
+
+    out.append("## Launch counts per instrument\n")
+    out.append("CUPTI, Kineto and nsys are one source; ncu and the cuBLASLt log are independent of it.\n")
+    out.append(_md_table(b.counts, ["arm", "rank", "scope", "short_name", "cupti", "kineto", "nsys", "ncu", "cublaslt"]))
+    out.append("\nTwo-instrument rule, per scope:\n")
+    out.append(_md_table(b.verdicts, ["arm", "rank", "scope", "short_name", "verdict", "reason"]))
+    if b.missing:
+        out.append("\nMissing instruments: " + "; ".join(b.missing) + "\n")
+
+    out.append("## Arms\n")
+    for p in b.comparison.pairs:
+        out.append(f"### `{p.arm}` vs `{p.baseline}`\n")
+        if not p.comparable:
+            out.append("NOT COMPARABLE, not diffed: " + "; ".join(p.reasons) + "\n")
+            continue
+        out.append(_md_table(p.occurrences, ["rank", "label", "classification", "inputs_match", "bits_differ",
+                                             "kernel_source", "detail"]))
+
+    out.append("## Discriminator table\n")
+    out.append(f"All GEMM sites: {b.discriminator_gemm.statement}\n")
+    out.append(_md_table(b.discriminator_gemm.rows(), None))
+    out.append(f"\nSite `{b.site}` held fixed: {b.discriminator_site.statement}\n")
+    out.append(_md_table(b.discriminator_site.cells))
+
+    out.append("## Toggles\n")
+    if b.toggles.results:
+        for r in b.toggles.results:
+            out.append(f"- {r.summary()}")
+        if b.toggles.results[0].baseline_run_to_run:
+            out.append(f"\nBaseline run-to-run: {b.toggles.results[0].baseline_run_to_run}.\n")
+    else:
+        out.append("No arm with `toggle: {NAME: VALUE}` in this capture.\n")
+
+    out.append("## Environment\n")
+    env = pd.DataFrame([{"arm": arm, **v} for arm, v in b.environment.items()])
+    out.append(_md_table(env))
+
+    out.append("## Plot\n")
+    out.append(f"![kernel launches per arm]({plot_name})\n" if plot_name else f"No plot: {plot_note}\n")
+
+    out.append("## Files\n")
+    out.append("- `evidence.json`: everything above, machine-readable\n- `raw/`: the site's own records "
+               "(site JSONL, CUPTI records of its launches, cuBLASLt lines of its calls)\n- `manifest.yaml`: "
+               "the capture manifest, redacted\n- `repro.py`: standalone repro (torch only): `python repro.py`\n")
+
+    out.append("## Limits\n")
+    out.append("What happens inside the kernel (why it is nondeterministic: atomics, split-K reduction order, "
+               "stream-K scheduling) is not observable from these instruments; it needs Nsight Compute source "
+               "counters or the library owner (docs/limits.md). `repro.py` uses random inputs of the captured "
+               "shapes, not the captured values.\n")
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- writing
+def secret_values(*objs: Any) -> set[str]:
+    """Values of secret-named keys anywhere in JSON-like objects (to scrub them from free text too)."""
+    found: set[str] = set()
+
+    def walk(o: Any) -> None:
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if isinstance(k, str) and is_secret_name(k) and isinstance(v, (str, int)) and len(str(v)) >= 4 \
+                        and str(v) != REDACTED:
+                    found.add(str(v))
+                walk(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v)
+
+    for o in objs:
+        walk(o)
+    return found
+
+
+def scrub(text: str, secrets: set[str]) -> str:
+    """Redact secret-looking values, ``NAME=value`` pairs of secret names, and known secret values."""
+    for s in sorted(secrets, key=len, reverse=True):
+        text = text.replace(s, REDACTED)
+    text = _NAME_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{REDACTED}", text)
+    return redact_value(text)
+
+
+def _safe_name(name: str) -> str:
+    p = PurePosixPath(name)
+    if p.is_absolute() or ".." in p.parts or not name or "\\" in name:
+        raise ValueError(f"unsafe archive member name {name!r}")
+    return str(p)
+
+
+def write_bundle(capture_dir: str | Path, out_path: str | Path, site: str | None = None) -> Path:
+    """Write the evidence bundle of ``site`` (default: the first divergent origin) to ``out_path``."""
+    out_path = Path(out_path)
+    if out_path.exists():
+        raise OutputExists(f"{out_path} exists; a bundle never overwrites a file (choose another -o)")
+    bundle, ev = collect(capture_dir, site)
+    top = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"forensics-bundle-{bundle.capture}-{bundle.site or 'all'}")[:100]
+    secrets = secret_values(ev.manifest, ev.environments)
+    members: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        from forensics.plots import plot_launches  # noqa: PLC0415
+
+        plot_path, note = plot_launches(_plot_frame(ev, bundle.site), Path(tmp) / "launches.png",
+                                        f"{bundle.site}: kernel launches per arm ({bundle.capture})")
+        plot_name = None
+        if plot_path is not None:
+            plot_name = "launches.png"
+            members[plot_name] = plot_path.read_bytes()
+    members["report.md"] = render_report(bundle, note, plot_name).encode()
+    members["evidence.json"] = json.dumps(redact_obj(bundle.to_json()), indent=1, default=str).encode()
+    members["manifest.yaml"] = yaml.safe_dump(redact_obj(ev.manifest), sort_keys=False).encode()
+    members["repro.py"] = _repro(ev, bundle).encode()
+    for name, text in _raw_members(ev, bundle).items():
+        members[name] = text.encode()
+    for name in list(members):
+        if name.endswith(".png"):
+            continue
+        members[name] = scrub(members[name].decode(errors="replace"), secrets).encode()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fh = open(out_path, "xb")  # noqa: SIM115 - exclusive create: never overwrite
+    except FileExistsError:
+        raise OutputExists(f"{out_path} exists; a bundle never overwrites a file (choose another -o)") from None
+    with fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
+        now = int(time.time())
+        for name, data in members.items():
+            info = tarfile.TarInfo(_safe_name(f"{top}/{name}"))
+            info.size, info.mtime, info.mode = len(data), now, 0o755 if name == "repro.py" else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return out_path
+
+
+def _plot_frame(ev: Evidence, site: str | None) -> pd.DataFrame:
+    rows = []
+    for r in _site_rows(ev, site).sort_values(["arm", "rank", "seq"]).to_dict("records"):
+        for lr in ev.occurrence_launches(r["arm"], r["rank"], r["label"]).to_dict("records"):
+            rows.append({"arm": r["arm"], "rank": r["rank"], "label": r["label"], "kernel": lr.get("kernel")})
+    return pd.DataFrame(rows, columns=["arm", "rank", "label", "kernel"])
+
+
+def _repro(ev: Evidence, bundle: Bundle) -> str:
+    """repro.py for the focus occurrence on the baseline arm (or the arm that has it)."""
+    label = bundle.focus
+    base = baseline_arm(ev)
+    rows = ev.sites[ev.sites["label"] == label] if label else ev.sites.iloc[0:0]
+    row = rows[rows["arm"] == base].iloc[0] if (rows["arm"] == base).any() else (rows.iloc[0] if len(rows) else None)
+    if row is None:
+        return render_repro(None, {}, base or "-", bundle.capture, label or "-")
+    arm = row["arm"]
+    calls = ev.occurrence_calls(arm, row["rank"], label)
+    call = calls.iloc[0].to_dict() if len(calls) else None
+    device = (bundle.environment.get(arm) or {}).get("device")
+    problem = gemm_problem(label, row.to_dict(), call, device)
+    return render_repro(problem, repro_knobs(arm_knobs(ev, arm)), arm, bundle.capture, label)

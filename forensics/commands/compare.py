@@ -1,0 +1,57 @@
+"""`forensics compare CAPTURE_DIR [--site SITE] [--json F]`: arms, discriminator table, toggles (offline)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from forensics.errors import EXIT_NOT_NAMED, EXIT_OK
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("compare")
+    def compare_cmd(
+        capture_dir: Path = typer.Argument(..., help="capture directory (has manifest.yaml)"),
+        site: Optional[str] = typer.Option(None, "--site", help="site (gemm:NT:acc0:grad1) or occurrence (SITE#N)"),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON (never overwritten)"),
+        force: bool = typer.Option(False, "--force", help="diff arms even when they are NOT COMPARABLE"),
+    ) -> None:
+        """Classify every site occurrence across arms and report the first divergence per rank.
+
+        Exit 0: no divergence between comparable arms; 1: a divergence was found; 3: bad input.
+        """
+        from forensics.arm_evidence import load_evidence
+        from forensics.bundle import OutputExists
+        from forensics.verdicts import compare_arms, discriminator_table, toggle_report
+
+        if json_out is not None and json_out.exists():
+            raise OutputExists(f"{json_out} exists; forensics never overwrites a file (choose another --json)")
+        ev = load_evidence(capture_dir)
+        comparison = compare_arms(ev, site=site, force=force)
+        typer.echo(f"baseline arm: {comparison.baseline}")
+        for p in comparison.pairs:
+            kind = "toggle " + ", ".join(f"{k}={v}" for k, v in p.toggle.items()) if p.toggle else "replica"
+            if not p.comparable:
+                typer.echo(f"{p.arm} ({kind}): NOT COMPARABLE with {p.baseline}: {'; '.join(p.reasons)}"
+                           + (" (diffed anyway: --force)" if force else ""))
+                if not force:
+                    continue
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(p.counts().items())) or "no occurrence"
+            typer.echo(f"{p.arm} ({kind}) vs {p.baseline}: {counts}")
+            for rank, fd in sorted(p.first_divergence.items()):
+                typer.echo(f"  rank {rank}: first divergence {fd['label']}: {fd['classification']} ({fd['role']}); "
+                           f"{fd['detail']}")
+        table = discriminator_table(ev, site=site)
+        typer.echo(f"discriminator: {table.statement}")
+        toggles = toggle_report(ev, site=site)
+        for r in toggles.results:
+            typer.echo(f"toggle {r.summary()}")
+        if json_out is not None:
+            payload = {"comparison": comparison.to_dict(), "discriminator": table.to_dict(),
+                       "toggles": toggles.to_dict()}
+            with open(json_out, "x") as fh:
+                json.dump(payload, fh, indent=1, default=str)
+            typer.echo(f"wrote {json_out}")
+        raise typer.Exit(EXIT_NOT_NAMED if comparison.diverged() else EXIT_OK)

@@ -1,0 +1,257 @@
+"""The standalone ``repro.py`` of an evidence bundle: one GEMM problem, run twice, digests compared.
+
+:func:`gemm_problem` rebuilds the problem descriptor of one site occurrence from what was
+captured (the cuBLASLt call when attributed, else the site's digests and layout letters);
+:func:`render_repro` writes a script that needs torch only, sets the captured knobs as
+environment variables *before* importing torch, draws random inputs of the captured shapes and
+dtypes, runs the GEMM twice and compares the output digests. It runs on a CPU too and then says
+that the device differs from the captured one (a CPU run cannot show a GPU kernel's behaviour).
+"""
+from __future__ import annotations
+
+import json
+import pprint
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from forensics import __version__
+from forensics.site import parse_site, split_label
+
+#: cuBLASLt type tokens -> torch dtype names.
+LT_TO_TORCH = {"R_32F": "float32", "R_16F": "float16", "R_16BF": "bfloat16", "R_64F": "float64",
+               "R_8F_E4M3": "float8_e4m3fn", "R_8F_E5M2": "float8_e5m2", "R_8I": "int8", "R_32I": "int32"}
+ALGO_KEYS = ("algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme", "cta_swizzling",
+             "cluster_shape", "scheduling_mode")
+#: Instrument settings that never belong in a repro (they configure logging, not the computation).
+NOT_KNOBS = ("CUBLASLT_LOG_", "CUBLAS_LOGINFO_DBG", "CUBLAS_LOGDEST_DBG", "NVTX_INJECTION", "FORENSICS_",
+             "CUPTI_", "LD_LIBRARY_PATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_")
+
+
+@dataclass
+class GemmProblem:
+    """cuBLAS column-major problem ``D(m x n) = op(A) op(B) [+ C]`` of one site occurrence."""
+
+    label: str
+    m: int
+    n: int
+    k: int
+    transa: str  # "N" | "T"
+    transb: str
+    a_dtype: str  # torch dtype names
+    b_dtype: str
+    out_dtype: str
+    accumulate: bool
+    compute_type: str | None = None
+    source: str = "site digests"  # or "cuBLASLt log"
+    captured_device: str | None = None
+    captured_in: list[dict[str, Any]] = field(default_factory=list)
+    captured_out: list[dict[str, Any]] = field(default_factory=list)
+    algo: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def a_shape(self) -> list[int]:
+        """Row-major (torch) shape of A as stored: (k, m) for N, (m, k) for T."""
+        return [self.k, self.m] if self.transa == "N" else [self.m, self.k]
+
+    @property
+    def b_shape(self) -> list[int]:
+        return [self.n, self.k] if self.transb == "N" else [self.k, self.n]
+
+    @property
+    def out_shape(self) -> list[int]:
+        return [self.n, self.m]
+
+
+def _dtype(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    text = str(value)
+    return LT_TO_TORCH.get(text, text if not text.startswith("R_") else None)
+
+
+def gemm_problem(label: str, site_row: dict[str, Any], call: dict[str, Any] | None = None,
+                 device: str | None = None) -> GemmProblem | None:
+    """The problem descriptor of a GEMM occurrence; None for a site that is not a GEMM."""
+    site_text, _ = split_label(label)
+    site = parse_site(site_text)
+    ins, outs = list(site_row.get("in_digests") or []), list(site_row.get("out_digests") or [])
+    acc = bool(site.acc) if site.acc is not None else False
+    if call is not None and call.get("m") is not None and _dtype(call.get("a_type")):
+        return GemmProblem(label, int(call["m"]), int(call["n"]), int(call["k"]), str(call.get("transa") or "N"),
+                           str(call.get("transb") or "N"), _dtype(call.get("a_type")),
+                           _dtype(call.get("b_type")) or _dtype(call.get("a_type")),
+                           _dtype(call.get("d_type")) or _dtype(call.get("c_type")) or _dtype(call.get("a_type")),
+                           acc or str(call.get("beta")) == "1", _str(call.get("compute_type")), "cuBLASLt log",
+                           device, ins, outs, {k: _str(call.get(k)) for k in ALGO_KEYS if _str(call.get(k)) is not None})
+    if not site.is_gemm or not outs or len(outs[0].get("shape") or []) != 2 or len(ins) < 2:
+        return None
+    n, m = (int(x) for x in outs[0]["shape"])
+    transa, transb = site.layout[0], site.layout[1]
+    a = [int(x) for x in ins[0].get("shape") or []]
+    k = a[0] if transa == "N" else (a[1] if len(a) == 2 else None)
+    if k is None:
+        return None
+    return GemmProblem(label, m, n, k, transa, transb, str(ins[0].get("dtype")), str(ins[1].get("dtype")),
+                       str(outs[0].get("dtype")), acc, None, "site digests", device, ins, outs)
+
+
+def _str(v: Any) -> str | None:
+    if v is None or (isinstance(v, float) and v != v) or str(v) in ("<NA>", "nan"):
+        return None
+    return str(v)
+
+
+def repro_knobs(env: dict[str, str]) -> dict[str, str]:
+    """The knobs a repro sets: determinism-relevant variables, no instrument settings, no secrets."""
+    from forensics.environment import REDACTED, is_secret_name, relevant_env  # noqa: PLC0415
+
+    kept = relevant_env(env)
+    return {k: v for k, v in kept.items()
+            if not k.startswith(NOT_KNOBS) and not is_secret_name(k) and REDACTED not in v}
+
+
+def render_repro(problem: GemmProblem | None, knobs: dict[str, str], arm: str, capture_name: str,
+                 site_label: str) -> str:
+    """Source of the standalone repro script (torch only)."""
+    if problem is None:
+        return _NO_PROBLEM.format(label=site_label, version=__version__)
+    desc = asdict(problem)
+    desc.update(a_shape=problem.a_shape, b_shape=problem.b_shape, out_shape=problem.out_shape)
+    return _TEMPLATE.format(
+        label=problem.label, version=__version__, capture=capture_name, arm=arm, source=problem.source,
+        knobs=pprint.pformat(dict(sorted(knobs.items())), width=100),
+        problem=pprint.pformat(json.loads(json.dumps(desc, default=str)), sort_dicts=False, width=110),
+    )
+
+
+_NO_PROBLEM = '''#!/usr/bin/env python3
+"""repro.py for {label} (forensics {version}).
+
+This site is not a GEMM with a captured problem descriptor (no cuBLASLt call attributed to it and
+no GEMM layout in its name), so no standalone reproduction could be generated. See report.md.
+"""
+import sys
+
+print("repro: no problem descriptor was captured for {label}; nothing to run")
+sys.exit(2)
+'''
+
+_TEMPLATE = '''#!/usr/bin/env python3
+"""Standalone repro of {label} (forensics {version}; capture {capture}, arm {arm}).
+
+Rebuilds the captured GEMM problem (source: {source}): shapes, dtypes, layouts/strides, output
+dtype and accumulate flag, with the arm's knobs set as environment variables BEFORE torch is
+imported. Inputs are random with the captured digests' shapes and dtypes (not the captured
+values), so compare the two runs with each other, not with the captured digests.
+
+    python repro.py [--device cuda|cpu] [--runs N] [--seed S]
+
+Exit status: 0 when every run gave bit-identical output, 1 when the runs differ.
+Needs torch only. On a CPU (or another GPU) it runs and says the device differs from the
+captured one: that run cannot show the captured kernel's behaviour.
+"""
+import os
+
+KNOBS = {knobs}
+for _name, _value in KNOBS.items():  # before torch: cuBLAS reads these at handle creation
+    os.environ[_name] = _value
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+
+PROBLEM = {problem}
+
+
+def digest(t):
+    """Order-independent bit digest (torch.hash_tensor) or, without it, sha256 of the bytes."""
+    t = t.detach()
+    if hasattr(torch, "hash_tensor"):
+        try:
+            return "%016x" % (int(torch.hash_tensor(t).item()) % (1 << 64))
+        except Exception:  # noqa: BLE001 - dtype/device not supported: fall back
+            pass
+    raw = t.contiguous().cpu().view(torch.uint8).reshape(-1)
+    try:
+        data = raw.numpy().tobytes()
+    except Exception:  # noqa: BLE001 - torch without numpy
+        data = bytes(raw.tolist())
+    return "sha256:" + hashlib.sha256(data).hexdigest()[:16]
+
+
+def dtype(name):
+    return getattr(torch, name)
+
+
+def operands(device, seed):
+    """A and B as stored (captured shapes), viewed as torch's (k, m) and (n, k) operands."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    a = torch.randn(PROBLEM["a_shape"], generator=gen).to(dtype(PROBLEM["a_dtype"])).to(device)
+    b = torch.randn(PROBLEM["b_shape"], generator=gen).to(dtype(PROBLEM["b_dtype"])).to(device)
+    c = torch.randn(PROBLEM["out_shape"], generator=gen).to(dtype(PROBLEM["out_dtype"])).to(device)
+    am = a if PROBLEM["transa"] == "N" else a.t()  # (k, m)
+    bm = b if PROBLEM["transb"] == "N" else b.t()  # (n, k)
+    return am, bm, c
+
+
+def gemm(am, bm, c):
+    """D (n, m) = B @ A (+ C): cuBLAS sees the captured column-major problem and layout letters."""
+    out = dtype(PROBLEM["out_dtype"])
+    notes = []
+    if am.dtype == out:
+        d = c.clone().addmm_(bm, am) if PROBLEM["accumulate"] else torch.matmul(bm, am)
+        return d, notes
+    try:  # mixed precision output (e.g. bf16 x bf16 -> fp32): torch >= 2.8 on CUDA
+        d = torch.mm(bm, am, out_dtype=out)
+    except Exception:  # noqa: BLE001
+        d = torch.matmul(bm.to(out), am.to(out))
+        notes.append("output dtype %s emulated by upcasting the inputs (not the captured kernel path)"
+                     % PROBLEM["out_dtype"])
+    if PROBLEM["accumulate"]:
+        d = c + d
+        notes.append("accumulate done as a separate add (not the fused beta=1 epilogue)")
+    return d, notes
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--runs", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    device = torch.device(args.device)
+    here = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    captured = PROBLEM.get("captured_device") or "unknown"
+    print("problem: %s m=%d n=%d k=%d trans=%s%s %s x %s -> %s accumulate=%s (from %s)" % (
+        PROBLEM["label"], PROBLEM["m"], PROBLEM["n"], PROBLEM["k"], PROBLEM["transa"], PROBLEM["transb"],
+        PROBLEM["a_dtype"], PROBLEM["b_dtype"], PROBLEM["out_dtype"], PROBLEM["accumulate"], PROBLEM["source"]))
+    print("knobs: " + (" ".join("%s=%s" % kv for kv in sorted(KNOBS.items())) or "none"))
+    if here != captured:
+        print("device: %s; captured on %s: the device differs, this run cannot reproduce the captured kernel"
+              % (here, captured))
+    else:
+        print("device: %s (same as captured)" % here)
+    shapes = [d.get("shape") for d in PROBLEM.get("captured_in") or []]
+    if shapes and [PROBLEM["a_shape"], PROBLEM["b_shape"]] != shapes[:2]:
+        print("note: captured input shapes %s; this problem stores A %s and B %s" % (
+            shapes, PROBLEM["a_shape"], PROBLEM["b_shape"]))
+    am, bm, c = operands(device, args.seed)
+    digests = []
+    for i in range(args.runs):
+        d, notes = gemm(am, bm, c)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        digests.append(digest(d))
+        print("run %d: out %s %s digest %s" % (i + 1, list(d.shape), str(d.dtype).replace("torch.", ""), digests[-1]))
+    for note in notes:
+        print("note: " + note)
+    same = len(set(digests)) == 1
+    print("result: %s across %d runs" % ("IDENTICAL" if same else "DIFFERENT", args.runs))
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
