@@ -97,18 +97,22 @@ def _ordered_events(tree: ast.Module, name: str) -> list[tuple[str, int, str]]:
                 if any(m.split(".")[0] in _EARLY_IMPORTS for m in mods):
                     events.append(("import", stmt.lineno, ast.unparse(stmt)))
                 continue
-            if _sets_knob(stmt, name):
+            compound = isinstance(stmt, (ast.If, ast.With, ast.Try, ast.For, ast.While))
+            if not compound and _sets_knob(stmt, name):
                 events.append(("set", stmt.lineno, ast.unparse(stmt)))
             elif _uses_cuda(stmt):
                 events.append(("cuda", stmt.lineno, _short(ast.unparse(stmt))))
-            for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
-                if isinstance(call.func, ast.Name) and call.func.id in functions and depth < 4:
-                    walk(functions[call.func.id].body, depth + 1)
-            for block in ("body", "orelse", "finalbody"):
-                if isinstance(stmt, (ast.If, ast.With, ast.Try, ast.For, ast.While)) and hasattr(stmt, block):
-                    walk(getattr(stmt, block), depth)
-            for handler in getattr(stmt, "handlers", []) or []:
-                walk(handler.body, depth)
+            headers = [getattr(stmt, a) for a in ("test", "iter") if getattr(stmt, a, None) is not None]
+            headers += [i.context_expr for i in getattr(stmt, "items", [])] if compound else []
+            for expr in (headers if compound else [stmt]):
+                for call in (n for n in ast.walk(expr) if isinstance(n, ast.Call)):
+                    if isinstance(call.func, ast.Name) and call.func.id in functions and depth < 4:
+                        walk(functions[call.func.id].body, depth + 1)
+            if compound:
+                for block in ("body", "orelse", "finalbody"):
+                    walk(getattr(stmt, block, []) or [], depth)
+                for handler in getattr(stmt, "handlers", []) or []:
+                    walk(handler.body, depth)
 
     walk(tree.body, 0)
     return events
