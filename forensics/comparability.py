@@ -46,7 +46,7 @@ def _ignored(field: str) -> bool:
     if field.startswith("env."):
         name = field[4:]
         return any(name == p or (p.endswith("_") and name.startswith(p)) for p in IGNORED_ENV)
-    return field in ("rank", "ranks", "path", "source", "pid", "host", "time", "started")
+    return field in ("rank", "ranks", "path", "source", "pid", "host", "time", "started", "script_argv")
 
 
 def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
