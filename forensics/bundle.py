@@ -83,6 +83,7 @@ class Bundle:
     environment: dict[str, dict[str, Any]]
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sections: list[dict[str, Any]] = field(default_factory=list)  # {"title", "markdown", "data"} from other tools
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +95,7 @@ class Bundle:
             "discriminator": {"site": self.discriminator_site.to_dict(), "gemm": self.discriminator_gemm.to_dict()},
             "toggles": self.toggles.to_dict(), "environment": self.environment,
             "missing": self.missing, "notes": self.notes,
+            "sections": [{"title": x.get("title"), "data": x.get("data")} for x in self.sections],
         }
 
 
@@ -361,6 +363,11 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     else:
         out.append("No arm with `toggle: {NAME: VALUE}` in this capture.\n")
 
+    for section in b.sections:
+        text = str(section.get("markdown") or "").strip()
+        out.append(text if text.startswith("## ") else f"## {section.get('title', 'Section')}\n\n{text}")
+        out.append("")
+
     out.append("## Environment\n")
     env = pd.DataFrame([{"arm": arm, **v} for arm, v in b.environment.items()])
     out.append(_md_table(env))
@@ -417,12 +424,35 @@ def _safe_name(name: str) -> str:
     return str(p)
 
 
-def write_bundle(capture_dir: str | Path, out_path: str | Path, site: str | None = None) -> Path:
-    """Write the evidence bundle of ``site`` (default: the first divergent origin) to ``out_path``."""
+def read_section(path: str | Path) -> dict[str, Any]:
+    """A report section written by another tool: JSON ``{"title", "markdown", "data"}``.
+
+    ``forensics.knobs.report.bundle_section`` returns exactly this shape.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BadInput(path, "no such section file") from None
+    except json.JSONDecodeError as e:
+        raise BadInput(path, f"not valid JSON: {e.msg}", e.lineno) from None
+    if not isinstance(data, dict) or not isinstance(data.get("markdown"), str):
+        raise BadInput(path, 'a bundle section is a JSON object {"title", "markdown", "data"}')
+    return data
+
+
+def write_bundle(capture_dir: str | Path, out_path: str | Path, site: str | None = None,
+                 sections: list[dict[str, Any]] | None = None) -> Path:
+    """Write the evidence bundle of ``site`` (default: the first divergent origin) to ``out_path``.
+
+    ``sections``: extra report sections ``{"title", "markdown", "data"}`` (e.g. a knob scope
+    report from ``forensics.knobs.report.bundle_section``), placed before the environment.
+    """
     out_path = Path(out_path)
     if out_path.exists():
         raise OutputExists(f"{out_path} exists; a bundle never overwrites a file (choose another -o)")
     bundle, ev = collect(capture_dir, site)
+    bundle.sections = list(sections or [])
     top = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"forensics-bundle-{bundle.capture}-{bundle.site or 'all'}")[:100]
     secrets = secret_values(ev.manifest, ev.environments)
     members: dict[str, bytes] = {}

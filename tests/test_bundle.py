@@ -185,3 +185,22 @@ def test_capture_without_site_records(tmp_path):
     with pytest.raises(BadInput, match="no site records"):
         write_bundle(cap, tmp_path / "b.tar.gz")
     assert not (tmp_path / "b.tar.gz").exists()
+
+
+def test_extra_section_from_another_tool(tmp_path):
+    gemms = [Gemm("gemm:TN:acc0:grad0", 256, 512, 256, diverge_in=("a2",))]  # SYNTHETIC
+    cap = build_capture(tmp_path / "cap", gemms, [Arm("a1"), Arm("a2")])
+    section = tmp_path / "knob.section.json"
+    section.write_text(json.dumps({"title": "Knob scope: NVTE_X", "markdown": "## Knob scope: `NVTE_X`\n\nnot on path\n",
+                                   "data": {"name": "NVTE_X", "token": PLANTED["HF_TOKEN"]}}))
+    code = main(["bundle", str(cap), "-o", str(tmp_path / "b.tar.gz"), "--section", str(section)])
+    assert code == 0
+    with tarfile.open(tmp_path / "b.tar.gz") as tar:
+        files = {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in tar.getmembers()}
+    report = files["report.md"].decode()
+    assert report.index("## Knob scope: `NVTE_X`") < report.index("## Environment")
+    assert json.loads(files["evidence.json"])["sections"][0]["data"]["name"] == "NVTE_X"
+    assert PLANTED["HF_TOKEN"].encode() not in b"".join(files.values())
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    assert main(["bundle", str(cap), "-o", str(tmp_path / "c.tar.gz"), "--section", str(bad)]) == EXIT_BAD_INPUT

@@ -14,12 +14,14 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", "-o", help="bundle to write (.tar.gz); never overwritten"),
         site: Optional[str] = typer.Option(None, "--site", help="site (gemm:NT:acc0:grad1) or occurrence (SITE#N); "
                                                                  "default: the first divergent origin"),
+        section: Optional[list[Path]] = typer.Option(None, "--section", help="extra report section: JSON "
+                                                     "{title, markdown, data}, e.g. a knob scope report (repeatable)"),
     ) -> None:
         """Write report.md, evidence.json, the site's raw records, the redacted manifest and repro.py as one tar.gz.
 
         Exit 0: written; 3: bad input (no such site, unreadable capture, output exists).
         """
-        from forensics.bundle import write_bundle
+        from forensics.bundle import read_section, write_bundle
 
-        path = write_bundle(capture_dir, out, site=site)
+        path = write_bundle(capture_dir, out, site=site, sections=[read_section(p) for p in section or []])
         typer.echo(f"wrote {path}")
