@@ -116,3 +116,48 @@ def test_bundle_section_is_markdown_and_json(tree):
     assert "**Scope at `aten.mm.default`: UNKNOWN**" in md and "Dynamic: not run" in md
     json.dumps(section["data"])  # serialisable
     assert str(tree) not in json.dumps(section["data"]["paths"])
+
+
+def test_dynamic_path_with_fake_capture_and_verdicts(tree, tmp_path, capsys, monkeypatch):
+    """The dynamic wiring (arms -> run_kernel -> toggle_report -> report) with FAKE stand-ins for
+    the GPU capture and the verdicts: SYNTHETIC results, no instrument output is invented here."""
+    import forensics.kernel
+    import forensics.passes
+    import forensics.verdicts
+
+    calls = {}
+
+    class FakeToggle:
+        toggle = {KNOB: ":0:0"}
+
+        def to_dict(self):
+            return {"arm": "k1-_0_0", "toggle": self.toggle, "kernel_changed": False, "algo_changed": False, "bits_changed": None}
+
+        def summary(self):
+            return f"{KNOB}=:0:0: kernel unchanged, algo unchanged, bits unknown (vs a1)"
+
+    class FakeReport:
+        def for_knob(self, name):
+            return [FakeToggle()] if name == KNOB else []
+
+    def fake_run_kernel(site, command, **kw):
+        calls["run_kernel"] = (site, command, kw["env_arms"])
+        return forensics.kernel.KernelResult(capture_dir=tmp_path / "cap", passes=[])
+
+    def fake_toggle_report(source, site=None, names=None, comparison=None):
+        calls["toggle_report"] = (source, site, names)
+        return FakeReport()
+
+    monkeypatch.setattr(forensics.passes, "cuda_status", lambda timeout_s=60: (True, "fake GPU"))
+    monkeypatch.setattr(forensics.kernel, "run_kernel", fake_run_kernel)
+    monkeypatch.setattr(forensics.verdicts, "toggle_report", fake_toggle_report)
+    code = main(["knob", KNOB, "--path", str(tree), "--site", "gemm:NT:acc0:grad1", "--values", ":0:0", "--json", "-",
+                 "--", "python", "train.py"])
+    assert code == EXIT_OK
+    data = json.loads(capsys.readouterr().out)
+    site, command, arms = calls["run_kernel"]
+    assert site == "gemm:NT:acc0:grad1" and command == ["python", "train.py"]
+    assert arms == {"a1": {}, "a2": {}, "k1-_0_0": {KNOB: ":0:0"}}
+    assert calls["toggle_report"][1:] == ("gemm:NT:acc0:grad1", [KNOB])
+    assert data["dynamic"]["summary"] == [f"{KNOB}=:0:0: kernel unchanged, algo unchanged, bits unknown (vs a1)"]
+    assert data["dynamic_unavailable"] is None

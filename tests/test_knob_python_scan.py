@@ -54,6 +54,7 @@ SYNTHETIC_ALL_FORMS = textwrap.dedent('''\
     print(f"set MY_KNOB={1}")
     raise RuntimeError("please set MY_KNOB=1")
     something("MY_KNOB")
+    child_env = {"MY_KNOB": "1"}
     MY_KNOB_LONGER = os.getenv("MY_KNOB_LONGER")
 ''')
 
@@ -118,6 +119,7 @@ def test_each_writer_form_is_kept_apart_from_reads(findings, snippet, form):
     ('print(f"set MY_KNOB', "string (f-string)"),
     ('raise RuntimeError("please set MY_KNOB=1")', "string"),
     ('KNOB_VAR = "MY_KNOB"', "name constant"),
+    ('child_env = {"MY_KNOB": "1"}', "dict key"),
 ])
 def test_documentation_mentions_are_not_reads(findings, snippet, form):
     line = _line(snippet)
@@ -134,6 +136,12 @@ def test_prefilter_is_a_whole_word_search():
     assert not contains_name(b"x = os.getenv('MY_KNOB_LONGER')", KNOB)
     assert not contains_name(b"NOT_MY_KNOB", KNOB)
     assert scan_python_bytes(b"import os\nos.getenv('OTHER')\n", KNOB, "x.py").findings == []
+
+
+def test_import_os_path_binds_os():
+    # SYNTHETIC: only `import os.path`, which binds the name `os`
+    r = scan_python_bytes(b"import os.path\nX = os.getenv('MY_KNOB')\n", KNOB, "p.py")
+    assert [(f.line, f.kind, f.form) for f in r.findings] == [(2, "read", "os.getenv")]
 
 
 def test_unparsable_file_still_reports_its_lines():

@@ -53,7 +53,7 @@ class ElfFileResult:
     """What one library says about the name."""
 
     file: str
-    verdict: str  # contains the name | cannot tell statically | no literal | not ELF
+    verdict: str  # contains the name | cannot tell statically | no literal | not ELF | unreadable
     hits: list[ElfHit] = field(default_factory=list)
     env_imports: list[str] = field(default_factory=list)  # getenv, secure_getenv, environ ...
     fragments: list[str] = field(default_factory=list)  # for "cannot tell": what was seen
@@ -105,7 +105,7 @@ def scan_elf_file(path: str, name: str, digest: bool = True) -> tuple[ElfFileRes
                     return ElfFileResult(path, "not ELF"), sha
                 return _scan_mapped(path, fh, buf, name), sha
     except (OSError, ValueError) as e:
-        return ElfFileResult(path, "not ELF", error=f"{type(e).__name__}: {e}"), None
+        return ElfFileResult(path, "unreadable", error=f"{type(e).__name__}: {e}"), None
 
 
 def _scan_mapped(path: str, fh: Any, buf: mmap.mmap, name: str) -> ElfFileResult:

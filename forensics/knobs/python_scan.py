@@ -152,7 +152,7 @@ class _Scanner:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
-                    if a.name == "os":
+                    if a.name == "os" or (a.name.startswith("os.") and not a.asname):  # import os.path binds os
                         self.os_names.add(a.asname or "os")
                     else:
                         local = a.asname or a.name.split(".")[0]
@@ -378,6 +378,8 @@ class _Scanner:
                 form, note = "name constant", f"bound to {ident}" + (" (used by reads/writes in this file)" if used else "")
             elif id(node) in docstrings:
                 form, note = "docstring", None
+            elif node.value == self.name and isinstance(parent, ast.Dict) and any(k is node for k in parent.keys):
+                form, note = "dict key", "e.g. an environment built for a child process (not this process's environment)"
             elif isinstance(parent, ast.JoinedStr) or (parent is not None and isinstance(self.parents.get(parent), ast.JoinedStr)):
                 form, note = "string (f-string)", None
             else:
