@@ -12,18 +12,20 @@ printed by cuBLASLt: an absent ``transa``/``transb`` means ``N``. See docs/parse
 """
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from forensics.errors import BadInput
 from forensics.model import CALL_KEY_COLUMNS
 
-from ._text import Pairs, TokenError, flat_pairs, iter_line_chunks, preview, tokenize_kv
+from ._text import Pairs, TokenError, flat_pairs, iter_line_chunks, preview
 
 WHAT = "cuBLASLt log"
 
@@ -184,9 +186,11 @@ class _Reader:
         self.level_counts: dict[str, int] = {}
         self.skipped = 0
         self.first_skipped: int | None = None
+        self.cut_line: int | None = None
         self.problems: list[str] = []
 
-    def lines(self) -> Iterator[_Line]:
+    def lines(self) -> Iterator[tuple[int, str | None, int, str, str, str, str]]:
+        """``(line, timestamp, pid, level, function, rest, raw)`` for every cuBLASLt line."""
         match = HEADER_RE.match
         counts = self.level_counts
         seen = 0
@@ -197,17 +201,17 @@ class _Reader:
                 if cut_tail and i == last:
                     self._cut_tail(lineno, raw)
                     continue
-                if "[cublasLt]" not in raw:
-                    self._foreign(lineno, raw, seen)
-                    continue
-                m = match(raw)
-                if m is None:
-                    self._foreign(lineno, raw, seen)
-                    continue
+                fields = _split_header(raw) if "[cublasLt]" in raw else None
+                if fields is None:
+                    m = match(raw) if "[cublasLt]" in raw else None
+                    if m is None:
+                        self._foreign(lineno, raw, seen)
+                        continue
+                    fields = m.groups()
                 seen += 1
-                level = m["level"]
+                ts, pid, level, function, rest = fields
                 counts[level] = counts.get(level, 0) + 1
-                yield _Line(lineno, m["ts"], int(m["pid"]), level, m["function"], m["rest"], raw)
+                yield lineno, ts, int(pid), level, function, rest, raw
         if not seen:
             self._no_lines()
 
@@ -226,9 +230,12 @@ class _Reader:
         msg = f"last line is cut short (no newline at end of file; truncated log?): {preview(raw)}"
         if not self.tolerate:
             raise BadInput(self.path, msg, line=lineno)
+        self.cut_line = lineno
         self.problems.append(f"line {lineno}: {msg}; dropped")
 
     def _no_lines(self) -> None:
+        if self.cut_line is not None and self.first_skipped is None:
+            raise BadInput(self.path, f"no complete cuBLASLt log line: the only line is cut short", line=self.cut_line)
         where = f" (first other line: {self.first_skipped})" if self.first_skipped else ""
         raise BadInput(self.path, f"no cuBLASLt log line found{where}; not a {WHAT}?", line=self.first_skipped)
 
@@ -240,6 +247,27 @@ class _Reader:
             self.problems.append(
                 f"{self.skipped} lines are not cuBLASLt log lines (first at line {self.first_skipped}); skipped"
             )
+
+
+def _split_header(raw: str) -> tuple[str | None, str, str, str, str] | None:
+    """Fast path of HEADER_RE with str methods: ``(ts, pid, level, function, rest)`` or None."""
+    ts = None
+    body = raw
+    if raw[1:2] != "c":  # "[<timestamp>][cublasLt]..."
+        close = raw.find("]")
+        if raw[:1] != "[" or close < 0:
+            return None
+        ts, body = raw[1:close], raw[close + 1:]
+    p = body.split("]", 4)
+    if len(p) != 5 or p[0] != "[cublasLt":
+        return None
+    pid, level, function, rest = p[1][1:], p[2][1:], p[3][1:], p[4]
+    if not (p[1][:1] == p[2][:1] == p[3][:1] == "[" and pid.isdigit() and pid.isascii()
+            and level.isalpha() and level.isascii() and function.isidentifier() and function.isascii()):
+        return None
+    if "[" in ts if ts is not None else False:
+        return None
+    return ts, pid, level, function, rest[1:] if rest[:1] in (" ", "\t") else rest
 
 
 def _op_letter(value: str) -> str:
@@ -408,7 +436,7 @@ def _heuristic_row(reader: _Reader, ln: _Line) -> dict[str, Any]:
 
 def _message_row(ln: _Line) -> dict[str, Any]:
     try:
-        pairs = tokenize_kv(ln.rest) if "=" in ln.rest else []
+        pairs = flat_pairs(ln.rest) if "=" in ln.rest else []
     except TokenError:
         pairs = []
     return {
@@ -417,27 +445,14 @@ def _message_row(ln: _Line) -> dict[str, Any]:
     }
 
 
-def _bucket(ln: _Line) -> str:
-    level = ln.level
-    if level == "Trace" and MATMUL_FN_RE.fullmatch(ln.function):
-        return "calls"
-    if level == "Api" and ln.function.startswith(HEURISTIC_PREFIX):
-        return "heuristics"
-    if level == "Info":
-        return "info"
-    if level == "Hints":
-        return "hints"
-    if level == "Error":
-        return "errors"
-    return "api"
-
-
 def iter_calls(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -> Iterator[dict[str, Any]]:
     """Stream the matmul calls of a log as row dicts (CALL_COLUMNS keys), in file order."""
     reader = _Reader(path, tolerate_truncated_tail)
-    for ln in reader.lines():
-        if ln.level == "Trace" and MATMUL_FN_RE.fullmatch(ln.function):
-            yield _call_row(reader, ln)
+    calls = _Templated(CALL_COLUMNS, _call_row)
+    for fields in reader.lines():
+        if fields[3] == "Trace" and MATMUL_FN_RE.fullmatch(fields[4]):
+            row = calls.row(reader, *fields)
+            yield {c: row.get(c) for c in CALL_COLUMNS}
 
 
 def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -> CublasLtLog:
@@ -445,36 +460,230 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
 
     A log without matmul calls is valid (empty ``calls``, noted in ``problems``). A last line
     cut mid-way is an error unless ``tolerate_truncated_tail`` (then dropped and noted).
+    Frames are built every ``ROWS_PER_CHUNK`` rows and concatenated at the end.
     """
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of small acyclic objects: cyclic GC passes only cost time here
+    try:
+        return _read_log(path, tolerate_truncated_tail)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _read_log(path: str | PathLike[str], tolerate_truncated_tail: bool) -> CublasLtLog:
     reader = _Reader(path, tolerate_truncated_tail)
-    contracts = {"calls": CALL_COLUMNS, "heuristics": HEURISTIC_COLUMNS, "api": MESSAGE_COLUMNS,
-                 "info": MESSAGE_COLUMNS, "hints": MESSAGE_COLUMNS, "errors": MESSAGE_COLUMNS}
-    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in contracts}
-    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in contracts}
-    for ln in reader.lines():
-        name = _bucket(ln)
-        bucket = rows[name]
-        if name == "calls":
-            bucket.append(_call_row(reader, ln))
-        elif name == "heuristics":
-            bucket.append(_heuristic_row(reader, ln))
+    calls = _Templated(CALL_COLUMNS, _call_row)
+    heuristics = _Templated(HEURISTIC_COLUMNS, _heuristic_row)
+    messages = {name: _Messages() for name in ("api", "info", "hints", "errors")}
+    matmul = MATMUL_FN_RE.fullmatch
+    for fields in reader.lines():
+        level, function = fields[3], fields[4]
+        if level == "Trace" and matmul(function):
+            calls.add(reader, *fields)
+        elif level == "Api" and function.startswith(HEURISTIC_PREFIX):
+            heuristics.add(reader, *fields)
         else:
-            bucket.append(_message_row(ln))
-        if len(bucket) >= ROWS_PER_CHUNK:
-            parts[name].append(_frame(bucket, contracts[name]))
-            bucket.clear()
+            messages[_MESSAGE_BUCKET.get(level, "api")].add(_Line(fields[0], *fields[1:]))
     reader.finish()
-    frames = {}
-    for name, contract in contracts.items():
-        if rows[name]:
-            parts[name].append(_frame(rows[name], contract))
-        frames[name] = _concat(parts[name], contract)
+    frames = {"calls": calls.frame(), "heuristics": heuristics.frame(),
+              **{name: m.frame() for name, m in messages.items()}}
     if frames["calls"].empty:
         reader.problems.append(
             "no matmul calls: no [Trace][cublasLt*Matmul] line (CUBLASLT_LOG_LEVEL below 2, or no GEMM ran)"
         )
     return CublasLtLog(str(path), **frames, level_counts=reader.level_counts,
                        skipped_lines=reader.skipped, problems=reader.problems)
+
+
+_MESSAGE_BUCKET = {"Info": "info", "Hints": "hints", "Error": "errors"}
+
+
+class _Messages:
+    """Rows of a message bucket ([Api], [Info], [Hints], [Error]), framed every ROWS_PER_CHUNK."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.parts: list[pd.DataFrame] = []
+
+    def add(self, ln: _Line) -> None:
+        self.rows.append(_message_row(ln))
+        if len(self.rows) >= ROWS_PER_CHUNK:
+            self.parts.append(_frame(self.rows, MESSAGE_COLUMNS))
+            self.rows = []
+
+    def frame(self) -> pd.DataFrame:
+        if self.rows:
+            self.parts.append(_frame(self.rows, MESSAGE_COLUMNS))
+            self.rows = []
+        return _concat(self.parts, MESSAGE_COLUMNS)
+
+
+# --- fast path: lines that differ only in pointer values share one parsed template -------------
+
+#: A pointer value (``A=0X7F..``, ``aScalePointer=0x7f..``): the part of a line that changes per call.
+_POINTER = re.compile(r"=(0[xX][0-9a-fA-F]+)")
+_SENTINEL = re.compile("\x01(\\d+)\x01")
+_PER_LINE = ("line", "pid", "timestamp", "raw")
+#: Templates kept before the cache is reset (bounds memory on logs with endless distinct shapes).
+MAX_TEMPLATES = 20_000
+
+
+@dataclass
+class _Template:
+    """A parsed row with its pointer values lifted out: ``ptr_cols``/``ptr_dicts`` say where they go."""
+
+    static: dict[str, Any]
+    ptr_cols: list[tuple[str, int]]  # (column, pointer index)
+    ptr_dicts: list[tuple[str, str, int]]  # (dict column, key, pointer index)
+
+    def row(self, ptrs: list[str], line: int, ts: str | None, pid: int, raw: str) -> dict[str, Any]:
+        row = {c: (v.copy() if isinstance(v, dict) else v) for c, v in self.static.items()}
+        for col, i in self.ptr_cols:
+            row[col] = ptrs[i]
+        for col, key, i in self.ptr_dicts:
+            row[col][key] = ptrs[i]
+        row.update(line=line, timestamp=ts, pid=pid, raw=raw)
+        return row
+
+
+def _template_of(row: dict[str, Any], n_pointers: int) -> _Template | None:
+    """Lift the pointer sentinels out of a row parsed from a marked line (None: not templatable)."""
+    static: dict[str, Any] = {}
+    cols: list[tuple[str, int]] = []
+    dicts: list[tuple[str, str, int]] = []
+    for col, value in row.items():
+        if col in _PER_LINE:
+            continue
+        if isinstance(value, str) and "\x01" in value:
+            m = _SENTINEL.fullmatch(value)
+            if m is None:
+                return None
+            cols.append((col, int(m[1])))
+            static[col] = None
+        elif isinstance(value, dict):
+            d: dict[str, Any] = {}
+            for key, v in value.items():
+                if "\x01" in key:
+                    return None
+                if isinstance(v, str) and "\x01" in v:
+                    m = _SENTINEL.fullmatch(v)
+                    if m is None:
+                        return None
+                    dicts.append((col, key, int(m[1])))
+                    d[key] = None
+                else:
+                    d[key] = v
+            static[col] = d
+        else:
+            static[col] = value
+    if len(cols) + len(dicts) != n_pointers:
+        return None
+    return _Template(static, cols, dicts)
+
+
+class _Templated:
+    """Rows of a templated bucket (calls, heuristics), kept columnar and framed in chunks."""
+
+    def __init__(self, contract: dict[str, str], parse) -> None:
+        self.contract = contract
+        self.parse = parse  # (reader, _Line) -> row dict
+        self.cache: dict[tuple[str, str, str], int | None] = {}
+        self.templates: list[_Template] = []
+        self.parts: list[pd.DataFrame] = []
+        self._new_chunk()
+
+    def _new_chunk(self) -> None:
+        self.rows: list[tuple[int, list[str], int, int, str | None, str]] = []  # tid, ptrs, line, pid, ts, raw
+
+    def _template(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
+                  rest: str, raw: str) -> tuple[int, list[str]]:
+        parts = _POINTER.split(rest)
+        key = (level, function, "\x01".join(parts[::2]))
+        tid = self.cache.get(key, -1) if "\x01" not in rest else None
+        if tid == -1:
+            marked = "".join(p if i % 2 == 0 else f"=\x01{i // 2}\x01" for i, p in enumerate(parts))
+            try:
+                tpl = _template_of(self.parse(reader, _Line(lineno, ts, pid, level, function, marked, raw)),
+                                   len(parts) // 2)
+            except BadInput:
+                tpl = None
+            if tpl is not None:
+                tid = len(self.templates)
+                self.templates.append(tpl)
+            self.cache[key] = tid = tid if tpl is not None else None
+        if tid is None:  # not templatable: this row is its own template
+            row = self.parse(reader, _Line(lineno, ts, pid, level, function, rest, raw))
+            tid = len(self.templates)
+            self.templates.append(_Template(row, [], []))
+            return tid, []
+        return tid, parts[1::2]
+
+    def row(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
+            rest: str, raw: str) -> dict[str, Any]:
+        tid, ptrs = self._template(reader, lineno, ts, pid, level, function, rest, raw)
+        row = self.templates[tid].row(ptrs, lineno, ts, pid, raw)
+        self._trim()
+        return row
+
+    def add(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
+            rest: str, raw: str) -> None:
+        tid, ptrs = self._template(reader, lineno, ts, pid, level, function, rest, raw)
+        self.rows.append((tid, ptrs, lineno, pid, ts, raw))
+        if len(self.rows) >= ROWS_PER_CHUNK:
+            self._flush()
+
+    def _trim(self) -> None:
+        if len(self.templates) > MAX_TEMPLATES:
+            self.cache.clear()
+            self.templates.clear()
+
+    def _flush(self) -> None:
+        if self.rows:
+            self.parts.append(self._chunk_frame())
+        self._new_chunk()
+        self._trim()
+
+    def frame(self) -> pd.DataFrame:
+        self._flush()
+        return _concat(self.parts, self.contract)
+
+    def _chunk_frame(self) -> pd.DataFrame:
+        """Static columns by gathering template rows, then the per-line and pointer columns."""
+        contract = self.contract
+        tids, all_ptrs, lines, pids, tss, raws = zip(*self.rows)
+        used, inverse = np.unique(np.asarray(tids, dtype=np.intp), return_inverse=True)
+        templates = [self.templates[u] for u in used]
+        df = _frame([t.static for t in templates], contract).take(inverse).reset_index(drop=True)
+        df["line"] = pd.array(lines, dtype="Int64")
+        df["pid"] = pd.array(pids, dtype="Int64")
+        df["timestamp"] = pd.array(tss, dtype="string")
+        df["raw"] = pd.array(raws, dtype="string")
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
+        filled: dict[str, np.ndarray] = {}
+        for j, tpl in enumerate(templates):
+            group = order[bounds[j]:bounds[j + 1]].tolist()
+            ptrs = [all_ptrs[r] for r in group]
+            for col, i in tpl.ptr_cols:
+                if col not in filled:
+                    filled[col] = df[col].to_numpy(dtype=object, na_value=None)
+                filled[col][group] = [p[i] for p in ptrs]
+            for col, base in tpl.static.items():
+                if not isinstance(base, dict):
+                    continue
+                if col not in filled:
+                    filled[col] = np.empty(len(df), dtype=object)
+                entries = [(k, i) for c, k, i in tpl.ptr_dicts if c == col]
+                values = [base.copy() for _ in group]
+                for d, p in zip(values, ptrs):
+                    for k, i in entries:
+                        d[k] = p[i]
+                filled[col][group] = values
+        for col, values in filled.items():
+            dtype = contract[col]
+            df[col] = values if dtype == "object" else pd.array(values, dtype=dtype)
+        return df
 
 
 def _frame(rows: list[dict[str, Any]], contract: dict[str, str]) -> pd.DataFrame:

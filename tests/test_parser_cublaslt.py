@@ -329,3 +329,47 @@ def test_other_instrument_logs(tmp_path):
     assert "legacy cuBLAS log" in _bad(write(tmp_path, legacy)).message
     err = _bad(write(tmp_path, "==PROF== Connected to process 1\nhello\n", "ncu.txt"))
     assert "no cuBLASLt log line found" in err.message and err.line == 1
+
+
+# --- fast path (templates keyed on the line without its pointer values) ---------------------------
+
+def _slow_rows(path: Path) -> list[dict]:
+    """Reference: every [Trace] matmul line parsed on its own, without templates."""
+    reader = cublaslt._Reader(path, False)
+    return [cublaslt._call_row(reader, cublaslt._Line(n, ts, pid, lvl, fn, rest, raw))
+            for n, ts, pid, lvl, fn, rest, raw in reader.lines()
+            if lvl == "Trace" and cublaslt.MATMUL_FN_RE.fullmatch(fn)]
+
+
+def test_fast_path_matches_per_line_parse(tmp_path):
+    scale = [("aScalePointer", "0x{:x}"), ("bScalePointer", "0x{:x}"), ("aScaleMode", "VEC32_UE8M0")]
+    lines = []
+    for i in range(12):  # SYNTHETIC: four shapes, fresh pointers on every line
+        shape = i % 4
+        compute = [(k, v.format(0x7000 + 16 * i)) for k, v in scale] if shape == 1 else [("transa", "OP_T")] * (shape == 2)
+        line = synthetic_trace((5, 3) if shape != 2 else (3, 5), (3, 7), (5, 7), compute=compute)
+        lines.append(line.replace("0X1000", f"0X{0x1000 + i:X}").replace("0X3000", f"0X{0x9000 + i:X}"))
+    lines.insert(5, "[cublasLt][1][Trace][cublasLtMatmul] A=0X5 Adesc=[type=R_32F rows=0x10 cols=3 ld=16] "
+                    "Cdesc=[type=R_32F rows=16 cols=2 ld=16] stream=0X0")  # hex-looking integer: no template
+    p = write(tmp_path, "\n".join(lines) + "\n")
+    frame = read_log(p).calls
+    reference = _slow_rows(p)
+    assert len(frame) == len(reference) == 13
+    for (_, row), ref in zip(frame.iterrows(), reference):
+        for col in CALL_COLUMNS:
+            got, want = row[col], ref.get(col)
+            assert (pd.isna(got) and want is None) or got == want, (col, got, want)
+    assert frame.pointer_a.tolist()[:3] == ["0X1000", "0X1001", "0X1002"]
+    assert frame.a_rows[5] == 16 and frame.consistent[5] is pd.NA
+    frame.extra[1]["computeDesc.aScalePointer"] = "changed"  # each row owns its extra dict
+    assert frame.extra[6]["computeDesc.aScalePointer"] == "0x7050"
+    streamed = [r["pointer_c"] for r in iter_calls(p)]
+    assert streamed[5] is None and pd.Series(streamed, dtype="string").equals(frame.pointer_c)
+
+
+def test_header_fast_path_agrees_with_the_grammar():
+    for raw in REAL.read_text().splitlines() + SYNTH.read_text().splitlines():
+        assert cublaslt._split_header(raw) == cublaslt.HEADER_RE.match(raw).groups()
+    for odd in ["[cublasLt][1][Trace][cublasLt.Matmul] x=1", "[ts[x]][cublasLt][1][Api][f] a=1", "[cublasLt][1][Trace][f]"]:
+        fast = cublaslt._split_header(odd)
+        assert fast is None or fast == cublaslt.HEADER_RE.match(odd).groups()

@@ -1,0 +1,164 @@
+"""Benchmark: cuBLASLt log parse throughput as a ratio to ``grep -c cublasLt`` on the same file.
+
+Generates (once, cached under benchmarks/_data/, git-ignored) a SYNTHETIC log of ``--size-mb``
+megabytes in the real line format of instrument-formats.md §1.3-1.4: a mix of ``[Trace]`` matmul
+lines (fp32/bf16/FP8/NVFP4, NN/NT/TN/TT, split-K, batched, epilogue, SM carve-out), ``[Api]``
+heuristic queries and ``[Info]`` lines, with fresh pointers and advancing timestamps. Then times
+``grep -c cublasLt FILE`` and ``parsers.cublaslt.read_log(FILE)`` (full frame build) in the same
+run, and prints MB/s for both and the ratio (target: parser >= 1/3 of grep).
+
+    python benchmarks/bench_cublaslt.py [--size-mb 1024] [--repeat-grep 3] [--keep]
+
+Exit status is non-zero only on error (a slow parser is reported, not failed).
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from parsers._text import format_kv  # noqa: E402
+
+DATA = ROOT / "benchmarks" / "_data"
+GENERATOR_VERSION = 1
+
+# (transa, transb, A stored, B stored, C, types A B C D, extra computeDesc, algo) -- SYNTHETIC shapes
+_SHAPES = [
+    ("N", "N", (1000, 1000), (1000, 1000), (1000, 1000), ("R_32F",) * 4, [("smCountTarget", "108")],
+     [("algoId", "21"), ("tile", "MATMUL_TILE_128x128"), ("stages", "MATMUL_STAGES_32x5")]),
+    ("T", "N", (4096, 1024), (4096, 8192), (1024, 8192), ("R_16BF", "R_16BF", "R_16BF", "R_16BF"), [],
+     [("algoId", "66"), ("tile", "MATMUL_TILE_128x256"), ("stages", "MATMUL_STAGES_64xAUTO"), ("customOption", "3"),
+      ("clusterShape", "CLUSTER_SHAPE_2x1x1"), ("schedulingMode", "0")]),
+    ("N", "T", (1024, 8192), (4096, 8192), (1024, 4096), ("R_16BF", "R_16BF", "R_32F", "R_32F"), [],
+     [("algoId", "6"), ("tile", "MATMUL_TILE_128x128"), ("stages", "MATMUL_STAGES_64x3"),
+      ("reductionScheme", "REDUCTION_SCHEME_INPLACE"), ("numSplitsK", "4"), ("ctaSwizzling", "1")]),
+    ("N", "N", (1024, 4096), (4096, 8192), (1024, 8192), ("R_16BF", "R_16BF", "R_16BF", "R_16BF"),
+     [("epilogue", "EPILOGUE_BIAS"), ("biasPointer", "PTR")],
+     [("algoId", "66"), ("tile", "MATMUL_TILE_192x8"), ("stages", "MATMUL_STAGES_64xAUTO"), ("customOption", "29")]),
+    ("N", "T", (64, 1088), (128, 1088), (64, 128), ("R_8F_E4M3", "R_8F_E4M3", "R_16BF", "R_16BF"),
+     [("aScalePointer", "PTR"), ("bScalePointer", "PTR"), ("aScaleMode", "VEC32_UE8M0"), ("bScaleMode", "VEC32_UE8M0")],
+     [("algoId", "66"), ("tile", "MATMUL_TILE_128x128"), ("stages", "MATMUL_STAGES_128xAUTO"), ("customOption", "3"),
+      ("clusterShape", "CLUSTER_SHAPE_1x1x1")]),
+    ("T", "T", (1088, 64), (64, 1088), (64, 64), ("R_4F_E2M1", "R_4F_E2M1", "R_32F", "R_32F"),
+     [("aScalePointer", "PTR"), ("bScalePointer", "PTR"), ("aScaleMode", "VEC16_UE4M3"), ("bScaleMode", "VEC16_UE4M3")],
+     [("algoId", "70"), ("tile", "MATMUL_TILE_128x128"), ("stages", "MATMUL_STAGES_256xAUTO"),
+      ("clusterShape", "CLUSTER_SHAPE_2x1x1"), ("schedulingMode", "0")]),
+]
+
+
+def _ptr(rng: random.Random, lower: bool = False) -> str:
+    p = f"0X{rng.getrandbits(47):X}"
+    return p.lower() if lower else p
+
+
+def _desc(t: str, rc: tuple[int, int]) -> list:
+    return [("type", t), ("rows", str(rc[0])), ("cols", str(rc[1])), ("ld", str(rc[0]))]
+
+
+def _compute(rng: random.Random, ta: str, tb: str, extra: list) -> list:
+    out = [("computeType", "COMPUTE_32F"), ("scaleType", "R_32F")]
+    out += [("transa", "OP_T")] if ta == "T" else []
+    out += [("transb", "OP_T")] if tb == "T" else []
+    return out + [(k, _ptr(rng, True) if v == "PTR" else v) for k, v in extra]
+
+
+def synthetic_lines(rng: random.Random, pid: int, t0: int):
+    """Endless SYNTHETIC log lines in the real §1.3/§1.4 format (roughly 8 Trace : 1 Api : 1 Info)."""
+    sec = t0
+    while True:
+        sec += 1
+        ts = time.strftime("[%Y-%m-%d %H:%M:%S]", time.gmtime(sec))
+        head = f"{ts}[cublasLt][{pid}]"
+        ta, tb, a, b, c, types, cextra, algo = rng.choice(_SHAPES)
+        compute = _compute(rng, ta, tb, cextra)
+        yield f"{head}[Api][cublasLtMatmulAlgoGetHeuristic] " + format_kv([
+            ("Adesc", _desc(types[0], a)), ("Bdesc", _desc(types[1], b)), ("Cdesc", _desc(types[2], c)),
+            ("Ddesc", _desc(types[3], c)), ("preference", [("maxWavesCount", "0.0"), ("maxWorkspaceSizeinBytes", "33554432")]),
+            ("computeDesc", compute)])
+        yield f"{head}[Info][cublasLtMatmulAlgoGetHeuristic] returnAlgoCount=1"
+        for _ in range(8):
+            ta, tb, a, b, c, types, cextra, algo = rng.choice(_SHAPES)
+            cp = _ptr(rng)
+            yield f"{head}[Trace][cublasLtMatmul] " + format_kv([
+                ("A", _ptr(rng)), ("Adesc", _desc(types[0], a)), ("B", _ptr(rng)), ("Bdesc", _desc(types[1], b)),
+                ("C", cp), ("Cdesc", _desc(types[2], c)), ("D", cp), ("Ddesc", _desc(types[3], c)),
+                ("computeDesc", _compute(rng, ta, tb, cextra)), ("algo", algo), ("workSpace", "0X0"),
+                ("workSpaceSizeInBytes", "0"), ("beta", rng.choice(["0", "1"])), ("outOfPlace", "0"), ("stream", "0X0")])
+
+
+def generate(path: Path, size_mb: int, seed: int = 0) -> None:
+    """Write ``size_mb`` MiB of SYNTHETIC real-format lines to ``path`` (atomically)."""
+    rng = random.Random(seed)
+    target = size_mb << 20
+    tmp = path.with_suffix(".tmp")
+    written = 0
+    with tmp.open("w", encoding="ascii") as f:
+        lines = synthetic_lines(rng, pid=4242, t0=1_790_000_000)
+        while written < target:
+            block = "\n".join(next(lines) for _ in range(2000)) + "\n"
+            f.write(block)
+            written += len(block)
+    tmp.replace(path)
+
+
+def time_grep(path: Path, repeat: int) -> tuple[float, int]:
+    """Best wall time of ``grep -c cublasLt`` over ``repeat`` runs (page cache warm), and its count."""
+    grep = shutil.which("grep")
+    if grep is None:
+        raise SystemExit("grep not found")
+    best, count = float("inf"), -1
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = subprocess.run([grep, "-c", "cublasLt", str(path)], capture_output=True, text=True, check=True)
+        best = min(best, time.perf_counter() - t)
+        count = int(out.stdout.strip())
+    return best, count
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size-mb", type=int, default=1024, help="generated log size in MiB (default 1024)")
+    ap.add_argument("--repeat-grep", type=int, default=3, help="grep runs; the best is used (default 3)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated log for the next run")
+    args = ap.parse_args(argv)
+
+    from parsers.cublaslt import read_log
+
+    DATA.mkdir(parents=True, exist_ok=True)
+    path = DATA / f"cublaslt_synthetic_v{GENERATOR_VERSION}_{args.size_mb}mb.log"
+    if not path.exists():
+        t = time.perf_counter()
+        generate(path, args.size_mb)
+        print(f"generated {path} in {time.perf_counter() - t:.1f} s")
+    size_mb = path.stat().st_size / (1 << 20)
+    subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+
+    grep_s, grep_count = time_grep(path, args.repeat_grep)
+    t = time.perf_counter()
+    log = read_log(path)
+    parse_s = time.perf_counter() - t
+    parsed = sum(log.level_counts.values())
+    if parsed != grep_count:
+        print(f"error: parser saw {parsed} cuBLASLt lines, grep counted {grep_count}", file=sys.stderr)
+        return 1
+
+    grep_mbs, parse_mbs = size_mb / grep_s, size_mb / parse_s
+    ratio = parse_mbs / grep_mbs
+    print(f"file          {size_mb:,.0f} MiB, {grep_count:,} lines, {len(log.calls):,} matmul calls")
+    print(f"grep -c       {grep_s:8.2f} s  {grep_mbs:9.1f} MiB/s")
+    print(f"read_log      {parse_s:8.2f} s  {parse_mbs:9.1f} MiB/s  ({parsed / parse_s:,.0f} lines/s)")
+    print(f"ratio         {ratio:.3f} of grep's throughput (target >= 0.333: {'met' if ratio >= 1 / 3 else 'NOT met'})")
+    if not args.keep:
+        path.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
