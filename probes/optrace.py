@@ -123,10 +123,16 @@ class OpTracer(TorchDispatchMode):
         self.phase_stack: list[str] = []
         self.closed = False
         self.entered = False
-        self.path = self._open(Path(out_dir))
-        self._write_header()
+        self.out_dir = Path(out_dir)
+        self.file: Any = None  # opened at the first flush with records (a launcher that runs no op writes nothing)
+        self.path: Path | None = None
 
     # ------------------------------------------------------------------ file
+    def _ensure_open(self) -> None:
+        if self.file is None:
+            self.path = self._open(self.out_dir)
+            self._write_header()
+
     def _open(self, out_dir: Path) -> Path:
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / "trace.jsonl"
@@ -315,6 +321,7 @@ class OpTracer(TorchDispatchMode):
                             e["c"] = hexes[c[0]:c[0] + c[1]]
                 lines.append(json.dumps(rec, separators=(",", ":")))
             self.records = []
+            self._ensure_open()
             self.file.write("\n".join(lines) + "\n")
 
     def close(self) -> None:
@@ -324,6 +331,9 @@ class OpTracer(TorchDispatchMode):
             self.flush()
             self.closed = True
             self.leave()
+            if self.file is None and self.seq == 0 and self.dropped == 0:
+                return  # nothing traced in this process: no file
+            self._ensure_open()
             footer = {"type": "footer", "records": self.seq, "dropped": self.dropped,
                       "last_step": self.window.step,
                       "seeds": {"torch_initial_seed": _initial_seed(),
