@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ import yaml
 
 from forensics import __version__
 from forensics.capture import fresh_dir, new_manifest, write_manifest
-from forensics.environment import describe, redact_env, relevant_env
+from forensics.environment import describe, redact_env, redact_obj, relevant_env
 from forensics.errors import BadInput
 from forensics.passes import (
     INSTRUMENTS,
@@ -188,7 +189,7 @@ def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...])
         instruments=list(instruments),
         arms=arms,
         knobs=relevant_env(),
-        environment=environment_snapshot(),
+        environment=describe(probe_torch=False),
     )
 
 
@@ -206,8 +207,8 @@ def environment_snapshot(timeout_s: float = 120) -> dict[str, Any]:
     return describe(probe_torch=False)
 
 
-def _record_results(capture_dir: Path, results: list[PassResult]) -> None:
-    """Add each pass's outcome to the manifest (the manifest is ours: written moments ago)."""
+def _record_results(capture_dir: Path, results: list[PassResult], environment: dict[str, Any] | None = None) -> None:
+    """Add each pass's outcome (and the full environment) to the manifest we wrote moments ago."""
     from forensics.capture import MANIFEST  # noqa: PLC0415
 
     path = capture_dir / MANIFEST
@@ -219,6 +220,8 @@ def _record_results(capture_dir: Path, results: list[PassResult]) -> None:
             entry.update(status=r.status, rc=r.returncode, seconds=r.seconds)
             if r.reason:
                 entry["reason"] = r.reason
+    if environment:
+        data["environment"] = redact_obj(environment)
     write_manifest(capture_dir, data, overwrite=True)
 
 
@@ -264,9 +267,13 @@ def run_kernel(
                        arms=int(given["arms"]), instruments=given["instruments"], toggles=given["toggles"],
                        env_arms=given["env_arms"], tools=tools, ncu_mode=given["ncu_mode"])
     prepare(plan)
+    env_box: dict[str, Any] = {}
+    env_thread = threading.Thread(target=lambda: env_box.update(environment=environment_snapshot()), daemon=True)
+    env_thread.start()  # torch's import in a side process overlaps the first pass
     write_manifest(capture_dir, build_manifest(plan, cmd, tuple(given["instruments"])))
     results = _run_all(plan, float(given["timeout_s"]), progress)
-    _record_results(capture_dir, results)
+    env_thread.join(timeout=180)
+    _record_results(capture_dir, results, env_box.get("environment"))
     result = KernelResult(capture_dir=capture_dir, passes=results)
     result.analysis, result.analysis_error = _analyse(capture_dir, str(site))
     return result

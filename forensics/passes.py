@@ -93,13 +93,14 @@ def find_tool(name: str, patterns: tuple[str, ...] = ()) -> str | None:
 
 
 def cuda_status(timeout_s: float = 60) -> tuple[bool, str]:
-    """(available, one-line reason) from ``nvidia-smi -L``, else torch in a subprocess.
-
-    A subprocess keeps CUDA out of the ``forensics`` process itself.
+    """(available, one-line reason): no ``/dev/nvidia*`` node means no GPU; else ``nvidia-smi -L``,
+    else torch in a subprocess (which keeps CUDA out of the ``forensics`` process itself).
     """
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
+    if not glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/nvidiactl"):
+        return False, "no CUDA device (no /dev/nvidia* device node on this machine)"
     smi = shutil.which("nvidia-smi")
     if smi:
         try:

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, BadSite
+from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
 SHIPPED_EXAMPLE = "examples/corpus-ex-gpu"
 
@@ -63,11 +63,8 @@ def register(app: typer.Typer) -> None:
             "ncu_mode": ncu_mode or cfg.get("ncu_mode", "window"),
         }
         if not opts["site"]:
-            raise typer.BadParameter("--site is required (or site: in --config)", param_hint="--site")
-        try:
-            parse_site_or_occurrence(opts["site"])
-        except BadSite as e:
-            raise typer.BadParameter(str(e), param_hint="--site")
+            _usage("--site is required (or site: in --config), e.g. --site gemm:NT:acc0:grad1")
+        parse_site_or_occurrence(opts["site"])  # BadSite: one line, exit 2 (forensics.cli)
         cmd = list(command or cfg.get("command") or [])
         tools = discover_tools()
         if not cmd:
@@ -83,7 +80,7 @@ def register(app: typer.Typer) -> None:
                                    arms=opts["arms"], instruments=opts["instruments"], toggles=opts["toggles"],
                                    env_arms=opts["env_arms"], tools=tools, ncu_mode=opts["ncu_mode"])
             except ValueError as e:
-                raise typer.BadParameter(str(e))
+                _usage(str(e))
             typer.echo(describe_plan(plan))
             typer.echo("\n(dry run: nothing was started; the capture directory gets a -2, -3... suffix if it exists)")
             raise typer.Exit(EXIT_OK)
@@ -93,8 +90,14 @@ def register(app: typer.Typer) -> None:
                                     env_arms=opts["env_arms"], out=opts["out"], timeout_s=opts["timeout_s"],
                                     progress=not quiet, tools=tools, ncu_mode=opts["ncu_mode"])
         except ValueError as e:
-            raise typer.BadParameter(str(e))
+            _usage(str(e))
         raise typer.Exit(_report(result, quiet))
+
+
+def _usage(message: str) -> None:
+    """A usage error as one line on stderr (exit 2)."""
+    typer.echo(f"forensics kernel: {message}", err=True)
+    raise typer.Exit(EXIT_USAGE)
 
 
 def _from_report(path: Path, site: Optional[str], ranks: Optional[str], steps: Optional[str],
