@@ -85,6 +85,8 @@ def iter_line_chunks(
             else:
                 body, pending = buf, b""
             text = _decode(p, body, lineno, what)
+            if "\r" in text:  # CRLF files (logs copied from Windows hosts)
+                text = text.replace("\r\n", "\n")
             lines = text.split("\n")
             cut_tail = False
             if lines[-1] == "":

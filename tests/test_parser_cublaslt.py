@@ -373,3 +373,10 @@ def test_header_fast_path_agrees_with_the_grammar():
     for odd in ["[cublasLt][1][Trace][cublasLt.Matmul] x=1", "[ts[x]][cublasLt][1][Api][f] a=1", "[cublasLt][1][Trace][f]"]:
         fast = cublaslt._split_header(odd)
         assert fast is None or fast == cublaslt.HEADER_RE.match(odd).groups()
+
+
+def test_crlf_line_endings(tmp_path):
+    crlf = read_log(write(tmp_path, SYNTH.read_bytes().replace(b"\n", b"\r\n")))
+    plain = read_log(SYNTH)
+    pd.testing.assert_frame_equal(crlf.calls.drop(columns=["extra"]), plain.calls.drop(columns=["extra"]))
+    assert not crlf.calls.raw.str.endswith("\r").any()
