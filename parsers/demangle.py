@@ -91,3 +91,20 @@ def short_name(demangled: str) -> str:
 def demangle_all(symbols) -> list[str]:
     """Demangle a sequence of symbols (cached per distinct symbol)."""
     return [demangle(s) if isinstance(s, str) else s for s in symbols]
+
+
+def canonical_kernel(mangled: str | None, demangled: str | None) -> str | None:
+    """The launch frame's ``kernel`` key: ``demangle(mangled)`` when the mangled symbol demangles,
+    else the instrument's own demangled name, else the raw name.
+
+    Instruments' demanglers differ in spacing (nsys 2022 prints ``test0(double *, ...)``, cxxfilt
+    and ncu ``test0(double*, ...)``); demangling the mangled symbol with one demangler gives every
+    instrument the same spelling.
+    """
+    if isinstance(mangled, str) and mangled:
+        d = demangle(mangled)
+        if d != mangled:
+            return d
+    if isinstance(demangled, str) and demangled:
+        return demangled
+    return mangled if isinstance(mangled, str) and mangled else None
