@@ -324,11 +324,17 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
 
     out.append("## Kernel\n")
     out.append("Symbols as the instruments reported them (mangled) and demangled (cxxfilt):\n")
+    if b.kernels.empty:
+        out.append("No instrument attributed a kernel launch to this site (no CUPTI/nsys/Kineto/ncu record "
+                   "tied to its occurrences): the kernel is unknown, not guessed.\n")
     out.append(_md_table(b.kernels, ["arm", "family", "launches", "grid", "block", "instrument", "mangled",
                                      "demangled"]))
 
     out.append("## Problem and algo descriptors\n")
     out.append("From the cuBLASLt log (`[Trace]` matmul lines attributed to the site by host order and shape):\n")
+    if b.problems.empty:
+        out.append("No cuBLASLt call was attributed to this site (no log, or no call matched its shapes): "
+                   "the algo descriptor is unknown; repro.py falls back to the site digests.\n")
     out.append(_md_table(b.problems))
 
     out.append("## Launch counts per instrument\n")

@@ -223,12 +223,14 @@ def main():
     args = p.parse_args()
     device = torch.device(args.device)
     here = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    captured = PROBLEM.get("captured_device") or "unknown"
+    captured = PROBLEM.get("captured_device")
     print("problem: %s m=%d n=%d k=%d trans=%s%s %s x %s -> %s accumulate=%s (from %s)" % (
         PROBLEM["label"], PROBLEM["m"], PROBLEM["n"], PROBLEM["k"], PROBLEM["transa"], PROBLEM["transb"],
         PROBLEM["a_dtype"], PROBLEM["b_dtype"], PROBLEM["out_dtype"], PROBLEM["accumulate"], PROBLEM["source"]))
     print("knobs: " + (" ".join("%s=%s" % kv for kv in sorted(KNOBS.items())) or "none"))
-    if here != captured:
+    if captured is None:
+        print("device: %s; the captured device is not recorded: compare devices before reading the result" % here)
+    elif here != captured:
         print("device: %s; captured on %s: the device differs, this run cannot reproduce the captured kernel"
               % (here, captured))
     else:

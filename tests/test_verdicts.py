@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from forensics.analysis import analyze
+from forensics.arm_evidence import load_evidence
 from forensics.errors import BadSite
 from forensics.verdicts import (
     BITS_DIFFER_KERNEL_UNKNOWN,
@@ -52,15 +53,21 @@ def _every_class() -> list[Gemm]:
     ]
 
 
-@pytest.fixture
-def every_class(tmp_path):
-    return build_capture(tmp_path / "cap", _every_class(), [Arm("a1"), Arm("a2")])
+@pytest.fixture(scope="module")
+def every_class_dir(tmp_path_factory):
+    return build_capture(tmp_path_factory.mktemp("every") / "cap", _every_class(), [Arm("a1"), Arm("a2")])
 
 
-def test_capture_is_labelled_synthetic(every_class):
-    manifest = yaml.safe_load((every_class / "manifest.yaml").read_text())
+@pytest.fixture(scope="module")
+def every_class(every_class_dir):
+    """The analysed capture (Evidence), loaded once for the module."""
+    return load_evidence(every_class_dir)
+
+
+def test_capture_is_labelled_synthetic(every_class_dir):
+    manifest = yaml.safe_load((every_class_dir / "manifest.yaml").read_text())
     assert manifest["synthetic"] is True
-    assert "SYNTHETIC" in (every_class / "README.txt").read_text()
+    assert "SYNTHETIC" in (every_class_dir / "README.txt").read_text()
 
 
 def test_each_classification(every_class):
@@ -109,22 +116,27 @@ def test_identical_arms_have_no_divergence(tmp_path):
     assert comp.pair("a2").first_divergence == {} and not comp.diverged()
 
 
-@pytest.mark.parametrize("arm, needle", [
-    (Arm("b", versions={"torch": "2.8.0+cu126"}), "version torch differs"),
-    (Arm("b", command="python other.py"), "command differs"),
-    (Arm("b", world_size=8), "world_size differs"),
-    (Arm("b", env={"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}), "knob NVTE_ALLOW_NONDETERMINISTIC_ALGO differs"),
-    (Arm("b", env={"CUBLAS_WORKSPACE_CONFIG": ":16:8"}, toggle={"TORCH_BLAS_PREFER_CUBLASLT": "1"}),
+NOT_COMPARABLE = [  # (arm, what the reason must say)
+    (Arm("b0", versions={"torch": "2.8.0+cu126"}), "version torch differs"),
+    (Arm("b1", command="python other.py"), "command differs"),
+    (Arm("b2", world_size=8), "world_size differs"),
+    (Arm("b3", env={"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}), "knob NVTE_ALLOW_NONDETERMINISTIC_ALGO differs"),
+    (Arm("b4", env={"CUBLAS_WORKSPACE_CONFIG": ":16:8"}, toggle={"TORCH_BLAS_PREFER_CUBLASLT": "1"}),
      "knob CUBLAS_WORKSPACE_CONFIG differs outside the declared toggle"),
-])
-def test_not_comparable_arms_are_not_diffed(tmp_path, arm, needle):
-    cap = build_capture(tmp_path / "cap", _every_class(), [Arm("a1"), arm])
-    pair = compare_arms(cap).pair("b")
-    assert not pair.comparable
-    assert any(needle in r for r in pair.reasons), pair.reasons
-    assert pair.occurrences.empty and pair.first_divergence == {}
-    forced = compare_arms(cap, force=True).pair("b")
-    assert not forced.comparable and len(forced.occurrences) == 7
+]
+
+
+def test_not_comparable_arms_are_not_diffed(tmp_path):
+    cap = build_capture(tmp_path / "cap", _every_class(), [Arm("a1")] + [arm for arm, _ in NOT_COMPARABLE])
+    ev = load_evidence(cap)
+    comparison, forced = compare_arms(ev), compare_arms(ev, force=True)
+    for arm, needle in NOT_COMPARABLE:
+        pair = comparison.pair(arm.name)
+        assert not pair.comparable, arm.name
+        assert any(needle in r for r in pair.reasons), pair.reasons
+        assert len(pair.reasons) == 1, pair.reasons  # nothing else is blamed
+        assert pair.occurrences.empty and pair.first_divergence == {}
+        assert not forced.pair(arm.name).comparable and len(forced.pair(arm.name).occurrences) == 7
 
 
 def test_instrument_settings_do_not_break_comparability(tmp_path):

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from forensics.errors import EXIT_NOT_NAMED, EXIT_OK
+from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, BadInput
 
 
 def register(app: typer.Typer) -> None:
@@ -29,8 +29,13 @@ def register(app: typer.Typer) -> None:
         if json_out is not None and json_out.exists():
             raise OutputExists(f"{json_out} exists; forensics never overwrites a file (choose another --json)")
         ev = load_evidence(capture_dir)
+        if ev.sites.empty:
+            raise BadInput(capture_dir, "no site records (sites.jsonl) in this capture: arms cannot be compared "
+                                        "occurrence by occurrence (capture with `forensics kernel`)")
         comparison = compare_arms(ev, site=site, force=force)
         typer.echo(f"baseline arm: {comparison.baseline}")
+        if not comparison.pairs:
+            typer.echo("only one arm in this capture: nothing to compare it with")
         for p in comparison.pairs:
             kind = "toggle " + ", ".join(f"{k}={v}" for k, v in p.toggle.items()) if p.toggle else "replica"
             if not p.comparable:
