@@ -400,7 +400,7 @@ def rank_files(path: Path) -> dict[int, Path]:
 
 
 def _records(file: Path, rank: int) -> list[TraceRecord]:
-    if _is_structured(file):
+    if _first_line(file).lstrip().startswith("{"):  # JSON: our dump (or a foreign JSON file)
         header, recs = read_structured(file)
         if header.get("rank") is not None and int(header["rank"]) != rank and _RANK.search(file.name):
             raise BadInput(file, f"header rank {header['rank']} contradicts the file name's rank {rank}", 1)
