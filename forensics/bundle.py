@@ -223,10 +223,11 @@ def _raw_members(ev: Evidence, bundle: Bundle) -> dict[str, str]:
         for r in an_sites[an_sites["label"].isin(labels)].to_dict("records"):
             for f in ev.capture.of("sites", arm=r.get("folder", r["arm"]), rank=r["rank"]):
                 lines_of.setdefault(f.path, set()).add(int(r["line"]))
-    for frame in (ev.launches, ev.calls):
+    for frame, text_instrument in ((ev.launches, "cupti"), (ev.calls, "cublaslt")):  # line-oriented text files only
         if frame is None or frame.empty or "line" not in frame.columns:
             continue
-        hit = frame[frame["site_label"].isin(labels) & frame["line"].notna() & frame["file"].notna()]
+        hit = frame[frame["site_label"].isin(labels) & frame["line"].notna() & frame["file"].notna()
+                    & (frame["instrument"] == text_instrument)]
         for file, line in zip(hit["file"], hit["line"]):
             lines_of.setdefault(Path(file), set()).add(int(line))
     cupti_corr = _cupti_correlations(ev, labels)

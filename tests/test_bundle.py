@@ -204,3 +204,14 @@ def test_extra_section_from_another_tool(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2")
     assert main(["bundle", str(cap), "-o", str(tmp_path / "c.tar.gz"), "--section", str(bad)]) == EXIT_BAD_INPUT
+
+
+def test_without_matplotlib_the_report_says_so(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    gemms = [Gemm("gemm:TN:acc0:grad0", 256, 512, 256, diverge_in=("a2",))]  # SYNTHETIC
+    cap = build_capture(tmp_path / "cap", gemms, [Arm("a1"), Arm("a2")])
+    with tarfile.open(write_bundle(cap, tmp_path / "b.tar.gz")) as tar:
+        names = [m.name.split("/", 1)[1] for m in tar.getmembers()]
+        report = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("report.md"))).read().decode()
+    assert "launches.png" not in names
+    assert "No plot: matplotlib is not installed" in report
