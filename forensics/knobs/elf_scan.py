@@ -111,6 +111,8 @@ def scan_elf_file(path: str, name: str, digest: bool = True) -> tuple[ElfFileRes
 def _scan_mapped(path: str, fh: Any, buf: mmap.mmap, name: str) -> ElfFileResult:
     needle = name.encode()
     offsets = find_word(buf, needle)
+    if not offsets and not any(buf.find(s.encode() + b"\0") >= 0 for s in ("getenv", "environ")):
+        return ElfFileResult(path, NO_LITERAL)  # no name and no environment symbol: no need to parse
     try:
         elf = ELFFile(fh)
         sections = [(s.name, s["sh_offset"], s["sh_size"]) for s in elf.iter_sections()

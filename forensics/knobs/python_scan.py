@@ -126,16 +126,24 @@ class _Scanner:
         self.imports: dict[str, tuple[str, str]] = {}  # local name -> (module, attribute)
         self.consumed: set[int] = set()  # id() of Constant nodes used by a read/write/helper call
         self.used_constants: set[str] = set()
+        self._nodes: list[ast.AST] | None = None
 
     # -- preparation -----------------------------------------------------------------------
     def run(self) -> None:
         self._index(self.tree, "<module>")
         self._collect_aliases()
         self._collect_helpers()
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             self._visit(node)
         self._mentions()
         self.result.findings.sort(key=lambda f: (f.line, f.kind))
+
+    @property
+    def nodes(self) -> list[ast.AST]:
+        """Every node once: the module and the parent map's keys (filled by ``_index``)."""
+        if self._nodes is None or len(self._nodes) != len(self.parents) + 1:
+            self._nodes = [self.tree, *self.parents]
+        return self._nodes
 
     def _index(self, node: ast.AST, scope: str) -> None:
         for child in ast.iter_child_nodes(node):
@@ -149,7 +157,8 @@ class _Scanner:
                 self._index(child, scope)
 
     def _collect_aliases(self) -> None:
-        for node in ast.walk(self.tree):
+        nodes = self.nodes
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.name == "os" or (a.name.startswith("os.") and not a.asname):  # import os.path binds os
@@ -166,7 +175,7 @@ class _Scanner:
                          "putenv": self.putenv_names, "unsetenv": self.unsetenv_names}.get(a.name, set()).add(local)
                     else:
                         self.imports[local] = (module, a.name)
-        for node in ast.walk(self.tree):  # env = os.environ ; NAME = "KNOB"
+        for node in nodes:  # env = os.environ ; NAME = "KNOB"
             targets, value = _assign_parts(node)
             if value is None:
                 continue
@@ -182,15 +191,17 @@ class _Scanner:
 
     def _collect_helpers(self) -> None:
         """A helper: a function one of whose parameters is the name in an environment read."""
-        for fn in ast.walk(self.tree):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for node in self.nodes:
+            key = self._env_read_key(node)
+            if not isinstance(key, ast.Name):
                 continue
-            params = {a.arg for a in fn.args.args + fn.args.posonlyargs + fn.args.kwonlyargs}
-            for node in ast.walk(fn):
-                key = self._env_read_key(node)
-                if isinstance(key, ast.Name) and key.id in params:
-                    self.helpers[fn.name] = fn.lineno
-                    break
+            fn = self.parents.get(node)
+            while fn is not None and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                fn = self.parents.get(fn)
+            if fn is None or fn.name in self.helpers:
+                continue
+            if key.id in {a.arg for a in fn.args.args + fn.args.posonlyargs + fn.args.kwonlyargs}:
+                self.helpers[fn.name] = fn.lineno
 
     # -- recognisers -----------------------------------------------------------------------
     def _is_os(self, node: ast.AST) -> bool:
@@ -365,8 +376,8 @@ class _Scanner:
     # -- mentions ----------------------------------------------------------------------------
     def _mentions(self) -> None:
         covered = {f.line for f in self.result.findings}
-        docstrings = _docstring_nodes(self.tree)
-        for node in ast.walk(self.tree):
+        docstrings = _docstring_nodes(self.nodes)
+        for node in self.nodes:
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in self.consumed:
                 continue
             if not _line_has(node.value, self.name):
@@ -387,16 +398,18 @@ class _Scanner:
             line = node.lineno + _offset_in(node.value, self.name)
             self.result.findings.append(PyFinding(self.file, line, MENTION, form, self._scope(node), feeds=self._feeds(node), note=note))
             covered.add(line)
-        try:
-            tokens = list(tokenize.tokenize(io.BytesIO(self.data).readline))
-        except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
-            tokens = []
+        text = self.data.decode("utf-8", "replace").splitlines()
+        tokens = []
+        if any("#" in line and _line_has(line, self.name) for line in text):  # tokenize only when needed
+            try:
+                tokens = list(tokenize.tokenize(io.BytesIO(self.data).readline))
+            except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
+                tokens = []
         for tok in tokens:
             if tok.type == tokenize.COMMENT and _line_has(tok.string, self.name):
                 self.result.findings.append(PyFinding(self.file, tok.start[0], MENTION, "comment", self._scope_at(tok.start[0]), feeds=tok.string.strip()[:_FEED_WIDTH]))
                 covered.add(tok.start[0])
         # anything left (identifiers, bytes literals...) is still reported: no occurrence goes missing
-        text = self.data.decode("utf-8", "replace").splitlines()
         for i, line in enumerate(text, 1):
             if i not in covered and _line_has(line, self.name):
                 self.result.findings.append(PyFinding(self.file, i, MENTION, "other (not a string or comment)", self._scope_at(i), feeds=line.strip()[:_FEED_WIDTH]))
@@ -426,9 +439,9 @@ def _target_names(parent: ast.AST) -> list[str]:
     return [t.id if isinstance(t, ast.Name) else t.attr for t in targets if isinstance(t, (ast.Name, ast.Attribute))]
 
 
-def _docstring_nodes(tree: ast.Module) -> set[int]:
+def _docstring_nodes(nodes: list[ast.AST]) -> set[int]:
     out = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
