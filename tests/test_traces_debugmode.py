@@ -94,6 +94,17 @@ def test_structured_dump_reads_with_evidence_and_gemm_meta(runs):
     assert s.outputs[0].shape == () and s.outputs[0].digest.isdigit()
 
 
+def test_inputs_of_the_origin_are_bit_equal(runs):
+    """The sum's input carries the same hash_tensor in both runs (the input test passes on bits)."""
+    def sum_line(run: Path) -> dict:
+        lines = (run / "debugmode.rank0.jsonl").read_text().splitlines()[1:]
+        return next(json.loads(x) for x in lines if json.loads(x)["op"] == "aten.sum.default")
+
+    a, b = sum_line(runs["a"]), sum_line(runs["b"])
+    assert a["input_hash"][0][0][0] == b["input_hash"][0][0][0]  # hash_tensor of x
+    assert a["hash"][0] != b["hash"][0]
+
+
 def test_norm_only_hash_is_summary_evidence():
     (d,) = dm._tensors([836425.2137485787], "t: f32[256, 4096]", ["norm"])
     assert d.evidence == "summary" and d.shape == (256, 4096)
