@@ -197,3 +197,11 @@ def test_missing_path_is_bad_input(tmp_path):
     with pytest.raises(BadInput) as e:
         scan(KNOB, [str(tmp_path / "nope")])
     assert "nope" in str(e.value)
+
+
+def test_too_deeply_nested_file_falls_back_to_lines():
+    # SYNTHETIC: an expression nested deeper than the parser allows
+    src = b'X = "MY_KNOB" + ' + b" + ".join([b'"a"'] * 20000) + b"\n"
+    r = scan_python_bytes(src, KNOB, "deep.py")
+    assert r.parse_error and "Recursion" in r.parse_error
+    assert [(f.line, f.kind) for f in r.findings] == [(1, "mention")]

@@ -87,14 +87,13 @@ def scan_python_source(data: bytes, name: str, file: str = "<string>") -> PyFile
     result = PyFileResult(file)
     try:
         tree = ast.parse(data, filename=file)
-    except (SyntaxError, ValueError) as e:  # Python 2 files, templates, NUL bytes
-        result.parse_error = f"{type(e).__name__}: {getattr(e, 'msg', e)}"
+        _Scanner(tree, name, file, data, result).run()
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:  # Python 2 files, templates, NUL bytes
+        result = PyFileResult(file, parse_error=f"{type(e).__name__}: {getattr(e, 'msg', e)}")
         text = data.decode("utf-8", "replace")
         for i, line in enumerate(text.splitlines(), 1):
             if _line_has(line, name):
                 result.findings.append(PyFinding(file, i, MENTION, "unparsed file", "?", feeds=line.strip()[:_FEED_WIDTH]))
-        return result
-    _Scanner(tree, name, file, data, result).run()
     return result
 
 
