@@ -375,6 +375,7 @@ class _Scanner:
     # -- mentions ----------------------------------------------------------------------------
     def _mentions(self) -> None:
         covered = {f.line for f in self.result.findings}
+        text = self.data.decode("utf-8", "replace").splitlines()
         docstrings = _docstring_nodes(self.nodes)
         for node in self.nodes:
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in self.consumed:
@@ -394,10 +395,14 @@ class _Scanner:
                 form, note = "string (f-string)", None
             else:
                 form, note = "string", None
-            line = node.lineno + _offset_in(node.value, self.name)
-            self.result.findings.append(PyFinding(self.file, line, MENTION, form, self._scope(node), feeds=self._feeds(node), note=note))
+            span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            line = next((i for i in span if 0 < i <= len(text) and _line_has(text[i - 1], self.name)),
+                        node.lineno + _offset_in(node.value, self.name))
+            feeds = self._feeds(node)
+            if form in ("docstring", "string") and len(span) > 1 and 0 < line <= len(text):
+                feeds = text[line - 1].strip()[:_FEED_WIDTH]  # the source line that holds the name
+            self.result.findings.append(PyFinding(self.file, line, MENTION, form, self._scope(node), feeds=feeds, note=note))
             covered.add(line)
-        text = self.data.decode("utf-8", "replace").splitlines()
         tokens = []
         if any("#" in line and _line_has(line, self.name) for line in text):  # tokenize only when needed
             try:
