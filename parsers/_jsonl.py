@@ -66,7 +66,7 @@ def read_jsonl(path: str | PathLike[str], schema: str, what: str) -> JsonlFile:
         except json.JSONDecodeError as e:
             cut = number == last and not text.endswith("\n")
             hint = "truncated last line" if cut else "malformed JSON"
-            raise BadInput(path, f"{hint} in {what}: {e.msg} at column {e.colno}", number) from None
+            raise BadInput(path, f"{hint} in {what}: {e.msg} (column {e.colno})", number) from None
         if not isinstance(obj, dict):
             raise BadInput(path, f"not a {what}: line is a JSON {type(obj).__name__}, not an object", number)
         if obj.get("event") == "header":

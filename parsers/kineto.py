@@ -1,0 +1,259 @@
+"""Kineto / torch.profiler Chrome-trace JSON (``.json`` or ``.json.gz``).
+
+Frames: ``kernels`` (launch frame), ``runtime`` (cuda_runtime + cuda_driver events), ``cpu_ops``,
+``annotations`` (user_annotation / gpu_user_annotation ranges), ``flows`` (``ac2g`` and 2022's
+``async_cpu_to_gpu``), ``memcpy``, ``memset``; plus ``meta`` (schemaVersion, versions,
+deviceProperties, ...). Times in the trace are µs (integers in 2023 traces, floats with a ns
+fraction later); frames hold exact integer ns on the trace's own clock (``meta["baseTimeNanoseconds"]``,
+when present, is the offset to the Unix epoch). docs/parsers/kineto.md describes the columns.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from dataclasses import dataclass, field
+from decimal import Decimal
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from forensics.errors import BadInput
+from forensics.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
+from parsers.demangle import canonical_kernel, short_name
+from parsers.nsys import attribute
+
+KERNEL_CATS = ("kernel", "Kernel")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime")
+CPU_OP_CATS = ("cpu_op", "Operator")
+ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
+FLOW_CATS = ("ac2g", "async_cpu_to_gpu")
+MEMCPY_CATS = ("gpu_memcpy", "Memcpy")
+MEMSET_CATS = ("gpu_memset", "Memset")
+
+
+@dataclass
+class KinetoTrace:
+    """One parsed trace; every frame is a pandas DataFrame (see the module docstring)."""
+
+    path: Path
+    kernels: pd.DataFrame
+    runtime: pd.DataFrame
+    cpu_ops: pd.DataFrame
+    annotations: pd.DataFrame
+    flows: pd.DataFrame
+    memcpy: pd.DataFrame
+    memset: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def us_to_ns(value) -> int | None:
+    """Exact µs -> ns: integers multiply exactly; floats go through their shortest decimal repr."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value * 1000
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return None
+        return int((Decimal(repr(value)) * 1000).to_integral_value())
+    return None
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BadInput(path, "file not found") from None
+    except IsADirectoryError:
+        raise BadInput(path, "is a directory, not a Kineto trace") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as e:
+            raise BadInput(path, f"truncated or corrupt gzip: {e}") from None
+    if not raw.strip():
+        raise BadInput(path, "empty file: expected a Kineto/Chrome trace (JSON)")
+    if raw.startswith(b"SQLite format 3\x00"):
+        raise BadInput(path, "is an SQLite database (an nsys export?), not a Kineto trace")
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        cut = e.pos >= len(text.rstrip()) - 1 or e.msg.startswith("Unterminated string")
+        what = "truncated JSON" if cut else "malformed JSON"
+        raise BadInput(path, f"{what}: {e.msg} (column {e.colno})", e.lineno) from None
+
+
+def _events(doc: Any, path: Path) -> tuple[list[dict], dict]:
+    if isinstance(doc, list):
+        events, meta = doc, {}
+    elif isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
+        events, meta = doc["traceEvents"], {k: v for k, v in doc.items() if k != "traceEvents"}
+    else:
+        raise BadInput(path, "not a Chrome/Kineto trace: no traceEvents list at the top level")
+    bad = next((i for i, e in enumerate(events) if not isinstance(e, dict)), None)
+    if bad is not None:
+        raise BadInput(path, f"not a Chrome/Kineto trace: traceEvents[{bad}] is not an object")
+    return events, meta
+
+
+def _span(e: dict, path: Path, index: int) -> tuple[int, int | None]:
+    start = us_to_ns(e.get("ts"))
+    if start is None:
+        raise BadInput(path, f"traceEvents[{index}] ({e.get('cat')} {e.get('name')!r}) has no numeric ts")
+    dur = us_to_ns(e.get("dur"))
+    return start, (start + dur if dur is not None else None)
+
+
+def _frame(rows: list[dict], int_cols: tuple[str, ...], str_cols: tuple[str, ...] = ("name",)) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(rows) if rows else pd.DataFrame({c: [] for c in int_cols + str_cols})
+    for c in int_cols:
+        df[c] = pd.array([v if isinstance(v, int) and not isinstance(v, bool) else None for v in df[c]], dtype="Int64") if c in df else pd.array([], dtype="Int64")
+    for c in str_cols:
+        if c in df:
+            df[c] = df[c].astype("string")
+    return df
+
+
+def _int(v):
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def read_trace(path: str | PathLike[str]) -> KinetoTrace:
+    """Parse every frame of one trace (see :class:`KinetoTrace`)."""
+    path = Path(path)
+    events, meta = _events(_load_json(path), path)
+    kernels, runtime, cpu_ops, annotations, flows, memcpy, memset = [], [], [], [], [], [], []
+    for i, e in enumerate(events):
+        cat, ph = e.get("cat"), e.get("ph")
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        if ph == "X" and cat in KERNEL_CATS + RUNTIME_CATS + CPU_OP_CATS + ANNOTATION_CATS + MEMCPY_CATS + MEMSET_CATS:
+            start, end = _span(e, path, i)
+            base = {
+                "name": e.get("name"), "start_ns": start, "end_ns": end, "pid": _int(e.get("pid")),
+                "tid": _int(e.get("tid")), "correlation_id": _int(args.get("correlation")),
+                "external_id": _int(args.get("External id")), "cat": cat, "event_index": i,
+            }
+            if cat in KERNEL_CATS:
+                kernels.append({**base, "args": args})
+            elif cat in RUNTIME_CATS:
+                runtime.append({**base, "cbid": _int(args.get("cbid"))})
+            elif cat in CPU_OP_CATS:
+                cpu_ops.append({
+                    **base, "sequence_number": _int(args.get("Sequence number")),
+                    "fwd_thread_id": _int(args.get("Fwd thread id")), "record_function_id": _int(args.get("Record function id")),
+                    "input_dims": args.get("Input Dims"), "input_types": args.get("Input type"), "args": args,
+                })
+            elif cat in ANNOTATION_CATS:
+                annotations.append(base)
+            else:
+                row = {**base, "device_id": _int(args.get("device")), "stream_id": _int(args.get("stream")),
+                       "bytes": _int(args.get("bytes")), "args": args}
+                (memcpy if cat in MEMCPY_CATS else memset).append(row)
+        elif ph in ("s", "f", "t") and cat in FLOW_CATS:
+            flows.append({
+                "id": _int(e.get("id")), "phase": ph, "cat": cat, "name": e.get("name"),
+                "ts_ns": us_to_ns(e.get("ts")), "pid": _int(e.get("pid")), "tid": _int(e.get("tid")),
+                "bp": e.get("bp"), "event_index": i,
+            })
+    common = ("start_ns", "end_ns", "pid", "tid", "correlation_id", "external_id", "event_index")
+    runtime_df = _frame(runtime, common + ("cbid",), ("name", "cat"))
+    flows_df = _frame(flows, ("id", "ts_ns", "pid", "tid", "event_index"), ("phase", "cat", "name", "bp"))
+    trace = KinetoTrace(
+        path=path,
+        kernels=_kernels(kernels, runtime, flows, path),
+        runtime=runtime_df,
+        cpu_ops=_frame(cpu_ops, common + ("sequence_number", "fwd_thread_id", "record_function_id"), ("name", "cat")),
+        annotations=_annotations(annotations, path),
+        flows=flows_df,
+        memcpy=_frame(memcpy, common + ("device_id", "stream_id", "bytes"), ("name", "cat")),
+        memset=_frame(memset, common + ("device_id", "stream_id", "bytes"), ("name", "cat")),
+        meta=meta,
+    )
+    if len(trace.kernels) and len(trace.annotations):
+        trace.kernels = attribute(trace.kernels, trace.annotations)
+    return trace
+
+
+def _launches(runtime: list[dict], flows: list[dict]) -> tuple[dict[int, dict], dict[tuple, int]]:
+    """correlation -> earliest runtime/driver event; (pid, tid, ts_ns) of a flow end -> flow id."""
+    by_corr: dict[int, dict] = {}
+    for r in runtime:
+        c = r["correlation_id"]
+        if c is not None and (c not in by_corr or r["start_ns"] < by_corr[c]["start_ns"]):
+            by_corr[c] = r
+    flow_end = {(f["pid"], f["tid"], f["ts_ns"]): f["id"] for f in flows if f["phase"] == "f" and f["id"] is not None}
+    return by_corr, flow_end
+
+
+def _kernels(kernels: list[dict], runtime: list[dict], flows: list[dict], path: Path) -> pd.DataFrame:
+    """Launch frame: correlation id from args (or the flow ending on the kernel), launch from the
+    runtime/driver event with that correlation (or the flow's start)."""
+    if not kernels:
+        return conform(empty_frame(LAUNCH_COLUMNS), LAUNCH_COLUMNS)
+    by_corr, flow_end = _launches(runtime, flows)
+    flow_start = {f["id"]: f for f in flows if f["phase"] == "s" and f["id"] is not None}
+    rows = []
+    for k in kernels:
+        args = k.pop("args")
+        corr = k["correlation_id"]
+        if corr is None:
+            corr = flow_end.get((k["pid"], k["tid"], k["start_ns"]))
+        launch = by_corr.get(corr) if corr is not None else None
+        name = k["name"]
+        mangled = name if isinstance(name, str) and name.startswith("_Z") else None
+        kernel = canonical_kernel(mangled, name)
+        grid, block = args.get("grid"), args.get("block")
+        rows.append({
+            **k,
+            "kernel": kernel,
+            "mangled": mangled,
+            "short_name": short_name(kernel) if isinstance(kernel, str) else None,
+            "correlation_id": corr,
+            "device_id": _int(args.get("device")),
+            "stream_id": _int(args.get("stream")),
+            "grid": dim3(*grid) if isinstance(grid, list) and len(grid) == 3 else None,
+            "block": dim3(*block) if isinstance(block, list) and len(block) == 3 else None,
+            "gpu_pid": k["pid"],
+            "gpu_tid": k["tid"],
+            "pid": launch["pid"] if launch else None,
+            "tid": launch["tid"] if launch else None,
+            "launch_ns": launch["start_ns"] if launch else (
+                flow_start[corr]["ts_ns"] if corr in flow_start else None
+            ),
+            "api_name": launch["name"] if launch else None,
+            "registers_per_thread": _int(args.get("registers per thread")),
+            "shared_memory": _int(args.get("shared memory")),
+        })
+    df = pd.DataFrame.from_records(rows)
+    for c in ("gpu_pid", "gpu_tid", "tid", "registers_per_thread", "shared_memory", "event_index"):
+        df[c] = pd.array([_int(v) for v in df[c]], dtype="Int64")
+    for c in ("name", "api_name", "cat"):
+        df[c] = df[c].astype("string")
+    df["instrument"] = "kineto"
+    df["file"] = str(path)
+    return conform(df, LAUNCH_COLUMNS)
+
+
+def _annotations(rows: list[dict], path: Path) -> pd.DataFrame:
+    """user_annotation (CPU thread ranges, e.g. record_function) and gpu_user_annotation ranges
+    as a RANGE_COLUMNS frame (``kind`` "pushpop": thread-scoped, ``domain`` = the category)."""
+    if not rows:
+        return conform(empty_frame(RANGE_COLUMNS), RANGE_COLUMNS)
+    df = pd.DataFrame.from_records(rows)
+    df["kind"] = "pushpop"
+    df["domain"] = df["cat"]
+    df["instrument"] = "kineto"
+    df["file"] = str(path)
+    for c in ("start_ns", "end_ns", "pid", "tid", "correlation_id", "external_id", "event_index"):
+        df[c] = pd.array([_int(v) for v in df[c]], dtype="Int64")
+    df["cat"] = df["cat"].astype("string")
+    return conform(df, RANGE_COLUMNS)
+
+
+def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
+    """``read_trace(path).kernels``."""
+    return read_trace(path).kernels
