@@ -60,7 +60,9 @@ PATHS: dict[str, CodePath] = {
     "torch_gemm": CodePath("torch_gemm", "ATen GEMM: ATen's CUDA BLAS (CUDABlas in libtorch_cuda) -> cuBLAS / cuBLASLt", (
         _ATEN_CUDA, _ATEN_CONTEXT, _CUBLAS, _CUBLASLT)),
     "attention": CodePath("attention", "attention: Transformer Engine attention modules (and their fused backends), ATen SDPA", (
-        Component("TE attention (Python)", python=("*/transformer_engine/pytorch/attention/*", "*/transformer_engine/pytorch/dot_product_attention/*")),
+        # TE 2.x: pytorch/attention/dot_product_attention/...; older TE: a single pytorch/attention.py
+        Component("TE attention (Python)", python=("*/transformer_engine/pytorch/attention/*", "*/transformer_engine/pytorch/attention.py",
+                                                   "*/transformer_engine/pytorch/dot_product_attention/*")),
         _TE_CORE, Component("ATen SDPA (libtorch_cuda)", libraries=("libtorch_cuda*.so*",), required=False))),
     "collective": CodePath("collective", "collective: torch.distributed -> ProcessGroupNCCL (libtorch_cuda) -> NCCL", (
         Component("torch.distributed (Python)", python=("*/torch/distributed/*",), required=False),
