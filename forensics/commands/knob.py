@@ -71,6 +71,8 @@ def register(app: typer.Typer) -> None:
             except Unavailable as e:
                 report.dynamic_unavailable = str(e)
                 code = EXIT_UNAVAILABLE
+            except ValueError as e:  # the capture planner refused the arguments (one line, no traceback)
+                _usage(f"dynamic scope: {e}")
         json_to_stdout = json_out is not None and str(json_out) == "-"
         if json_to_stdout:
             typer.echo(json.dumps(to_json(report), indent=1, default=str))
