@@ -6,6 +6,7 @@ The file is opened read-only. docs/parsers/nsys.md describes the columns.
 """
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import struct
@@ -191,7 +192,21 @@ def _int64(df: pd.DataFrame, cols) -> None:
             df[c] = df[c].astype("Int64")
 
 
+def _sqlite_errors_are_bad_input(fn):
+    """Any SQLite error while reading an export is a BadInput naming the file (never a traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(path, *args, **kwargs):
+        try:
+            return fn(path, *args, **kwargs)
+        except sqlite3.Error as e:
+            raise BadInput(path, f"corrupt or unreadable SQLite file: {e}") from None
+
+    return wrapper
+
+
 # --------------------------------------------------------------------------- public API
+@_sqlite_errors_are_bad_input
 def schema_info(path: str | PathLike[str]) -> dict:
     """``{"meta": EXPORT_META_DATA as a dict ({} in 2021 exports), "tables": [...],
     "schema_version", "product_version", "kernel_columns", "has_mangled_name"}``."""
@@ -236,6 +251,7 @@ _KERNEL_RENAME = {
 _KERNEL_IDS = ("demangledName", "shortName", "mangledName", "api_id")
 
 
+@_sqlite_errors_are_bad_input
 def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
     """Launch frame (``LAUNCH_COLUMNS``) of every ``CUPTI_ACTIVITY_KIND_KERNEL`` row, by start.
 
@@ -278,6 +294,7 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
     return conform(df, LAUNCH_COLUMNS)
 
 
+@_sqlite_errors_are_bad_input
 def read_runtime(path: str | PathLike[str]) -> pd.DataFrame:
     """Every ``CUPTI_ACTIVITY_KIND_RUNTIME`` row (runtime and driver calls): ``start_ns``,
     ``end_ns``, ``name`` (with its ``_vNNNN`` suffix), ``correlation_id``, ``pid``, ``tid``,
@@ -303,6 +320,7 @@ def read_runtime(path: str | PathLike[str]) -> pd.DataFrame:
     return df
 
 
+@_sqlite_errors_are_bad_input
 def read_ranges(path: str | PathLike[str]) -> pd.DataFrame:
     """NVTX ranges (``RANGE_COLUMNS``): push/pop (eventType 59, ``kind`` "pushpop") and start/end
     (60, "startend"). ``name`` = registered string (``textId``) or inline ``text``; ``domain`` =
