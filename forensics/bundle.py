@@ -312,6 +312,13 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     else:
         out.append("**NOT NAMED**: no kernel of this site was confirmed by two independent instruments "
                    "(see the launch counts); the identities below are what single instruments saw.\n")
+    focus = b.verdicts[b.verdicts["scope"] == b.focus] if len(b.verdicts) else b.verdicts
+    for r in focus.to_dict("records"):
+        out.append(f"- focus `{b.focus}`, arm `{r['arm']}` rank {r['rank']}: `{r.get('short_name') or r['kernel']}` "
+                   f"**{r['verdict']}** ({r['reason']})")
+    if b.focus and not len(focus):
+        out.append(f"- focus `{b.focus}`: no instrument counted a kernel launch in this occurrence")
+    out.append("")
     for p in b.comparison.pairs:
         if not p.comparable:
             out.append(f"- `{p.arm}` vs `{p.baseline}`: **NOT COMPARABLE** ({'; '.join(p.reasons)})")
