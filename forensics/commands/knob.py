@@ -63,6 +63,9 @@ def register(app: typer.Typer) -> None:
             if script is not None:
                 report.late = late_assignments(script, name, entry)
             report.notes.append(f"note: {IN_TIME_NOTE}")
+        elif entry is not None and entry.read_before_start:
+            report.notes.append(f"note: {name} is read at {entry.read_at}: set it in the launching environment; "
+                                "assigning os.environ later in a script can be too late (give '-- CMD' to check a script)")
         code = EXIT_OK
         if value_list:
             try:
