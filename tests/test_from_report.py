@@ -148,3 +148,21 @@ def test_name_mapping():
     assert site_for_name("aten.sum.default") == "aten.sum.default"
     assert site_for_name("decoder.layer0.output") is None
     assert site_for_name(WGRAD, {"layout": "NT", "acc": 1, "grad": 1}) == "gemm:NT:acc1:grad1"
+
+
+def test_one_hop_later_origin_is_refused(tmp_path):
+    """SYNTHETIC forensics.diff report (layout of docs/commands/diff.md): an ORIGIN on a view op."""
+    d = {"rank": 0, "identity": "aten.view.default:4", "name": "aten.view.default", "verdict": "ORIGIN",
+         "seq": 9, "step": 1, "inputs_matched": True, "evidence": "proven", "site": "aten.view.default",
+         "occurrence": 4, "kind": "op", "warnings": ["one hop later: view cannot change bits by itself"]}
+    rep = {"schema": "forensics.diff", "version": 1, "pattern": "single_rank", "site": "aten.view.default",
+           "occurrence": 4, "site_rank": 0, "site_step": 1, "next_command": "forensics kernel --site aten.view.default -- python t.py",
+           "ranks": {"0": {"rank": 0, "first_divergence": d, "steps": [1]}}}
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(rep))
+    found = site_from_report(f)
+    assert not found.ok and "one hop later" in found.reason
+    d["warnings"] = []
+    f.write_text(json.dumps(rep))
+    found = site_from_report(f)
+    assert found.command_line() == "forensics kernel --site 'aten.view.default#4' --ranks 0 --steps 1 -- python t.py"

@@ -174,3 +174,17 @@ def test_dump_never_overwrites(runs):
     assert (runs["a"] / "overwrite-refused").read_text() == "yes"
     assert dm.read(runs["a"] / "debugmode.rank0.jsonl").records(0)[-1].source.endswith(
         f":{len((runs['a'] / 'debugmode.rank0.jsonl').read_text().splitlines())}")
+
+
+def test_rank_named_files_in_one_directory(runs, tmp_path):
+    """Per-rank files: the real rank-0 dumps placed as rank0 and rank1 of a two-rank run."""
+    import shutil
+
+    for arm in ("a", "b"):
+        (tmp_path / arm).mkdir()
+        for r in (0, 1):
+            shutil.copy(runs[arm] / "text" / "rank0.txt", tmp_path / arm / f"rank{r}.txt")
+    assert sorted(dm.rank_files(tmp_path / "a")) == [0, 1]
+    rep = diff_paths(tmp_path / "a", tmp_path / "b")
+    assert rep.pattern == "op_nondeterministic" and rep.site == "aten.sum.default"
+    assert all(rep.ranks[r].first_divergence.identity == "aten.sum.default:1" for r in (0, 1))
