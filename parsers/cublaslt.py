@@ -29,8 +29,9 @@ from ._text import Pairs, TokenError, flat_pairs, iter_line_chunks, preview
 
 WHAT = "cuBLASLt log"
 
+#: The line header; the rest of the line (``key=value ...``) starts at ``match.end()``.
 HEADER_RE = re.compile(
-    r"(?:\[(?P<ts>[^\]\[]*)\])?\[cublasLt\]\[(?P<pid>\d+)\]\[(?P<level>[A-Za-z]+)\]\[(?P<function>[\w.]+)\][ \t]?(?P<rest>.*)"
+    r"(?:\[(?P<ts>[^\]\[]*)\])?\[cublasLt\]\[(?P<pid>\d+)\]\[(?P<level>[A-Za-z]+)\]\[(?P<function>[\w.]+)\][ \t]?"
 )
 MATMUL_FN_RE = re.compile(r"cublasLt(\w*)Matmul")
 HEURISTIC_PREFIX = "cublasLtMatmulAlgoGetHeuristic"
@@ -201,15 +202,13 @@ class _Reader:
                 if cut_tail and i == last:
                     self._cut_tail(lineno, raw)
                     continue
-                fields = _split_header(raw) if "[cublasLt]" in raw else None
-                if fields is None:
-                    m = match(raw) if "[cublasLt]" in raw else None
-                    if m is None:
-                        self._foreign(lineno, raw, seen)
-                        continue
-                    fields = m.groups()
+                m = match(raw) if "[cublasLt]" in raw else None
+                if m is None:
+                    self._foreign(lineno, raw, seen)
+                    continue
                 seen += 1
-                ts, pid, level, function, rest = fields
+                ts, pid, level, function = m.groups()
+                rest = raw[m.end():]
                 counts[level] = counts.get(level, 0) + 1
                 yield lineno, ts, int(pid), level, function, rest, raw
         if not seen:
@@ -247,27 +246,6 @@ class _Reader:
             self.problems.append(
                 f"{self.skipped} lines are not cuBLASLt log lines (first at line {self.first_skipped}); skipped"
             )
-
-
-def _split_header(raw: str) -> tuple[str | None, str, str, str, str] | None:
-    """Fast path of HEADER_RE with str methods: ``(ts, pid, level, function, rest)`` or None."""
-    ts = None
-    body = raw
-    if raw[1:2] != "c":  # "[<timestamp>][cublasLt]..."
-        close = raw.find("]")
-        if raw[:1] != "[" or close < 0:
-            return None
-        ts, body = raw[1:close], raw[close + 1:]
-    p = body.split("]", 4)
-    if len(p) != 5 or p[0] != "[cublasLt":
-        return None
-    pid, level, function, rest = p[1][1:], p[2][1:], p[3][1:], p[4]
-    if not (p[1][:1] == p[2][:1] == p[3][:1] == "[" and pid.isdigit() and pid.isascii()
-            and level.isalpha() and level.isascii() and function.isidentifier() and function.isascii()):
-        return None
-    if "[" in ts if ts is not None else False:
-        return None
-    return ts, pid, level, function, rest[1:] if rest[:1] in (" ", "\t") else rest
 
 
 def _op_letter(value: str) -> str:

@@ -367,14 +367,6 @@ def test_fast_path_matches_per_line_parse(tmp_path):
     assert streamed[5] is None and pd.Series(streamed, dtype="string").equals(frame.pointer_c)
 
 
-def test_header_fast_path_agrees_with_the_grammar():
-    for raw in REAL.read_text().splitlines() + SYNTH.read_text().splitlines():
-        assert cublaslt._split_header(raw) == cublaslt.HEADER_RE.match(raw).groups()
-    for odd in ["[cublasLt][1][Trace][cublasLt.Matmul] x=1", "[ts[x]][cublasLt][1][Api][f] a=1", "[cublasLt][1][Trace][f]"]:
-        fast = cublaslt._split_header(odd)
-        assert fast is None or fast == cublaslt.HEADER_RE.match(odd).groups()
-
-
 def test_crlf_line_endings(tmp_path):
     crlf = read_log(write(tmp_path, SYNTH.read_bytes().replace(b"\n", b"\r\n")))
     plain = read_log(SYNTH)
