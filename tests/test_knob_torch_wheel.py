@@ -64,7 +64,7 @@ def test_python_files_match_grep(scans, grepped, name):
 
 
 @pytest.mark.parametrize("name", KNOBS)
-def test_libraries_match_grep_and_strings(scans, grepped, name):
+def test_libraries_match_grep(scans, grepped, name):
     found = {os.path.realpath(lib.file) for lib in scans[name].libraries if lib.verdict == CONTAINS}
     grep_libs = {p for p in grepped[name] if _is_shared_library(p)}
     assert found == grep_libs
