@@ -41,7 +41,7 @@ def test_fixtures_read_and_keep_the_recorders_structure():
     wgrad = recs[WGRAD]
     assert [t.evidence for t in wgrad.inputs] == ["full", "full"] and [t.evidence for t in wgrad.outputs] == ["full"]
     assert wgrad.extra["gemm"] == {"layout": "NT", "acc": 0, "grad": 1}
-    assert wgrad.identity == f"tensor/backward/mb0/{WGRAD}:1" and wgrad.step == 1 and wgrad.phase == "backward"
+    assert wgrad.identity == f"op/backward/mb0/{WGRAD}:1" and wgrad.step == 1 and wgrad.phase == "backward"
     assert wgrad.outputs[0].shape == (4, 16) and len(wgrad.outputs[0].digest) == 64
     # a summary record is summary evidence; a lone boundary's inputs are "not observed" (metadata)
     main_grad = recs["decoder.layers.0.mlp.linear_fc1.weight.main_grad"]

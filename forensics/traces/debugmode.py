@@ -433,9 +433,21 @@ def read(path: Path) -> Trace:
                  run_info=run_info(path))
 
 
+def _first_call_line(path: Path, limit: int = 64) -> str:
+    """The first line that is not blank, a stack-trace comment or an annotation."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f):
+            text = raw[:65536].decode("utf-8", "replace").strip()
+            if text and not text.startswith("#") and not text.startswith("[annotate]"):
+                return text
+            if n >= limit:
+                break
+    return ""
+
+
 def _looks_like_dump(path: Path) -> bool:
     try:
-        first = _first_line(path)
+        first = _first_call_line(path)
     except OSError:
         return False
     if f'"{HEADER_KEY}"' in first:

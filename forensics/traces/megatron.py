@@ -17,7 +17,8 @@ mode, an empty stream: each is one :class:`BadInput` with ``file:line``.
 Mapping to :class:`TraceRecord` (docs/formats/megatron.md has the full table):
 
 * ``step`` = ``iteration``; ``seq`` = ``sequence``; identity
-  ``<event>/<phase>/mb<microbatch>/<name>:<occurrence + 1>`` (unique per rank and iteration).
+  ``<event>/<phase>/mb<microbatch>/<name>:<occurrence + 1>`` (unique per rank and iteration;
+  ``op/...`` for joined input/output boundaries).
 * Evidence is kept: ``full`` -> full (sha256), ``sampled`` -> sampled (sha256 of the samples),
   ``summary`` -> summary (the statistics), ``metadata`` -> metadata (no value). Semantic events
   carry exact JSON values: full evidence over their ``fields``.
@@ -343,7 +344,7 @@ def records_of(path: Path, rank: int, lines: list[tuple[int, dict[str, Any]]]) -
         if gemm:
             extra["gemm"] = gemm
         out.append(TraceRecord(
-            rank=rank, seq=first_out["sequence"], identity=f"tensor/{phase}/mb{mb}/{base}:{occ + 1}", name=base,
+            rank=rank, seq=first_out["sequence"], identity=f"op/{phase}/mb{mb}/{base}:{occ + 1}", name=base,
             kind="gemm" if gemm else "op", step=it, phase=phase,
             inputs=[_digest(r["tensor"]) for r in ins], outputs=[_digest(o["tensor"]) for _, o, _ in outs],
             source=f"{src}:{line}", extra=extra))
