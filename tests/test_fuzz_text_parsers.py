@@ -124,7 +124,8 @@ def trace_call(draw):
              ("beta", draw(st.sampled_from(["0", "1", "?"]))), ("outOfPlace", "0"), ("stream", "0X0")]
     pid = draw(st.integers(1, 1 << 22))
     ts = draw(st.sampled_from(["", "[2026-11-29 10:00:00]"]))
-    line = f"{ts}[cublasLt][{pid}][Trace][cublasLtMatmul] {format_kv(pairs)}"
+    sep = draw(st.sampled_from([" ", "  ", "\t", " \t "]))  # random whitespace between fields
+    line = f"{ts}[cublasLt][{pid}][Trace][cublasLtMatmul] {format_kv(pairs).replace(' ', sep)}"
     expect = dict(m=m, n=n, k=k, transa=ta, transb=tb, layout=ta + tb, a_type=types[0], b_type=types[1],
                   c_type=types[2], d_type=types[3], lda=lds[0], ldb=lds[1], ldc=lds[2], ldd=lds[3], pid=pid,
                   algo_id=algo["algoId"], tile=algo["tile"], stages=algo["stages"],
