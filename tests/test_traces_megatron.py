@@ -172,3 +172,20 @@ def test_explicit_file_must_hold_one_rank(tmp_path):
     f.write_text("".join(json.dumps(r) + "\n" for r in recs))
     with pytest.raises(BadInput, match="does not match filename rank 0"):
         megatron.read(f)
+
+
+def test_single_rank_files_and_cli_format_flag(tmp_path, capsys):
+    from forensics.cli import main
+
+    rep = diff_paths(RUN_A / "rank_000001.jsonl", RUN_B / "rank_000001.jsonl")
+    assert list(rep.ranks) == [1] and rep.ranks[1].first_divergence.site == "gemm:NT:acc0:grad1"
+    out = tmp_path / "r.json"
+    assert main(["diff", str(RUN_A), str(RUN_B), "--format", "megatron", "--json", str(out)]) == 1
+    assert json.loads(out.read_text())["site"] == "gemm:NT:acc0:grad1"
+    assert main(["diff", str(RUN_A), str(RUN_A2), "--format", "megatron"]) == 0
+    bad = tmp_path / "bad"
+    _write(bad, [(RUN_A / "rank_000000.jsonl").read_text().splitlines()[0].replace('"schema_version":1', '"schema_version":7')])
+    capsys.readouterr()
+    assert main(["diff", str(bad), str(RUN_A), "--format", "megatron"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "rank_000000.jsonl:1: unsupported schema_version=7" in err
