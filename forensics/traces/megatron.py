@@ -323,7 +323,10 @@ def records_of(path: Path, rank: int, lines: list[tuple[int, dict[str, Any]]]) -
         base, role, index = r
         key = (rec["iteration"], rec["microbatch"], rec["phase"], base, rec["occurrence"])
         g = groups.setdefault(key, _Group(rec, line, [], []))
-        (g.inputs.append((index, rec)) if role == "input" else g.outputs.append((index, rec, line)))
+        if role == "input":
+            g.inputs.append((index, rec))
+        else:
+            g.outputs.append((index, rec, line))
     out: list[TraceRecord] = []
     src = str(path)
     for key, g in groups.items():
