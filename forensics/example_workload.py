@@ -25,7 +25,7 @@ import sys
 EXIT_UNAVAILABLE = 4
 
 
-def build(torch, dev: str, tokens: int, hidden: int):  # noqa: ANN001
+def build(torch, dev: str, hidden: int):  # noqa: ANN001
     """The two layers' weights (bf16) and layer 2's fp32 main_grad."""
     g = torch.Generator(device="cpu").manual_seed(0)
     w1 = torch.nn.Parameter((torch.randn(hidden, hidden, generator=g) * 0.02).to(dev, torch.bfloat16))
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = "cpu" if a.cpu else "cuda"
     tokens = a.tokens or (64 if a.cpu else 2048)
     hidden = a.hidden or (32 if a.cpu else 4096)
-    w1, w2 = build(torch, dev, tokens, hidden)
+    w1, w2 = build(torch, dev, hidden)
     linear = make_linear(torch)
     opt = torch.optim.SGD([w1, w2], lr=1e-3)
     for step in range(a.steps):
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         w2.main_grad.zero_()
     if dev == "cuda":
         torch.cuda.synchronize()
-    print(f"example workload: {a.steps} steps on {dev}, loss {float(loss):.6f}")
+    print(f"example workload: {a.steps} steps on {dev}, loss {loss.item():.6f}")
     return 0
 
 

@@ -6,6 +6,7 @@ capture directory, then calls :func:`forensics.analysis.analyze` on it.
 """
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -193,8 +194,12 @@ def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...])
     )
 
 
+@functools.lru_cache(maxsize=1)
 def environment_snapshot(timeout_s: float = 120) -> dict[str, Any]:
-    """``describe()`` run in a subprocess (CUDA never initialised in this process); without torch on failure."""
+    """``describe()`` run in a subprocess (CUDA never initialised in this process); without torch on failure.
+
+    Taken once per ``forensics`` process (``forensics knob`` runs several captures in a row).
+    """
     import json  # noqa: PLC0415
 
     code = "import json,sys; from forensics.environment import describe; sys.stdout.write(json.dumps(describe()))"
@@ -221,7 +226,7 @@ def _record_results(capture_dir: Path, results: list[PassResult], environment: d
             if r.reason:
                 entry["reason"] = r.reason
     if environment:
-        data["environment"] = redact_obj(environment)
+        data["environment"] = redact_obj(dict(environment))
     write_manifest(capture_dir, data, overwrite=True)
 
 

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -70,7 +69,7 @@ def test_records_only_inside_window_with_per_site_occurrences(tmp_path):
 def test_digests_are_hash_tensor_values_in_cublas_order(tmp_path):
     path, _ = run_probe(tmp_path, steps="1")
     g = torch.Generator().manual_seed(0)
-    x, w, dy = torch.randn(8, 4, generator=g), torch.randn(6, 4, generator=g), torch.randn(8, 6, generator=g)
+    x, w, _dy = torch.randn(8, 4, generator=g), torch.randn(6, 4, generator=g), torch.randn(8, 6, generator=g)
     fprop = next(r for r in lines(path) if r.get("label") == "gemm:TN:acc0:grad0#1")
     h = lambda t: torch.hash_tensor(t).item() % (1 << 64)  # noqa: E731
     assert [d["hash"] for d in fprop["in"]] == [h(w.t()), h(x)]  # cuBLAS A = W^T, B = x
@@ -84,7 +83,7 @@ def test_accumulating_gemm_digests_c_before_the_call(tmp_path):
     path, _ = run_probe(tmp_path, steps="1")
     acc = next(r for r in lines(path) if r.get("site") == "gemm:NT:acc1:grad0")
     g = torch.Generator().manual_seed(0)
-    x, w, dy = torch.randn(8, 4, generator=g), torch.randn(6, 4, generator=g), torch.randn(8, 6, generator=g)
+    x, _w, dy = torch.randn(8, 4, generator=g), torch.randn(6, 4, generator=g), torch.randn(8, 6, generator=g)
     before = torch.zeros(6, 4).addmm_(dy.t(), x)  # main_grad after step 0 (outside the window)
     after = before.clone().addmm_(dy.t(), x)
     assert acc["in"][2]["hash"] == torch.hash_tensor(before).item() % (1 << 64)
@@ -186,3 +185,45 @@ def test_sigterm_flushes_the_window(tmp_path):
     recs = lines(tmp_path / "arm" / "rank0" / "sites.jsonl")
     assert recs[-1]["event"] == "summary" and recs[-1]["records"] == 2  # step 1: fprop TN, wgrad NT (the input needs no dgrad)
     assert {x["iteration"] for x in recs if x["event"] == "site"} == {1}
+
+
+def test_transformer_engine_entry_point_is_wrapped_and_named_from_te_args(tmp_path, monkeypatch):
+    """SYNTHETIC stand-in for TE's ``general_gemm`` (TE is not installed here): the signature
+    follows transformer_engine.pytorch.cpp_extensions.general_gemm (A, B, workspace, ...,
+    accumulate, layout, out, ..., grad); it computes D = op(B) op(A) the way cuBLAS would."""
+    import types
+
+    def general_gemm(A, B, workspace, out_dtype=None, quantization_params=None, gelu=False, gelu_in=None,
+                     accumulate=False, layout="TN", out=None, bias=None, use_split_accumulator=False, grad=False):
+        a = A.t() if layout[0] == "T" else A
+        b = B.t() if layout[1] == "T" else B
+        d = torch.mm(b, a)
+        if accumulate and out is not None:
+            out.add_(d)
+            return out
+        return d
+
+    ext = types.ModuleType("transformer_engine.pytorch.cpp_extensions")
+    ext.general_gemm = general_gemm
+    linear = types.ModuleType("transformer_engine.pytorch.module.linear")
+    linear.general_gemm = general_gemm  # TE modules import the function by name
+    monkeypatch.setitem(sys.modules, ext.__name__, ext)
+    monkeypatch.setitem(sys.modules, linear.__name__, linear)
+    cfg = ProbeConfig(out_dir=str(tmp_path), steps="0")
+    window = StepWindow(parse_steps("0"))
+    probe = install(cfg, window, tmp_path / "rank0", 0)
+    window.start()
+    assert ext.general_gemm is not general_gemm and linear.general_gemm is ext.general_gemm
+    x, dy = torch.randn(8, 4), torch.randn(8, 6)
+    main_grad = torch.zeros(6, 4)
+    assert torch.equal(linear.general_gemm(x, dy, None, layout="NT", grad=True), dy.t() @ x)  # wgrad
+    linear.general_gemm(x, dy, None, layout="NT", grad=True, accumulate=True, out=main_grad)
+    window.advance()
+    probe.close()
+    recs = [r for r in lines(tmp_path / "rank0" / "sites.jsonl") if r["event"] == "site"]
+    labels = [r["label"] for r in recs]
+    # the aten mm inside the stand-in is named too (a real TE GEMM would not reach aten)
+    assert "gemm:NT:acc0:grad1#1" in labels and "gemm:NT:acc1:grad1#1" in labels
+    te = [r for r in recs if r["op"] == "transformer_engine.general_gemm"]
+    assert [r["site"] for r in te] == ["gemm:NT:acc0:grad1", "gemm:NT:acc1:grad1"]
+    assert len(te[1]["in"]) == 3 and te[1]["meta"]["te"] is True
