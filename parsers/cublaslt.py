@@ -204,7 +204,7 @@ class _Reader:
                     continue
                 m = match(raw) if "[cublasLt]" in raw else None
                 if m is None:
-                    self._foreign(lineno, raw, seen)
+                    self._foreign(lineno, raw)
                     continue
                 seen += 1
                 ts, pid, level, function = m.groups()
@@ -214,7 +214,7 @@ class _Reader:
         if not seen:
             self._no_lines()
 
-    def _foreign(self, lineno: int, raw: str, seen: int) -> None:
+    def _foreign(self, lineno: int, raw: str) -> None:
         if not raw.strip():
             return
         if _LOOKS_LIKE_HEADER.match(raw.lstrip()):
@@ -234,7 +234,7 @@ class _Reader:
 
     def _no_lines(self) -> None:
         if self.cut_line is not None and self.first_skipped is None:
-            raise BadInput(self.path, f"no complete cuBLASLt log line: the only line is cut short", line=self.cut_line)
+            raise BadInput(self.path, "no complete cuBLASLt log line: the only line is cut short", line=self.cut_line)
         where = f" (first other line: {self.first_skipped})" if self.first_skipped else ""
         raise BadInput(self.path, f"no cuBLASLt log line found{where}; not a {WHAT}?", line=self.first_skipped)
 
