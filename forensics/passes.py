@@ -260,7 +260,8 @@ def plan_passes(
     if "ncu" in instruments:
         folder = out / "ncu"
         cfg = ProbeConfig(out_dir=str(folder), probes=["sites"], arm="ncu", site=site, steps=steps, ranks=ranks,
-                          cuda_profiler_window=(ncu_mode == "window"), max_records=max_records)
+                          cuda_profiler_window=(ncu_mode == "window"), max_records=max_records,
+                          extra={"digests": False})  # no hash kernels to replay; the arms have the digests
         p = Pass(name="ncu", arm=first, role="pass", folder=folder,
                  argv=ncu_argv(tools.ncu or "ncu", folder / "window", command, site=site, mode=ncu_mode),
                  env=dict(first_env), log_path=out / "passes" / "ncu.log", probe_config=cfg,
@@ -270,7 +271,7 @@ def plan_passes(
     if "nsys" in instruments:
         folder = out / "nsys"
         cfg = ProbeConfig(out_dir=str(folder), probes=["sites"], arm="nsys", site=site, steps=steps, ranks=ranks,
-                          cuda_profiler_window=True, max_records=max_records)
+                          cuda_profiler_window=True, max_records=max_records, extra={"digests": False})
         report = folder / "window"
         p = Pass(name="nsys", arm=first, role="pass", folder=folder,
                  argv=nsys_argv(tools.nsys or "nsys", report, command), env=dict(first_env),
@@ -308,7 +309,8 @@ def describe_plan(plan: Plan, base_env: dict[str, str] | None = None) -> str:
             lines.append(f"  env:  {k}={v}")
         if p.probe_config is not None:
             c = p.probe_config
-            lines.append(f"  probes: {','.join(c.probes)}  cuda_profiler_window={c.cuda_profiler_window}")
+            lines.append(f"  probes: {','.join(c.probes)}  cuda_profiler_window={c.cuda_profiler_window}"
+                         f"  digests={c.extra.get('digests', True)}")
         for post in p.post:
             lines.append(f"  then: {shlex.join(post)}")
         lines.append(f"  log:  {p.log_path}")

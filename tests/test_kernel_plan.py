@@ -59,6 +59,7 @@ def test_exact_ncu_argv_window_mode(tmp_path):
         "-o", f"{cap}/ncu/window", *CMD]
     assert "-f" not in ncu.argv and "--force-overwrite" not in ncu.argv
     assert ncu.probe_config.cuda_profiler_window and ncu.probe_config.probes == ["sites"]
+    assert ncu.probe_config.extra == {"digests": False}  # no hash kernels replayed inside the window
     assert ncu.env == {}  # no CUBLASLT logging under replay
 
 

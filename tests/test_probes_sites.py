@@ -107,6 +107,13 @@ def test_site_filter_keeps_counting_other_occurrences(tmp_path):
     assert lines(path)[0]["site_filter"] == "gemm:NT:acc0:grad0#2"
 
 
+def test_instrument_passes_record_ranges_without_digests(tmp_path):
+    path, _ = run_probe(tmp_path, extra={"digests": False})
+    rec = next(r for r in lines(path) if r["event"] == "site")
+    assert all("hash" not in d and d["hash_error"] == "digests off in this pass" for d in rec["in"] + rec["out"])
+    assert rec["in"][0]["shape"] == [4, 6] and rec["external_id"] == 1
+
+
 def test_record_budget_counts_dropped(tmp_path):
     path, probe = run_probe(tmp_path, max_site_records=3)
     recs = lines(path)
