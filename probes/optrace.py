@@ -201,7 +201,7 @@ class OpTracer(TorchDispatchMode):
         """Non-tensor arguments (scalars, sizes, dtypes) as one stable digest; None when none."""
         if not values:
             return None
-        text = repr(values)
+        text = "|".join(_stable_repr(v) for v in values)
         return {"s": None, "t": "args", "n": len(values), "h": format(zlib.crc32(text.encode()), "016x")}
 
     # ------------------------------------------------------------------ recording
@@ -354,6 +354,23 @@ class OpTracer(TorchDispatchMode):
                 self.__exit__(None, None, None)
             except Exception:  # noqa: BLE001 - another mode on top, or another thread
                 pass
+
+
+def _stable_repr(v: Any) -> str:
+    """A representation that is the same in two processes (no object addresses)."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return repr(v)
+    if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return str(v)
+    if isinstance(v, torch.Generator):  # its state is an input of the op that draws from it
+        try:
+            state = v.get_state()
+            return f"Generator({v.device},{zlib.crc32(state.cpu().numpy().tobytes()):08x})"
+        except Exception:  # noqa: BLE001
+            return f"Generator({v.device})"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_stable_repr(x) for x in v) + "]"
+    return type(v).__name__
 
 
 def _initial_seed() -> int | None:

@@ -167,11 +167,13 @@ def run_info(path: Path) -> dict[str, Any]:
     info.pop("version", None)
     info["traced_ranks"] = sorted(files)
     dropped, complete = {}, {}
-    for r, f in files.items():
+    for r, f in sorted(files.items()):
         foot = read_footer(f)
         complete[r] = foot is not None
         if foot and foot.get("dropped"):
             dropped[r] = int(foot["dropped"])
+        if foot and isinstance(foot.get("seeds"), dict) and "seeds" not in info:
+            info["seeds"] = foot["seeds"]  # known only at the end of the run
     info["_dropped"] = dropped
     info["_complete"] = complete
     return info

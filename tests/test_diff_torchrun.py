@@ -1,0 +1,67 @@
+"""Two ranks under ``torchrun --nproc-per-node 2`` (CPU, gloo), traced in two real runs.
+
+Rank 0's thread count differs between the runs (1 vs 2), which changes the bits of its float32
+sum over 4M elements; rank 1 is configured identically in both runs. The differ must name the
+sum as ORIGIN on rank 0 and classify rank 1's first divergence, the gradient all_reduce that
+brings rank 0's difference over, as RECEIVER: never a site.
+"""
+from __future__ import annotations
+
+import socket
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not (hasattr(torch, "hash_tensor") and dist.is_available() and dist.is_gloo_available()):
+    pytest.skip("needs torch.hash_tensor and the gloo backend", allow_module_level=True)
+
+from forensics.commands.trace import trace_command  # noqa: E402
+from forensics.diff import ORIGIN, RECEIVER, diff_paths  # noqa: E402
+
+pytestmark = pytest.mark.slow
+SCRIPT = Path(__file__).resolve().parent / "data" / "scripts" / "optrace_ddp.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("ddp")
+
+    def run(job: tuple[str, int]) -> int:
+        name, threads = job
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+               "--master-port", str(free_port()), str(SCRIPT), "--threads", str(threads)]
+        return trace_command(cmd, base / name, steps="all")[0]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        codes = list(pool.map(run, [("a", 1), ("b", 2)]))
+    assert codes == [0, 0]
+    return {"a": base / "a", "b": base / "b"}
+
+
+def test_both_ranks_traced_rank_local(runs):
+    for r in ("a", "b"):
+        assert sorted(p.parent.name for p in runs[r].glob("rank*/trace.jsonl")) == ["rank0", "rank1"]
+
+
+def test_origin_on_rank0_receiver_on_rank1(runs):
+    rep = diff_paths(runs["a"], runs["b"])
+    d0, d1 = rep.ranks[0].first_divergence, rep.ranks[1].first_divergence
+    assert d0.verdict == ORIGIN and d0.identity == "aten.sum.default:1"
+    assert d1.verdict == RECEIVER and d1.identity == "collective.all_reduce:1" and d1.site is None
+    assert d1.kind == "collective"
+    assert rep.pattern == "subset" and rep.site == "aten.sum.default" and rep.site_rank == 0
+
+
+def test_single_rank_view_of_the_receiver_says_widen(runs):
+    rep = diff_paths(runs["a"], runs["b"], rank=1)
+    assert rep.pattern == "only_receivers" and rep.site is None and "--ranks all" in rep.next_command
