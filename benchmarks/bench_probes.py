@@ -5,7 +5,8 @@
    modules imported but not activated (no ``FORENSICS_CONFIG``: the shipped default).
 2. **enabled vs disabled** (one process, alternated blocks): the same step with the site probe's
    dispatch mode active (naming every GEMM, NVTX no-op ranges, ``torch.hash_tensor`` digests,
-   JSONL written) and without it; also with a site filter that selects one of the model's sites.
+   JSONL written) and without it; also with a site filter that selects one of the model's sites,
+   and, for reference, with an empty Python dispatch mode (the floor any such probe pays).
 
     python benchmarks/bench_probes.py [--steps 30] [--repeats 5] [--json out.json]
 
@@ -107,9 +108,28 @@ def enabled_overhead(steps: int, repeats: int) -> dict:
         cfg = ProbeConfig(out_dir=str(out / name), site=site, steps="all", max_site_records=10**9)
         window = StepWindow(parse_steps("all"))
         probes[name] = SiteProbe(cfg, window, out / name / "rank0", 0)
-    times: dict[str, list[float]] = {"disabled": [], "all": [], "one": []}
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class NoopMode(TorchDispatchMode):
+        """Reference: the cost of any Python dispatch mode, doing nothing."""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            return func(*args, **(kwargs or {}))
+
+    class CountMode(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            CountMode.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with CountMode():
+        step()
+    times: dict[str, list[float]] = {"disabled": [], "noop_mode": [], "all": [], "one": []}
     for _ in range(repeats):
         times["disabled"].append(per_step(step, steps))
+        with NoopMode():
+            times["noop_mode"].append(per_step(step, steps))
         for name, p in probes.items():
             p._push_mode()
             times[name].append(per_step(step, steps))
@@ -123,7 +143,9 @@ def enabled_overhead(steps: int, repeats: int) -> dict:
             "step_enabled_one_site_ms": med["one"] * 1e3,
             "ratio_enabled_all_vs_disabled": med["all"] / med["disabled"],
             "ratio_enabled_one_site_vs_disabled": med["one"] / med["disabled"],
-            "gemms_per_step": 12, "jsonl_lines_written": recs}
+            "step_noop_dispatch_mode_ms": med["noop_mode"] * 1e3,
+            "ratio_noop_dispatch_mode_vs_disabled": med["noop_mode"] / med["disabled"],
+            "gemms_per_step": 12, "aten_ops_per_step": CountMode.n, "jsonl_lines_written": recs}
 
 
 def main() -> int:

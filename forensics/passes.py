@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from probes.config import ProbeConfig
+from probes.window import parse_ranks, parse_steps
 
 INSTRUMENTS = ("cupti", "cublaslt", "ncu", "nsys")
 NVTX_DOMAIN = "forensics"
@@ -228,6 +229,8 @@ def plan_passes(
         raise ValueError(f"unknown instrument(s) {', '.join(bad)}; choose from {', '.join(INSTRUMENTS)}")
     if not command:
         raise ValueError("no command to run")
+    parse_steps(steps)  # ValueError with a one-line reason, before anything runs
+    parse_ranks(ranks)
     arm_specs: list[tuple[str, dict[str, str], dict[str, str]]] = []  # (name, env, toggle)
     if env_arms:
         for name, env in env_arms.items():

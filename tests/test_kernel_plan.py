@@ -106,6 +106,10 @@ def test_bad_plans_raise_value_errors(tmp_path):
         plan(tmp_path, arms=0)
     with pytest.raises(ValueError, match="arm name"):
         plan(tmp_path, env_arms={"ncu": {}})
+    with pytest.raises(ValueError, match="bad step window"):
+        plan(tmp_path, steps="two")
+    with pytest.raises(ValueError, match="bad rank"):
+        plan(tmp_path, ranks="0,x")
 
 
 def test_cannot_run_no_cuda(tmp_path):
