@@ -245,6 +245,8 @@ class SiteProbe:
         """Resolve the staged digests (one device->host copy) and write the pending lines."""
         with self.lock:
             pending, self.pending = self.pending, []
+        if final and self.file is None and not self.seen and self.window.step == 0:
+            pending = []  # a process that never stepped nor ran a GEMM (a launcher): leave no file
         if pending:
             resolve(pending)
             self._open()

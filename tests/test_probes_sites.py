@@ -126,6 +126,12 @@ def test_window_that_never_opens_writes_nothing(tmp_path):
     assert not path.exists()
 
 
+def test_launcher_in_a_step0_window_writes_nothing(tmp_path):
+    """A process that enters a window containing step 0 but never steps nor runs a GEMM (torchrun's agent)."""
+    path, _ = run_probe(tmp_path, steps="0-2", n_steps=0)
+    assert not path.exists()
+
+
 def test_existing_file_is_never_overwritten(tmp_path):
     (tmp_path / "rank0").mkdir()
     (tmp_path / "rank0" / "sites.jsonl").write_text("precious\n")
