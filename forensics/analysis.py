@@ -289,7 +289,10 @@ def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None
     for c in COUNT_COLUMNS:
         if c not in counts:
             counts[c] = 0
-    names = lf.drop_duplicates("key").set_index("key") if len(lf) else pd.DataFrame(columns=["kernel", "mangled", "short_name", "grid", "block"])
+    # Names from every instrument that saw the kernel: the first non-null of each (nsys 2021 exports
+    # have no mangled name; ncu does).
+    names = (lf.groupby("key")[["kernel", "mangled", "short_name"]].first() if len(lf)
+             else pd.DataFrame(columns=["kernel", "mangled", "short_name"]))
     for col in ("kernel", "mangled", "short_name"):
         counts[col] = counts["key"].map(lambda k, c=col: names[c].get(k) if k in names.index else None)
     ncalls = cf.groupby(keys, dropna=False).size().rename("calls").reset_index() if len(cf) else pd.DataFrame(columns=keys + ["calls"])

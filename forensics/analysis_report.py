@@ -29,17 +29,24 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
     if not len(an.verdicts):
         console.print("[yellow]no kernel launches to judge[/yellow]")
         return
+    v = an.verdicts
+    many = v["arm"].nunique() > 1 or v["rank"].nunique() > 1
     t = Table(title="launch counts per instrument family and the two-instrument rule", show_lines=False)
-    for col in ("arm", "rank", "scope", "kernel", "CUPTI", "ncu", "cuBLASLt", "verdict"):
+    cols = (["arm", "rank"] if many else []) + ["scope", "kernel (short name)", "CUPTI family", "ncu", "cuBLASLt", "verdict"]
+    for col in cols:
         t.add_column(col, overflow="fold")
-    for r in an.verdicts.head(max_rows).itertuples(index=False):
+    for r in v.head(max_rows).itertuples(index=False):
         c = r.counts
-        t.add_row(str(r.arm), str(r.rank), str(r.scope), _short(r.kernel),
-                  _fmt(c.get("cupti"), r.cupti_instrument), _fmt(c.get("ncu")), _fmt(c.get("cublaslt")),
-                  f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]")
+        cells = ([str(r.arm), str(r.rank)] if many else []) + [
+            str(r.scope), _short(r.short_name or r.kernel, 48),
+            _fmt(c.get("cupti"), r.cupti_instrument), _fmt(c.get("ncu")), _fmt(c.get("cublaslt")),
+            f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]"]
+        t.add_row(*cells)
     console.print(t)
     if len(an.verdicts) > max_rows:
         console.print(f"... {len(an.verdicts) - max_rows} more rows in analysis.json")
+    if not many:
+        console.print(f"arm {v['arm'].iloc[0]}, rank {v['rank'].iloc[0]}; full demangled and mangled names in report.md")
     named = an.named
     console.print(f"[bold]{len(named)} of {len(an.verdicts)} (scope, kernel) pairs NAMED[/bold] "
                   f"({named['kernel'].nunique() if len(named) else 0} distinct kernels)")
