@@ -9,6 +9,7 @@
    and, for reference, with an empty Python dispatch mode (the floor any such probe pays).
 
     python benchmarks/bench_probes.py [--steps 30] [--repeats 5] [--json out.json]
+    python benchmarks/bench_probes.py --gpu      # CUPTI probe vs torch.profiler (needs CUDA + cupti-python)
 
 Timings are medians of ``--repeats`` alternated blocks; only their ratios are meaningful.
 """
@@ -148,12 +149,90 @@ def enabled_overhead(steps: int, repeats: int) -> dict:
             "gemms_per_step": 12, "aten_ops_per_step": CountMode.n, "jsonl_lines_written": recs}
 
 
+def gpu_step_time(mode: str, steps: int) -> float:
+    """One process, one mode: seconds per example-workload step with none | cupti | profiler collecting."""
+    import torch
+
+    from forensics.example_workload import build, make_linear
+
+    w1, w2 = build(torch, "cuda", 4096)
+    linear = make_linear(torch)
+    opt = torch.optim.SGD([w1, w2], lr=1e-3)
+    x = torch.randn(2048, 4096, device="cuda").to(torch.bfloat16)
+
+    def step():
+        linear.apply(linear.apply(x, w1, False), w2, True).float().pow(2).mean().backward()
+        w2.grad = w2.main_grad.to(torch.bfloat16)
+        opt.step()
+        w2.main_grad.zero_()
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    ctx = None
+    if mode == "cupti":
+        from probes.cupti import install
+        from probes.config import ProbeConfig
+        from probes.window import StepWindow, parse_steps
+
+        out = Path(tempfile.mkdtemp(prefix="bench-cupti-"))
+        window = StepWindow(parse_steps("all"))
+        ctx = install(ProbeConfig(out_dir=str(out), probes=["cupti"], steps="all"), window, out / "rank0", 0)
+        window.start()
+    elif mode == "profiler":
+        ctx = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                 torch.profiler.ProfilerActivity.CUDA])
+        ctx.__enter__()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    dt = (time.perf_counter() - t0) / steps
+    if mode == "cupti":
+        ctx.close()  # flush included in neither timing: both tools export after the window
+    elif mode == "profiler":
+        ctx.__exit__(None, None, None)
+    return dt
+
+
+def cupti_vs_profiler(steps: int, repeats: int) -> dict:
+    """GPU only: the CUPTI probe vs torch.profiler vs nothing on the example's steps, one process per run."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return {"skipped": "no CUDA device"}
+    except ImportError:
+        return {"skipped": "no torch"}
+    times: dict[str, list[float]] = {"none": [], "cupti": [], "profiler": []}
+    for _ in range(repeats):
+        for mode in times:
+            r = subprocess.run([sys.executable, __file__, "--gpu-mode", mode, "--steps", str(steps)],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                return {"failed": mode, "stderr": r.stderr[-2000:]}
+            times[mode].append(float(r.stdout.strip().splitlines()[-1]))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"step_none_ms": med["none"] * 1e3, "step_cupti_ms": med["cupti"] * 1e3,
+            "step_profiler_ms": med["profiler"] * 1e3, "ratio_cupti_vs_none": med["cupti"] / med["none"],
+            "ratio_profiler_vs_none": med["profiler"] / med["none"],
+            "ratio_cupti_vs_profiler": med["cupti"] / med["profiler"]}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--gpu", action="store_true", help="also CUPTI probe vs torch.profiler on the example (CUDA)")
+    p.add_argument("--gpu-mode", choices=["none", "cupti", "profiler"], help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.gpu_mode:
+        print(gpu_step_time(a.gpu_mode, a.steps))
+        return 0
+    if a.gpu:
+        print(json.dumps({"gpu": cupti_vs_profiler(a.steps, a.repeats)}, indent=1))
+        return 0
     res = {"import": import_overhead(a.steps, a.repeats), "enabled": enabled_overhead(a.steps, a.repeats),
            "steps": a.steps, "repeats": a.repeats, "load_average": os.getloadavg(), "cpus": os.cpu_count()}
     print(json.dumps(res, indent=1))
