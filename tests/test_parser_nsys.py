@@ -215,3 +215,22 @@ def test_no_write_and_read_only_open(tmp_path):
     before = p.read_bytes()
     nsys.read_kernels(p), nsys.read_ranges(p), nsys.schema_info(p)
     assert p.read_bytes() == before and sorted(x.name for x in tmp_path.iterdir()) == ["ro.sqlite"]
+
+
+def test_registered_strings_default_domain_and_no_kernels(tmp_path):
+    # a modified copy: two ranges switched to registered strings (textId), one to the default
+    # domain (domainId 0), and every kernel row removed
+    p = tmp_path / "modified.sqlite"
+    shutil.copyfile(NVTX, p)
+    with sqlite3.connect(p) as c:
+        sid = c.execute("SELECT id FROM StringIds WHERE value = 'cudaLaunchKernel_v7000'").fetchone()[0]
+        first = [r[0] for r in c.execute("SELECT rowid FROM NVTX_EVENTS WHERE eventType = 59 ORDER BY start LIMIT 2")]
+        c.execute(f"UPDATE NVTX_EVENTS SET text = NULL, textId = ? WHERE rowid IN ({first[0]}, {first[1]})", (sid,))
+        c.execute("UPDATE NVTX_EVENTS SET domainId = 0 WHERE rowid = ?", (first[0],))
+        c.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    r = nsys.read_ranges(p)
+    assert r["name"].tolist()[:3] == ["cudaLaunchKernel_v7000", "cudaLaunchKernel_v7000", "main->test_max_par->init_data"]
+    assert pd.isna(r["domain"][0]) and r["domain"][1] == "de.tu-darmstadt.parallel.extra_prof"
+    k = nsys.read_kernels(p)
+    assert k.empty and list(k.columns[: len(LAUNCH_COLUMNS)]) == list(LAUNCH_COLUMNS)
+    assert nsys.attribute(k, r).empty
