@@ -81,6 +81,9 @@ def read_footer(path: Path) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) and obj.get("type") == "footer" else None
 
 
+_new = object.__new__
+
+
 def _tensor(obj: Any, path: Path, line: int) -> TensorDigest | None:
     if obj is None:
         return None
@@ -88,14 +91,59 @@ def _tensor(obj: Any, path: Path, line: int) -> TensorDigest | None:
         raise BadInput(path, f"tensor entry is {type(obj).__name__}, expected an object or null", line)
     shape = obj.get("s")
     chunks = obj.get("c")
-    return TensorDigest(
-        shape=tuple(shape) if shape is not None else None,
-        dtype=obj.get("t"),
-        numel=obj.get("n"),
-        digest=obj.get("h"),
-        chunks=tuple(chunks) if chunks is not None else None,
-        evidence=obj.get("ev", "full"),
-    )
+    if shape is not None and not isinstance(shape, list) or chunks is not None and not isinstance(chunks, list):
+        raise BadInput(path, "tensor entry: 's' and 'c' must be lists", line)
+    t = _new(TensorDigest)  # frozen dataclass without its per-field __setattr__ cost (hot path)
+    t.__dict__.update(shape=tuple(shape) if shape is not None else None, dtype=obj.get("t"), numel=obj.get("n"),
+                      digest=obj.get("h"), chunks=tuple(chunks) if chunks is not None else None,
+                      evidence=obj.get("ev", "full"))
+    return t
+
+
+class LazyTensors(list):
+    """A record's tensor list, parsed on first use (the differ reads inputs only when outputs differ)."""
+
+    __slots__ = ("_raw", "_where")
+
+    def __init__(self, iterable: Any = (), raw: list | None = None, where: tuple[Path, int] | None = None) -> None:
+        super().__init__(iterable)
+        self._raw, self._where = raw, where
+
+    def _load(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw:
+            path, line = self._where
+            list.extend(self, [_tensor(t, path, line) for t in raw])
+
+    def __len__(self) -> int:
+        if self._raw is not None:
+            self._load()
+        return list.__len__(self)
+
+    def __iter__(self):  # noqa: ANN204
+        if self._raw is not None:
+            self._load()
+        return list.__iter__(self)
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204
+        if self._raw is not None:
+            self._load()
+        return list.__getitem__(self, i)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __eq__(self, other: object) -> bool:
+        if self._raw is not None:
+            self._load()
+        return list.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        if self._raw is not None:
+            self._load()
+        return list.__repr__(self)
 
 
 def iter_records(path: Path, rank: int | None = None) -> Iterator[TraceRecord]:
@@ -136,16 +184,20 @@ def iter_records(path: Path, rank: int | None = None) -> Iterator[TraceRecord]:
             if not isinstance(seq, int) or seq <= last_seq:
                 raise BadInput(path, f"seq {seq!r} is not increasing (previous {last_seq})", line_no)
             last_seq = seq
+            raw_in, raw_out = obj.get("in") or [], obj.get("out") or []
+            if not isinstance(raw_in, list) or not isinstance(raw_out, list):
+                raise BadInput(path, "'in' and 'out' must be lists", line_no)
             try:
-                inputs = [_tensor(t, path, line_no) for t in obj.get("in") or ()]
-                outputs = [_tensor(t, path, line_no) for t in obj.get("out") or ()]
+                outputs = [_tensor(t, path, line_no) for t in raw_out]
             except TypeError as e:
                 raise BadInput(path, f"bad tensor entry: {e}", line_no) from None
-            yield TraceRecord(
+            rec = _new(TraceRecord)  # hot path: skip the dataclass __init__
+            rec.__dict__.update(
                 rank=rank, seq=seq, identity=identity, name=name, kind=obj.get("kind", "op"),
-                step=obj.get("step"), phase=obj.get("phase"), inputs=inputs, outputs=outputs,
-                source=f"{src}:{line_no}", extra=obj.get("meta") or {},
+                step=obj.get("step"), phase=obj.get("phase"), inputs=LazyTensors(raw=raw_in, where=(path, line_no)),
+                outputs=outputs, source=f"{src}:{line_no}", extra=obj.get("meta") or {},
             )
+            yield rec
     if not footer_seen:
         raise BadInput(path, "no footer: the trace was cut short (the process died before it closed?)", line_no)
 
