@@ -117,11 +117,15 @@ def enabled_overhead(steps: int, repeats: int) -> dict:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
             return func(*args, **(kwargs or {}))
 
+    from probes.gemm_naming import is_gemm
+
     class CountMode(TorchDispatchMode):
         n = 0
+        gemms = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
             CountMode.n += 1
+            CountMode.gemms += is_gemm(str(func))
             return func(*args, **(kwargs or {}))
 
     with CountMode():
@@ -146,7 +150,7 @@ def enabled_overhead(steps: int, repeats: int) -> dict:
             "ratio_enabled_one_site_vs_disabled": med["one"] / med["disabled"],
             "step_noop_dispatch_mode_ms": med["noop_mode"] * 1e3,
             "ratio_noop_dispatch_mode_vs_disabled": med["noop_mode"] / med["disabled"],
-            "gemms_per_step": 12, "aten_ops_per_step": CountMode.n, "jsonl_lines_written": recs}
+            "gemms_per_step": CountMode.gemms, "aten_ops_per_step": CountMode.n, "jsonl_lines_written": recs}
 
 
 def gpu_step_time(mode: str, steps: int) -> float:
