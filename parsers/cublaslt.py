@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from os import PathLike
 from typing import Any
 
@@ -454,15 +455,19 @@ def _read_log(path: str | PathLike[str], tolerate_truncated_tail: bool) -> Cubla
     calls = _Templated(CALL_COLUMNS, _call_row)
     heuristics = _Templated(HEURISTIC_COLUMNS, _heuristic_row)
     messages = {name: _Messages() for name in ("api", "info", "hints", "errors")}
-    matmul = MATMUL_FN_RE.fullmatch
+    targets: dict[tuple[str, str], _Templated | _Messages] = {}  # (level, function) -> bucket
     for fields in reader.lines():
-        level, function = fields[3], fields[4]
-        if level == "Trace" and matmul(function):
-            calls.add(reader, *fields)
-        elif level == "Api" and function.startswith(HEURISTIC_PREFIX):
-            heuristics.add(reader, *fields)
-        else:
-            messages[_MESSAGE_BUCKET.get(level, "api")].add(_Line(fields[0], *fields[1:]))
+        target = targets.get((fields[3], fields[4]))
+        if target is None:
+            level, function = fields[3], fields[4]
+            if level == "Trace" and MATMUL_FN_RE.fullmatch(function):
+                target = calls
+            elif level == "Api" and function.startswith(HEURISTIC_PREFIX):
+                target = heuristics
+            else:
+                target = messages[_MESSAGE_BUCKET.get(level, "api")]
+            targets[(level, function)] = target
+        target.add(reader, *fields)
     reader.finish()
     frames = {"calls": calls.frame(), "heuristics": heuristics.frame(),
               **{name: m.frame() for name, m in messages.items()}}
@@ -484,8 +489,9 @@ class _Messages:
         self.rows: list[dict[str, Any]] = []
         self.parts: list[pd.DataFrame] = []
 
-    def add(self, ln: _Line) -> None:
-        self.rows.append(_message_row(ln))
+    def add(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
+            rest: str, raw: str) -> None:
+        self.rows.append(_message_row(_Line(lineno, ts, pid, level, function, rest, raw)))
         if len(self.rows) >= ROWS_PER_CHUNK:
             self.parts.append(_frame(self.rows, MESSAGE_COLUMNS))
             self.rows = []
@@ -606,7 +612,12 @@ class _Templated:
 
     def add(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
             rest: str, raw: str) -> None:
-        tid, ptrs = self._template(reader, lineno, ts, pid, level, function, rest, raw)
+        parts = _POINTER.split(rest)  # fast path: a known template, only the pointers are new
+        tid = self.cache.get((level, function, "\x01".join(parts[::2])), -1) if "\x01" not in rest else -1
+        if tid is None or tid < 0:
+            tid, ptrs = self._template(reader, lineno, ts, pid, level, function, rest, raw)
+        else:
+            ptrs = parts[1::2]
         self.rows.append((tid, ptrs, lineno, pid, ts, raw))
         if len(self.rows) >= ROWS_PER_CHUNK:
             self._flush()
@@ -641,27 +652,37 @@ class _Templated:
         bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
         filled: dict[str, np.ndarray] = {}
         for j, tpl in enumerate(templates):
-            group = order[bounds[j]:bounds[j + 1]].tolist()
-            ptrs = [all_ptrs[r] for r in group]
+            group = order[bounds[j]:bounds[j + 1]]
+            dict_cols = [c for c, v in tpl.static.items() if isinstance(v, dict)]
+            if not (tpl.ptr_cols or dict_cols):
+                continue
+            by_index = list(zip(*[all_ptrs[r] for r in group.tolist()]))  # pointer index -> values
             for col, i in tpl.ptr_cols:
                 if col not in filled:
                     filled[col] = df[col].to_numpy(dtype=object, na_value=None)
-                filled[col][group] = [p[i] for p in ptrs]
-            for col, base in tpl.static.items():
-                if not isinstance(base, dict):
-                    continue
+                filled[col][group] = _objects(by_index[i])
+            for col in dict_cols:
                 if col not in filled:
                     filled[col] = np.empty(len(df), dtype=object)
+                base = tpl.static[col]
                 entries = [(k, i) for c, k, i in tpl.ptr_dicts if c == col]
-                values = [base.copy() for _ in group]
-                for d, p in zip(values, ptrs):
-                    for k, i in entries:
-                        d[k] = p[i]
-                filled[col][group] = values
+                if entries:
+                    keys = [k for k, _ in entries]
+                    values = [{**base, **dict(zip(keys, v))} for v in zip(*(by_index[i] for _, i in entries))]
+                else:
+                    values = list(map(dict.copy, repeat(base, len(group))))
+                filled[col][group] = _objects(values)
         for col, values in filled.items():
             dtype = contract[col]
             df[col] = values if dtype == "object" else pd.array(values, dtype=dtype)
         return df
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray:
+    """A 1-d object array holding ``values`` as they are (no conversion to numpy strings)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def _frame(rows: list[dict[str, Any]], contract: dict[str, str]) -> pd.DataFrame:
