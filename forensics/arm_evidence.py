@@ -39,28 +39,39 @@ class Evidence:
 
     _index: dict[str, dict] = field(default_factory=dict, repr=False)
 
-    def occurrence_launches(self, arm: str, rank: int, label: str) -> pd.DataFrame:
+    def launch_rows(self, arm: str, rank: int, label: str) -> list[dict[str, Any]]:
         """Launches of one occurrence from ONE source (see :data:`LAUNCH_PREFERENCE`), launch order."""
-        return one_source(self._group("launches", arm, rank, label), arm, LAUNCH_PREFERENCE)
+        return self._rows("launches", arm, rank, label, LAUNCH_PREFERENCE)
+
+    def call_rows(self, arm: str, rank: int, label: str) -> list[dict[str, Any]]:
+        """Matmul calls of one occurrence from one log (cuBLASLt over legacy cuBLAS), host order."""
+        return self._rows("calls", arm, rank, label, ("cublaslt", "cublas"))
+
+    def occurrence_launches(self, arm: str, rank: int, label: str) -> pd.DataFrame:
+        """:meth:`launch_rows` as a frame."""
+        return pd.DataFrame(self.launch_rows(arm, rank, label), columns=self._columns("launches"))
 
     def occurrence_calls(self, arm: str, rank: int, label: str) -> pd.DataFrame:
-        """Matmul calls of one occurrence from one log (cuBLASLt over legacy cuBLAS), host order."""
-        return one_source(self._group("calls", arm, rank, label), arm, ("cublaslt", "cublas"))
+        """:meth:`call_rows` as a frame."""
+        return pd.DataFrame(self.call_rows(arm, rank, label), columns=self._columns("calls"))
 
-    def _group(self, kind: str, arm: str, rank: int, label: str) -> pd.DataFrame:
-        """Rows of ``kind`` for one occurrence; the frame is split once (slim columns) and cached."""
+    def _columns(self, kind: str) -> list[str]:
         df = getattr(self, kind)
+        return [c for c in (df.columns if df is not None else []) if c in _SLIM]
+
+    def _rows(self, kind: str, arm: str, rank: int, label: str, preference: tuple[str, ...]) -> list[dict[str, Any]]:
+        """One occurrence's rows of ``kind``; the frame is split once into plain records and cached."""
         if kind not in self._index:
-            if df is None or df.empty or "site_label" not in df.columns:
-                self._index[kind] = {}
-            else:
-                slim = df.loc[df["site_label"].notna(), [c for c in df.columns if c in _SLIM]]
-                self._index[kind] = {(a, int(r), str(lbl)): g for (a, r, lbl), g in
-                                     slim.groupby(["arm", "rank", "site_label"], sort=False, dropna=True)}
-        hit = self._index[kind].get((arm, int(rank), str(label)))
-        if hit is None:
-            return pd.DataFrame(columns=[c for c in (df.columns if df is not None else []) if c in _SLIM])
-        return hit
+            df = getattr(self, kind)
+            groups: dict[tuple, list[dict[str, Any]]] = {}
+            if df is not None and not df.empty and "site_label" in df.columns:
+                slim = df.loc[df["site_label"].notna(), self._columns(kind)]
+                for rec in slim.to_dict("records"):
+                    if missing(rec.get("rank")):
+                        continue
+                    groups.setdefault((rec["arm"], int(rec["rank"]), str(rec["site_label"])), []).append(rec)
+            self._index[kind] = {key: one_source(rows, key[0], preference) for key, rows in groups.items()}
+        return self._index[kind].get((arm, int(rank), str(label)), [])
 
 
 #: Columns verdicts and bundles read from launch and call frames (the rest stay in the full frames).
@@ -71,21 +82,26 @@ _SLIM = {"instrument", "folder", "file", "line", "arm", "rank", "pid", "site_lab
          "num_splits_k", "reduction_scheme", "cta_swizzling", "cluster_shape", "scheduling_mode", "inner_shape"}
 
 
-def one_source(df: pd.DataFrame, arm: str, preference: tuple[str, ...]) -> pd.DataFrame:
-    """Rows of the most preferred instrument present, from one folder (the arm's own first)."""
-    if df.empty:
-        return df
-    if "instrument" in df.columns:
-        present = [i for i in preference if (df["instrument"] == i).any()]
-        if present:
-            df = df[df["instrument"] == present[0]]
-    if "folder" in df.columns:
-        folders = list(dict.fromkeys(df["folder"].astype(str)))
-        df = df[df["folder"].astype(str) == (arm if arm in folders else folders[0])]
+def missing(v: Any) -> bool:
+    """None, NaN or pd.NA."""
+    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
+
+
+def one_source(rows: list[dict[str, Any]], arm: str, preference: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Rows of the most preferred instrument present, from one folder (the arm's own first), in order."""
+    if not rows:
+        return rows
+    present = [i for i in preference if any(r.get("instrument") == i for r in rows)]
+    if present:
+        rows = [r for r in rows if r.get("instrument") == present[0]]
+    folders = list(dict.fromkeys(str(r.get("folder")) for r in rows if not missing(r.get("folder"))))
+    if folders:
+        keep = arm if arm in folders else folders[0]
+        rows = [r for r in rows if str(r.get("folder")) == keep]
     for col in ("start_ns", "line"):
-        if col in df.columns and df[col].notna().all():
-            return df.sort_values(col, kind="stable")
-    return df
+        if all(not missing(r.get(col)) for r in rows):
+            return sorted(rows, key=lambda r: r[col])
+    return rows
 
 
 def load_evidence(capture: str | Path | Capture) -> Evidence:

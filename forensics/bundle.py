@@ -177,8 +177,7 @@ def _kernels_and_problems(ev: Evidence, site: str | None) -> tuple[pd.DataFrame,
 
     kernels, problems = {}, []
     for r in _site_rows(ev, site).to_dict("records"):
-        launches = ev.occurrence_launches(r["arm"], r["rank"], r["label"])
-        for lr in launches.to_dict("records"):
+        for lr in ev.launch_rows(r["arm"], r["rank"], r["label"]):
             mangled = lr.get("mangled") if isinstance(lr.get("mangled"), str) else lr.get("kernel")
             key = (r["arm"], mangled)
             row = kernels.setdefault(key, {"arm": r["arm"], "mangled": mangled, "demangled": lr.get("kernel"),
@@ -186,8 +185,7 @@ def _kernels_and_problems(ev: Evidence, site: str | None) -> tuple[pd.DataFrame,
                                            "block": lr.get("block"), "instrument": lr.get("instrument"),
                                            "launches": 0})
             row["launches"] += 1
-        calls = ev.occurrence_calls(r["arm"], r["rank"], r["label"])
-        for cr in calls.to_dict("records"):
+        for cr in ev.call_rows(r["arm"], r["rank"], r["label"]):
             problems.append({"arm": r["arm"], "rank": r["rank"], "label": r["label"],
                              **{c: cr.get(c) for c in PROBLEM_COLUMNS + ALGO_COLUMNS}})
     kcols = ["arm", "mangled", "demangled", "family", "grid", "block", "instrument", "launches"]
@@ -506,7 +504,7 @@ def write_bundle(capture_dir: str | Path, out_path: str | Path, site: str | None
 def _plot_frame(ev: Evidence, site: str | None) -> pd.DataFrame:
     rows = []
     for r in _site_rows(ev, site).sort_values(["arm", "rank", "seq"]).to_dict("records"):
-        for lr in ev.occurrence_launches(r["arm"], r["rank"], r["label"]).to_dict("records"):
+        for lr in ev.launch_rows(r["arm"], r["rank"], r["label"]):
             rows.append({"arm": r["arm"], "rank": r["rank"], "label": r["label"], "kernel": lr.get("kernel")})
     return pd.DataFrame(rows, columns=["arm", "rank", "label", "kernel"])
 
@@ -520,8 +518,8 @@ def _repro(ev: Evidence, bundle: Bundle) -> str:
     if row is None:
         return render_repro(None, {}, base or "-", bundle.capture, label or "-")
     arm = row["arm"]
-    calls = ev.occurrence_calls(arm, row["rank"], label)
-    call = calls.iloc[0].to_dict() if len(calls) else None
+    calls = ev.call_rows(arm, row["rank"], label)
+    call = calls[0] if calls else None
     device = (bundle.environment.get(arm) or {}).get("device")
     problem = gemm_problem(label, row.to_dict(), call, device)
     return render_repro(problem, repro_knobs(arm_knobs(ev, arm)), arm, bundle.capture, label)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from forensics.arm_evidence import ALGO_COLUMNS, Evidence, from_analysis, kernel_family, load_evidence
+from forensics.arm_evidence import ALGO_COLUMNS, Evidence, from_analysis, kernel_family, load_evidence, missing
 from forensics.capture import Capture
 from forensics.environment import RELEVANT_PREFIXES
 from forensics.site import Occurrence, parse_site, parse_site_or_occurrence, split_label
@@ -146,20 +146,21 @@ def comparability(ev: Evidence, arm: str, baseline: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- per-occurrence identity
-def kernel_signature(launches: pd.DataFrame) -> tuple:
+def _as_rows(rows: Any) -> list[dict[str, Any]]:
+    if rows is None:
+        return []
+    return rows.to_dict("records") if isinstance(rows, pd.DataFrame) else list(rows)
+
+
+def kernel_signature(launches: Any) -> tuple:
     """(symbol, grid, block) of each launch of one occurrence (rows from one source, launch order)."""
-    if launches is None or launches.empty:
-        return ()
-    sym = launches["mangled"].where(launches["mangled"].notna(), launches["kernel"])
-    return tuple(zip(sym.astype(str), launches["grid"].astype(str), launches["block"].astype(str)))
+    return tuple((str(r.get("kernel") if missing(r.get("mangled")) else r.get("mangled")), str(r.get("grid")),
+                  str(r.get("block"))) for r in _as_rows(launches))
 
 
-def algo_signature(calls: pd.DataFrame) -> tuple:
+def algo_signature(calls: Any) -> tuple:
     """Algo descriptor of each matmul call of one occurrence (cuBLASLt log)."""
-    if calls is None or calls.empty:
-        return ()
-    cols = [c for c in ALGO_COLUMNS if c in calls.columns]
-    return tuple(tuple(None if pd.isna(v) else str(v) for v in row) for row in calls[cols].itertuples(index=False))
+    return tuple(tuple(None if missing(r.get(c)) else str(r.get(c)) for c in ALGO_COLUMNS) for r in _as_rows(calls))
 
 
 def _kernels_text(sig: tuple) -> str | None:
@@ -252,7 +253,8 @@ def _pair_occurrences(ev: Evidence, sites: pd.DataFrame, baseline: str, arm: str
         b_index = {r["label"]: r for r in other[other["rank"] == rank].to_dict("records")}
         seen = set()
         ordered = [(r["label"], r) for r in a_rows.to_dict("records")]
-        ordered += [(lbl, None) for lbl in b_index if lbl not in {x for x, _ in ordered}]
+        in_baseline = {x for x, _ in ordered}
+        ordered += [(lbl, None) for lbl in b_index if lbl not in in_baseline]  # only in the other arm
         for seq, (label, a) in enumerate(ordered):
             if label in seen:
                 continue
@@ -264,11 +266,11 @@ def _pair_occurrences(ev: Evidence, sites: pd.DataFrame, baseline: str, arm: str
 
 def _occurrence_row(ev: Evidence, rank: int, seq: int, label: str, a: dict | None, b: dict | None,
                     baseline: str, arm: str) -> dict[str, Any]:
-    la = ev.occurrence_launches(baseline, rank, label) if a is not None else None
-    lb = ev.occurrence_launches(arm, rank, label) if b is not None else None
+    la = ev.launch_rows(baseline, rank, label) if a is not None else []
+    lb = ev.launch_rows(arm, rank, label) if b is not None else []
     ka, kb = kernel_signature(la), kernel_signature(lb)
-    aa = algo_signature(ev.occurrence_calls(baseline, rank, label)) if a is not None else ()
-    ab = algo_signature(ev.occurrence_calls(arm, rank, label)) if b is not None else ()
+    aa = algo_signature(ev.call_rows(baseline, rank, label)) if a is not None else ()
+    ab = algo_signature(ev.call_rows(arm, rank, label)) if b is not None else ()
     cls = classify(a, b, (ka, kb), (aa, ab))
     inputs_match = None if cls in (NO_COUNTERPART, NO_DIGEST) else a["in_key"] == b["in_key"]
     bits_differ = None if cls in (NO_COUNTERPART, NO_DIGEST) else a["out_key"] != b["out_key"]
@@ -282,7 +284,7 @@ def _occurrence_row(ev: Evidence, rank: int, seq: int, label: str, a: dict | Non
     elif cls == BITS_DIFFER_KERNEL_UNKNOWN and aa and ab:
         detail += " (cuBLASLt algo descriptor identical)"
     site, n = split_label(label)
-    sources = sorted(set(la["instrument"]) if la is not None and not la.empty else set())
+    sources = sorted({str(r.get("instrument")) for r in la})
     return {"rank": int(rank), "seq": seq, "label": label, "site": site, "occurrence": n, "classification": cls,
             "inputs_match": inputs_match, "bits_differ": bits_differ,
             "kernel_baseline": _kernels_text(ka), "kernel_arm": _kernels_text(kb),
@@ -371,9 +373,9 @@ def _cell(clean: int, divergent: int) -> str:
 
 def _instance_axes(ev: Evidence, arm: str, rank: int, label: str, site_row: dict) -> dict[str, str]:
     site = parse_site(site_row["site"])
-    calls = ev.occurrence_calls(arm, rank, label)
-    launches = ev.occurrence_launches(arm, rank, label)
-    call = calls.iloc[0].to_dict() if calls is not None and not calls.empty else None
+    calls = ev.call_rows(arm, rank, label)
+    launches = ev.launch_rows(arm, rank, label)
+    call = calls[0] if calls else None
     in_dtypes = ",".join(str(d.get("dtype")) for d in site_row["in_digests"] or []) or UNKNOWN
     out_dtype = ",".join(str(d.get("dtype")) for d in site_row["out_digests"] or []) or UNKNOWN
     if call is not None and call.get("m") is not None:
@@ -404,12 +406,14 @@ def _instance_axes(ev: Evidence, arm: str, rank: int, label: str, site_row: dict
 
 
 def _present(v: Any) -> bool:
-    return v is not None and not (isinstance(v, float) and pd.isna(v)) and v is not pd.NA
+    return not missing(v)
 
 
-def _demangled(launches: pd.DataFrame, symbol: str) -> str:
-    hit = launches[(launches["mangled"] == symbol) | (launches["kernel"] == symbol)]
-    return str(hit.iloc[0]["kernel"]) if not hit.empty else symbol
+def _demangled(launches: list[dict[str, Any]], symbol: str) -> str:
+    for r in launches:
+        if symbol in (r.get("mangled"), r.get("kernel")):
+            return str(r.get("kernel"))
+    return symbol
 
 
 def discriminator_table(source: Any, site: str | None = None, comparison: ArmComparison | None = None) -> DiscriminatorTable:

@@ -13,7 +13,8 @@ import yaml
 
 from forensics.analysis import analyze
 from forensics.arm_evidence import load_evidence
-from forensics.errors import BadSite
+from forensics.cli import main
+from forensics.errors import EXIT_BAD_INPUT, EXIT_NOT_NAMED, EXIT_OK, BadSite
 from forensics.verdicts import (
     BITS_DIFFER_KERNEL_UNKNOWN,
     IDENTICAL,
@@ -207,3 +208,17 @@ def test_toggle_names_filter_and_non_comparable_toggle(tmp_path):
     res, = report.for_knob("NVTE_EXT_MARGIN_SM")
     assert not res.comparable and "NOT COMPARABLE" in res.summary() and "cublas" in res.summary()
     assert toggle_report(cap, names=["OTHER"]).results == []
+
+
+def test_compare_cli(every_class_dir, tmp_path, capsys):
+    out = tmp_path / "compare.json"
+    assert main(["compare", str(every_class_dir), "--json", str(out)]) == EXIT_NOT_NAMED  # a divergence
+    text = capsys.readouterr().out
+    assert "a2 (replica) vs a1:" in text
+    assert "rank 0: first divergence gemm:NT:acc0:grad1#1: SAME KERNEL, DIFFERENT BITS (origin)" in text
+    data = json.loads(out.read_text())
+    assert data["comparison"]["pairs"][0]["first_divergence"]["0"]["role"] == "origin"
+    assert main(["compare", str(every_class_dir), "--json", str(out)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "exists" in err
+    assert main(["compare", str(every_class_dir), "--site", "gemm:TN:acc0:grad0#1"]) == EXIT_OK
