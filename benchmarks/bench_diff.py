@@ -1,0 +1,159 @@
+"""Diff throughput: the streaming differ vs a pandas-merge baseline, on two generated traces.
+
+The traces are GENERATED here (SYNTHETIC, native optrace format, docs/trace-format.md): N records
+on one rank, ``--per-step`` records per step, 20 op names, one tensor input, one argument
+digest, one tensor output. B holds the same records with neighbours swapped inside each step (so
+positions differ and only identity alignment works) and the LAST record's output changed: both
+methods must read everything and find that record as ORIGIN.
+
+Each method runs in its own process; wall time and peak RSS (ru_maxrss) are measured there.
+Baseline: every line parsed with the same orjson into columns, two DataFrames, ``merge`` on
+(step, identity), first differing output by A's seq, then the input test. Optionally
+``--read-json`` adds the plain ``pandas.read_json(lines=True)`` baseline.
+
+    python benchmarks/bench_diff.py --records 2000000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+OPS = [f"aten.op{i}.default" for i in range(20)]
+HEADER = b'{"type":"header","schema":"forensics.optrace","version":1,"rank":0,"world_size":1,"argv":["bench"]}\n'
+LINE = ('{{"seq":{seq},"id":"{op}:{occ}","op":"{op}","kind":"op","step":{step},"phase":"forward",'
+        '"in":[{{"s":[64,64],"t":"float32","n":4096,"h":"{hi}"}},{{"s":null,"t":"args","n":2,"h":"00000000deadbeef"}}],'
+        '"out":[{{"s":[64,64],"t":"float32","n":4096,"h":"{ho}"}}]}}\n')
+
+
+def generate(path: Path, n: int, per_step: int, variant: bool) -> None:
+    """SYNTHETIC trace; ``variant``: swap neighbours within steps and change the last output."""
+    counts: dict[str, int] = {}
+    rows = []
+    for i in range(n):
+        op = OPS[i % len(OPS)]
+        counts[op] = counts.get(op, 0) + 1
+        rows.append((op, counts[op], i // per_step, i))
+    with open(path, "w", buffering=1 << 22) as f:
+        f.write(HEADER.decode())
+        order = list(range(n))
+        if variant:
+            for j in range(0, n - 1, 2):
+                if rows[j][2] == rows[j + 1][2]:
+                    order[j], order[j + 1] = order[j + 1], order[j]
+        for seq, j in enumerate(order):
+            op, occ, step, i = rows[j]
+            hi = format((i * 2654435761) & 0xFFFFFFFFFFFFFFFF, "016x")
+            ho = format((i * 40503 + 7) & 0xFFFFFFFFFFFFFFFF, "016x")
+            if variant and i == n - 1:
+                ho = "ffffffffffffffff"
+            f.write(LINE.format(seq=seq, op=op, occ=occ, step=step, hi=hi, ho=ho))
+        f.write(json.dumps({"type": "footer", "records": n, "dropped": 0}) + "\n")
+
+
+def run_differ(a: Path, b: Path) -> dict:
+    from forensics.diff import diff_paths
+
+    rep = diff_paths(a, b)
+    d = rep.ranks[0].first_divergence
+    return {"identity": d.identity if d else None, "verdict": d.verdict if d else None}
+
+
+def _columns(path: Path):
+    import orjson
+    import pandas as pd
+
+    ids, seqs, steps, ins, outs = [], [], [], [], []
+    with open(path, "rb") as f:
+        f.readline()
+        for line in f:
+            o = orjson.loads(line)
+            if o.get("type") == "footer":
+                break
+            ids.append(o["id"])
+            seqs.append(o["seq"])
+            steps.append(o["step"])
+            ins.append(orjson.dumps(o["in"]))
+            outs.append(orjson.dumps(o["out"]))
+    return pd.DataFrame({"identity": ids, "seq": seqs, "step": steps, "in": ins, "out": outs})
+
+
+def run_pandas(a: Path, b: Path) -> dict:
+    da, db = _columns(a), _columns(b)
+    m = da.merge(db, on=["step", "identity"], how="left", suffixes=("_a", "_b")).sort_values("seq_a")
+    diverged = m[(m["out_a"] != m["out_b"]) | m["out_b"].isna()]
+    if diverged.empty:
+        return {"identity": None, "verdict": None}
+    row = diverged.iloc[0]
+    verdict = "CONTROL_FLOW" if row["out_b"] is None else ("ORIGIN" if row["in_a"] == row["in_b"] else "RECEIVER")
+    return {"identity": row["identity"], "verdict": verdict}
+
+
+def run_read_json(a: Path, b: Path) -> dict:
+    import pandas as pd
+
+    def load(p: Path):
+        df = pd.read_json(p, lines=True)
+        df = df[df["type"].isna()] if "type" in df else df
+        return pd.DataFrame({"identity": df["id"], "seq": df["seq"], "step": df["step"],
+                             "in": df["in"].map(repr), "out": df["out"].map(repr)})
+
+    da, db = load(a), load(b)
+    m = da.merge(db, on=["step", "identity"], how="left", suffixes=("_a", "_b")).sort_values("seq_a")
+    diverged = m[(m["out_a"] != m["out_b"]) | m["out_b"].isna()]
+    row = diverged.iloc[0]
+    return {"identity": row["identity"], "verdict": "ORIGIN" if row["in_a"] == row["in_b"] else "RECEIVER"}
+
+
+METHODS = {"differ": run_differ, "pandas": run_pandas, "read_json": run_read_json}
+
+
+def measure(method: str, a: Path, b: Path) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--_run", method, str(a), str(b)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--records", type=int, default=2_000_000)
+    p.add_argument("--per-step", type=int, default=100_000)
+    p.add_argument("--dir", type=Path, default=None)
+    p.add_argument("--read-json", action="store_true", help="also time pandas.read_json (slow)")
+    p.add_argument("--_run", nargs=3, metavar=("METHOD", "A", "B"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args._run:
+        method, a, b = args._run
+        t = time.perf_counter()
+        result = METHODS[method](Path(a), Path(b))
+        dt = time.perf_counter() - t
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({"method": method, "seconds": dt, "peak_rss_mb": rss, **result}))
+        return
+    base = args.dir or Path(tempfile.mkdtemp(prefix="bench_diff_"))
+    base.mkdir(parents=True, exist_ok=True)
+    a, b = base / "a.jsonl", base / "b.jsonl"
+    t = time.perf_counter()
+    generate(a, args.records, args.per_step, False)
+    generate(b, args.records, args.per_step, True)
+    print(f"generated 2 x {args.records:,} records ({a.stat().st_size / 1e9:.2f} GB each) in "
+          f"{time.perf_counter() - t:.0f} s; {args.per_step:,} records per step")
+    methods = ["differ", "pandas"] + (["read_json"] if args.read_json else [])
+    results = {m: measure(m, a, b) for m in methods}
+    for m, r in results.items():
+        print(f"{m:10s} {r['seconds']:8.1f} s  {args.records / r['seconds'] / 1e3:8.0f} k records/s  "
+              f"peak RSS {r['peak_rss_mb']:7.0f} MB  first divergence {r['identity']} {r['verdict']}")
+    assert len({(r["identity"], r["verdict"]) for r in results.values()}) == 1, "methods disagree"
+    base_t = results["pandas"]["seconds"]
+    print(f"differ / pandas-merge time ratio: {results['differ']['seconds'] / base_t:.2f} (target < 0.5)")
+    a.unlink()
+    b.unlink()
+
+
+if __name__ == "__main__":
+    main()
