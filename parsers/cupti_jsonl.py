@@ -21,7 +21,7 @@ from parsers.demangle import demangle, short_name
 
 SCHEMA = "forensics.cupti"
 WHAT = "CUPTI JSONL"
-META_EVENTS = ("header", "summary", "dropped")
+META_EVENTS = ("header", "summary", "dropped", "unavailable")  # unavailable: probes/cupti.py without CUDA/cupti
 KERNEL_KINDS = ("CONCURRENT_KERNEL", "KERNEL")
 LAUNCH_KINDS = ("RUNTIME", "DRIVER")
 #: CUpti_ActivityKind values, used only when a record lacks ``kind_name``.
