@@ -39,6 +39,10 @@ def test_missing_cupti_writes_header_unavailable_and_summary(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("forensics: CUPTI collection unavailable on rank 0:")
     assert probe_cupti.active() is None
+    from parsers import cupti_jsonl
+
+    assert len(cupti_jsonl.read_kernels(tmp_path / "rank0" / "cupti.jsonl")) == 0  # readable, just empty
+    assert cupti_jsonl.dropped(tmp_path / "rank0" / "cupti.jsonl") == 0
 
 
 def test_reason_names_what_is_missing():
@@ -50,15 +54,17 @@ def test_reason_names_what_is_missing():
 
 # --------------------------------------------------------------------------- SYNTHETIC stand-in
 class _Kind(enum.IntEnum):
-    CONCURRENT_KERNEL = 10
-    RUNTIME = 5
-    DRIVER = 6
-    EXTERNAL_CORRELATION = 40
-    MARKER = 20
-    MARKER_DATA = 21
+    """CUpti_ActivityKind values (cupti_activity.h) for the kinds the collector enables."""
+
     MEMCPY = 1
     MEMSET = 2
-    NAME = 8
+    DRIVER = 4
+    RUNTIME = 5
+    CONCURRENT_KERNEL = 10
+    NAME = 11
+    MARKER = 12
+    MARKER_DATA = 13
+    EXTERNAL_CORRELATION = 39
 
 
 class SyntheticCupti:
@@ -66,7 +72,7 @@ class SyntheticCupti:
 
     ActivityKind = _Kind
     CallbackDomain = SimpleNamespace(DRIVER_API=1, RUNTIME_API=2)
-    ExternalCorrelationKind = SimpleNamespace(CUSTOM0=4)
+    ExternalCorrelationKind = SimpleNamespace(CUSTOM0=3)  # CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0
 
     def __init__(self):
         self.enabled, self.calls, self.callbacks = [], [], None
@@ -123,7 +129,7 @@ def test_collecting_path_record_format_budget_and_correlation(tmp_path, monkeypa
     assert [r.get("kind_name") for r in recs[1:4]] == ["RUNTIME", "CONCURRENT_KERNEL", "CONCURRENT_KERNEL"]
     assert recs[1]["api_name"] == "cudaLaunchKernel" and recs[2]["grid_x"] == 4 and recs[2]["kind"] == 10
     assert recs[-1]["event"] == "summary" and recs[-1]["records"] == 3 and recs[-1]["dropped"] == 2
-    assert ("push", 4, 7) in fake.calls and ("pop", 4) in fake.calls and ("flush", 1) in fake.calls
+    assert ("push", 3, 7) in fake.calls and ("pop", 3) in fake.calls and ("flush", 1) in fake.calls
     assert probe_cupti.active() is None
 
 
