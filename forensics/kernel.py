@@ -246,16 +246,19 @@ def run_kernel(
     progress: bool = True,
     tools: Tools | None = None,
     ncu_mode: str = "window",
+    max_records: int = 2_000_000,
 ) -> KernelResult:
     """Run every pass of ``command`` for ``site`` into a fresh capture directory, then analyse it.
 
     ``config`` (a run YAML path or a dict) fills any argument left at its default. ``tools``
-    overrides the discovery of ncu/nsys/CUDA (tests). Never overwrites an existing capture.
+    overrides the discovery of ncu/nsys/CUDA (tests); ``max_records`` is the per-rank CUPTI record
+    budget. Never overwrites an existing capture.
     """
     given = dict(steps=steps, ranks=ranks, arms=arms, instruments=tuple(instruments), toggles=tuple(toggles),
-                 env_arms=env_arms, out=out, timeout_s=timeout_s, ncu_mode=ncu_mode, command=command, site=site)
+                 env_arms=env_arms, out=out, timeout_s=timeout_s, ncu_mode=ncu_mode, command=command, site=site,
+                 max_records=max_records)
     defaults = dict(steps="1-2", ranks="all", arms=2, instruments=INSTRUMENTS, toggles=(), env_arms=None, out=None,
-                    timeout_s=1800, ncu_mode="window", command=None, site=None)
+                    timeout_s=1800, ncu_mode="window", command=None, site=None, max_records=2_000_000)
     if config is not None:
         cfg = load_run_config(config) if not isinstance(config, dict) else dict(config)
         for k, v in cfg.items():
@@ -270,7 +273,8 @@ def run_kernel(
     tools = tools or discover_tools()
     plan = plan_passes(str(site), cmd, out=capture_dir, steps=str(given["steps"]), ranks=str(given["ranks"]),
                        arms=int(given["arms"]), instruments=given["instruments"], toggles=given["toggles"],
-                       env_arms=given["env_arms"], tools=tools, ncu_mode=given["ncu_mode"])
+                       env_arms=given["env_arms"], tools=tools, ncu_mode=given["ncu_mode"],
+                       max_records=int(given["max_records"]))
     prepare(plan)
     env_box: dict[str, Any] = {}
     env_thread = threading.Thread(target=lambda: env_box.update(environment=environment_snapshot()), daemon=True)

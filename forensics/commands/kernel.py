@@ -88,7 +88,8 @@ def register(app: typer.Typer) -> None:
             result = lib.run_kernel(opts["site"], cmd, steps=opts["steps"], ranks=opts["ranks"], arms=opts["arms"],
                                     instruments=opts["instruments"], toggles=opts["toggles"],
                                     env_arms=opts["env_arms"], out=opts["out"], timeout_s=opts["timeout_s"],
-                                    progress=not quiet, tools=tools, ncu_mode=opts["ncu_mode"])
+                                    progress=not quiet, tools=tools, ncu_mode=opts["ncu_mode"],
+                                    max_records=int(cfg.get("max_records", 2_000_000)))
         except ValueError as e:
             _usage(str(e))
         raise typer.Exit(_report(result, quiet))
