@@ -109,8 +109,10 @@ def test_library_run_never_overwrites_and_redacts(tmp_path, monkeypatch):
     assert res.analysis is not None or res.analysis_error
 
 
-def test_library_skips_ncu_and_nsys_without_gpu(tmp_path):
-    res = run_kernel(SITE, ["true"], out=tmp_path / "c", arms=1, tools=NO_GPU, progress=False)
+def test_library_skips_ncu_and_nsys_without_gpu(tmp_path, capsys):
+    res = run_kernel(SITE, ["true"], out=tmp_path / "c", arms=1, tools=NO_GPU, progress=True)
+    err = capsys.readouterr().err  # the progress display: one line per pass, with its outcome
+    assert "pass a1: ok" in err and "pass ncu: skipped: no CUDA device (test)" in err
     by = {p.name: p for p in res.passes}
     assert by["ncu"].status == "skipped" and by["ncu"].reason == "no CUDA device (test)"
     assert by["nsys"].status == "skipped" and "skipped: no CUDA device (test)" in by["nsys"].log_path.read_text()
