@@ -269,7 +269,10 @@ def run_kernel(
         raise ValueError("no site given (--site or site: in the run config)")
     parse_site_or_occurrence(str(site))
     cmd = list(given["command"] or default_command())
-    capture_dir = fresh_dir(given["out"] or DEFAULT_OUT).resolve()
+    out_base = Path(given["out"] or DEFAULT_OUT)
+    if out_base.exists() and not out_base.is_dir():
+        raise BadInput(out_base, "exists and is not a directory; --out takes a capture directory")
+    capture_dir = fresh_dir(out_base).resolve()
     tools = tools or discover_tools()
     plan = plan_passes(str(site), cmd, out=capture_dir, steps=str(given["steps"]), ranks=str(given["ranks"]),
                        arms=int(given["arms"]), instruments=given["instruments"], toggles=given["toggles"],

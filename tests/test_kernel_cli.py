@@ -51,6 +51,15 @@ def test_no_command_without_gpu_says_so_in_one_line(capsys):
     assert "needs a CUDA GPU" in err[0] and "forensics analyze examples/corpus-ex-gpu" in err[0]
 
 
+def test_out_that_is_a_file_is_bad_input(tmp_path, capsys):
+    f = tmp_path / "notadir"
+    f.write_text("x")
+    assert main(["kernel", "--site", SITE, "--out", str(f), "-q", "--", "true"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"forensics: bad input: {f}: exists and is not a directory; --out takes a capture directory"]
+    assert f.read_text() == "x"
+
+
 def test_bad_site_bad_toggle_bad_config_are_one_line(tmp_path, capsys):
     assert main(["kernel", "--site", "gemm:XX:acc0:grad1", "--dry-run", "--", "true"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
