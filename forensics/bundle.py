@@ -234,12 +234,13 @@ def _raw_members(ev: Evidence, bundle: Bundle) -> dict[str, str]:
             text = path.read_text(errors="replace").splitlines()
         except OSError:
             continue
+        name = _member_path(path, root)
         for i, line in enumerate(text, 1):
             keep = i in wanted or (i == 1 and bool(_HEADER.search(line)))
             if path.name.startswith("cupti") and not keep and cupti_corr.get(path):
                 keep = _correlation_of(line) in cupti_corr[path]
             if keep:
-                members.setdefault(_member_path(path, root), []).append((i, line))
+                members.setdefault(name, []).append((i, line))
     return {name: "\n".join(line for _, line in sorted(rows)) + "\n" for name, rows in members.items()}
 
 
@@ -453,7 +454,7 @@ def read_section(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def write_bundle(capture_dir: str | Path, out_path: str | Path, site: str | None = None,
+def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site: str | None = None,
                  sections: list[dict[str, Any]] | None = None) -> Path:
     """Write the evidence bundle of ``site`` (default: the first divergent origin) to ``out_path``.
 

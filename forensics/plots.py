@@ -32,10 +32,15 @@ def plot_launches(launches: pd.DataFrame, path: str | Path, title: str) -> tuple
     rows = list(dict.fromkeys(zip(launches["arm"], launches["rank"])))
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.5 * len(rows)))
     for y, (arm, rank) in enumerate(rows):
-        mine = launches[(launches["arm"] == arm) & (launches["rank"] == rank)]
-        for x, kernel in enumerate(mine["kernel"].astype(str)):
-            ax.barh(y, 0.9, left=x, color=colours[kernel], edgecolor="black", linewidth=0.3)
+        mine = launches[(launches["arm"] == arm) & (launches["rank"] == rank)]["kernel"].astype(str).tolist()
+        for kernel in dict.fromkeys(mine):  # one call per kernel per row, however many launches
+            spans = [(x, 0.9) for x, k in enumerate(mine) if k == kernel]
+            ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=colours[kernel], edgecolor="black", linewidth=0.3)
+    ax.set_xlim(0, max(1, int(launches.groupby(["arm", "rank"]).size().max())))
     ax.set_yticks(range(len(rows)), [f"{a} rank{r}" for a, r in rows])
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("launch (in order) of the site's occurrences")
     ax.set_title(title, fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in names]
