@@ -57,6 +57,8 @@ _NAME_VALUE = re.compile(r"\b([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?
                          r"[A-Za-z0-9_]*)(\s*[=:]\s*)(\"?)[^\s\"',}]+", re.I)
 
 
+_FLAG_VALUE = re.compile(r"(--?[A-Za-z0-9_-]*(?:token|secret|password|passwd|api[-_]?key|access[-_]?key)[A-Za-z0-9_-]*)"
+                         r"(=|\s+|\"\s*,\s*\")([^\s\"',\]]+)", re.I)
 _HEADER = re.compile(r'"event"\s*:\s*"header"')
 
 
@@ -423,10 +425,11 @@ def secret_values(*objs: Any) -> set[str]:
 
 
 def scrub(text: str, secrets: set[str]) -> str:
-    """Redact secret-looking values, ``NAME=value`` pairs of secret names, and known secret values."""
+    """Redact secret-looking values, ``NAME=value`` pairs and ``--secret-flag value`` arguments, known secret values."""
     for s in sorted(secrets, key=len, reverse=True):
         text = text.replace(s, REDACTED)
     text = _NAME_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{REDACTED}", text)
+    text = _FLAG_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     return redact_value(text)
 
 

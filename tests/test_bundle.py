@@ -143,6 +143,11 @@ def test_scrub_catches_name_value_pairs_in_free_text():
     text = "WANDB_API_KEY=abc123def456 python train.py --token hf_abcdefghijklmnopqrstuvwxyz0123 https://u:pw@h/x"
     out = scrub(text, set())
     assert "abc123def456" not in out and "hf_abcdefghijklmnopqrstuvwxyz0123" not in out and "pw@" not in out
+    argv = '{"argv": ["train.py", "--wandb-api-key", "k3y", "--db-password=hunter2", "--lr", "0.1"]}'
+    out = scrub(argv, set())
+    assert "k3y" not in out and "hunter2" not in out and '"--lr", "0.1"' in out
+    assert scrub("python train.py --access-key AKIAXXXX --steps 2", set()) == \
+        "python train.py --access-key <redacted> --steps 2"
 
 
 def test_repro_runs_on_the_cpu_as_a_new_user_would(bundle, tmp_path):
