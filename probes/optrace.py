@@ -47,6 +47,13 @@ CHUNKED_OPS = frozenset({
     "bincount", "histc", "searchsorted", "bucketize", "repeat_interleave", "_segment_reduce",
     "moe_permute", "moe_unpermute", "all_to_all_single",  # MoE dispatch-like
 })
+#: Views whose output holds exactly the input's elements (same multiset): an order-independent
+#: digest of the output equals the input's, so it is reused instead of recomputed.
+SAME_ELEMENT_VIEWS = frozenset({
+    "t", "transpose", "permute", "view", "_unsafe_view", "reshape", "_reshape_alias", "detach", "alias",
+    "squeeze", "unsqueeze", "flatten", "unflatten", "view_as", "numpy_T", "mT", "adjoint", "movedim",
+    "swapaxes", "swapdims", "lift_fresh",
+})
 #: Ops never recorded (the tracer's own work, or pure metadata queries).
 SKIPPED_OPS = frozenset({"hash_tensor", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel",
                          "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"})
@@ -260,6 +267,9 @@ class OpTracer(TorchDispatchMode):
         if name.startswith(("c10d.", "_c10d_functional.")):
             kind, outputs = "collective", []  # in flight until waited: the semantic record has the result
             meta["async"] = True
+        elif (base in SAME_ELEMENT_VIEWS and isinstance(out, torch.Tensor) and inputs and "h" in inputs[0]
+              and isinstance(args[0], torch.Tensor) and out.numel() == args[0].numel() and out.dtype == args[0].dtype):
+            outputs = [{"s": list(out.shape), "t": inputs[0]["t"], "n": out.numel(), "h": inputs[0]["h"]}]
         else:
             out_leaves = tree_leaves(out)
             outputs = [self._digest(x, chunks) if isinstance(x, torch.Tensor) else

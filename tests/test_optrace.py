@@ -205,3 +205,18 @@ def test_probes_package_is_free_until_enabled():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_view_digest_reuse_matches_a_real_hash(tmp_path):
+    x = torch.randn(5, 3)
+
+    def fn():
+        x.t()
+        x.view(15)
+        x[1:]  # a slice holds fewer elements: hashed, not reused
+
+    recs = trace(tmp_path, fn)[1:-1]
+    by_op = {r["op"]: r for r in recs}
+    assert by_op["aten.t.default"]["out"][0]["h"] == hexdigest(x.t()) == hexdigest(x)
+    assert by_op["aten.view.default"]["out"][0]["s"] == [15]
+    assert by_op["aten.slice.Tensor"]["out"][0]["h"] == hexdigest(x[1:])
