@@ -297,7 +297,10 @@ def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None
         counts[col] = counts["key"].map(lambda k, c=col: names[c].get(k) if k in names.index else None)
     ncalls = cf.groupby(keys, dropna=False).size().rename("calls").reset_index() if len(cf) else pd.DataFrame(columns=keys + ["calls"])
     counts = counts.drop(columns=["cublaslt"]).merge(ncalls.rename(columns={"calls": "cublaslt"}), on=keys, how="left")
-    counts["cublaslt"] = counts["cublaslt"].fillna(0).astype(int)
+    counts["cublaslt"] = counts["cublaslt"].fillna(0).astype("Int64")
+    # The log counts matmul calls per scope, not launches of a kernel: it says nothing of others.
+    gemm_like = counts["kernel"].fillna(counts["key"]).astype(str).str.contains(_GEMM_KERNEL)
+    counts.loc[~gemm_like, "cublaslt"] = pd.NA
     obs = []
     if len(lf):
         obs.append(lf[keys + ["family"]].drop_duplicates())
