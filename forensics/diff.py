@@ -234,6 +234,8 @@ class DiffReport:
 def site_of(rec: TraceRecord) -> str | None:
     """The site a record names: ``gemm:<layout>:acc<a>:grad<g>`` when the record carries GEMM meta,
     else the op name when it is a valid ATen-style site, else None."""
+    if rec.kind in ("collective", "optimizer", "backward", "event", "boundary") and not rec.extra.get("gemm"):
+        return None  # semantic boundaries are not kernel sites
     gemm = rec.extra.get("gemm") if isinstance(rec.extra, dict) else None
     if isinstance(gemm, dict) and gemm.get("layout"):
         try:
@@ -447,7 +449,7 @@ def classify_pattern(results: dict[int, RankResult], world_size: int | None = No
     if coll and len(coll) == len(results) and all_ranks and len({d.identity for d in coll}) == 1:
         for d in coll:
             d.verdict = ORIGIN
-            d.site = d.site or (d.name if _valid_site(d.name) else None)
+            d.site = d.site or (d.name if d.name.startswith("c10d.") and _valid_site(d.name) else None)
             d.warnings.append("every rank fed this collective matching inputs: the collective itself differs "
                               "(reduction order / algorithm)")
     origins = {r: d for r, d in firsts.items() if d.verdict == ORIGIN}
@@ -490,13 +492,16 @@ def suggest_site(results: dict[int, RankResult]) -> Divergence | None:
     return next(d for d in origins if counts[d.site] == best)
 
 
-def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str) -> str:
-    """The command to run next: ``forensics kernel`` on the site, or a wider trace."""
+def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str,
+                 steps: list[int | None] | None = None) -> str:
+    """The command to run next: ``forensics kernel`` on the site (occurrence, rank and the traced
+    steps, so occurrences count alike), or a wider trace when no ORIGIN was found."""
     cmd = shlex.join(argv) if argv else "<command>"
     if origin is not None and origin.site:
-        return f"forensics kernel --site {shlex.quote(origin.site)} -- {cmd}"
-    if pattern == "none":
-        return f"forensics trace --steps all --ranks all --out <dir> -- {cmd}"
+        site = f"{origin.site}#{origin.occurrence}" if origin.occurrence else origin.site
+        known = sorted(s for s in (steps or []) if isinstance(s, int))
+        window = "" if not known else f" --steps {known[0]}" + (f"-{known[-1]}" if known[-1] != known[0] else "")
+        return f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{window} -- {cmd}"
     return f"forensics trace --steps all --ranks all --out <dir> -- {cmd}"
 
 
@@ -549,7 +554,8 @@ def _diff_streams(a_ranks, b_ranks, *, a_name, b_name, fmt, run_info_a, run_info
     if origin is not None:
         report.site, report.occurrence = origin.site, origin.occurrence
         report.site_rank, report.site_step = origin.rank, origin.step
-    report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern)
+    steps = report.ranks[origin.rank].steps if origin is not None else None
+    report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps)
     if isinstance(world, int) and len(report.ranks) < world and report.pattern in ("none", "only_receivers"):
         report.warnings.append(f"{len(report.ranks)} of {world} ranks compared: a clean result says nothing "
                                "about the ranks not traced")
@@ -617,6 +623,8 @@ def format_report(report: DiffReport) -> str:
             lines.append(f"{head}; no divergence")
         else:
             matched = {True: "inputs MATCH", False: "inputs DIFFER", None: "no counterpart"}[d.inputs_matched]
+            if d.kind in COLLECTIVE_KINDS and d.inputs_matched:
+                matched = "local inputs MATCH (collective)"
             lines.append(f"{head}; first divergence: {d.verdict} ({d.evidence}) {d.identity} seq={d.seq} "
                          f"step={d.step} {matched}; output differs by {d.how}"
                          + (f"; site {d.site}" + (f"#{d.occurrence}" if d.occurrence else "") if d.site else ""))

@@ -75,7 +75,7 @@ def test_origin_at_gemm_names_gemm_site_and_next_command(tmp_path):
     d = rep.ranks[0].first_divergence
     assert d.verdict == ORIGIN and d.identity == "aten.mm.default:1" and d.inputs_matched
     assert d.site == "gemm:NT:acc0:grad1" and rep.site == "gemm:NT:acc0:grad1" and rep.occurrence == 1
-    assert rep.next_command == "forensics kernel --site gemm:NT:acc0:grad1 -- python train.py"
+    assert rep.next_command == "forensics kernel --site 'gemm:NT:acc0:grad1#1' --ranks 0 --steps 0 -- python train.py"
 
 
 def test_alignment_is_by_identity_not_position(tmp_path):
@@ -216,10 +216,23 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys, content, needle
     assert len(err) == 1 and str(bad) in err[0]
 
 
-def test_mixed_formats_refused(tmp_path):
+def test_unrecognised_trace_refused(tmp_path):
     good = write_trace(tmp_path / "good", {0: [rec("a", 1, [], [tensor("1")])]})
     other = tmp_path / "other.json"
     other.write_text('{"traceEvents": []}')
     with pytest.raises(BadInput) as e:
         diff_paths(good, other)
-    assert str(other) in str(e.value)
+    assert str(other) in str(e.value) and "not a trace" in str(e.value)
+
+
+MEGATRON_RUN = Path(__file__).resolve().parent / "data" / "megatron" / "run_a"
+
+
+@pytest.mark.skipif(not MEGATRON_RUN.is_dir(), reason="megatron reader fixtures absent")
+def test_mixed_formats_refused_with_one_line(tmp_path, capsys):
+    good = write_trace(tmp_path / "good", {0: [rec("a", 1, [], [tensor("1")])]})
+    with pytest.raises(BadInput) as e:
+        diff_paths(good, MEGATRON_RUN)
+    assert "megatron" in str(e.value) and "native" in str(e.value) and str(MEGATRON_RUN) in str(e.value)
+    assert main(["diff", str(good), str(MEGATRON_RUN)]) == 3
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
