@@ -11,7 +11,8 @@
     python benchmarks/bench_probes.py [--steps 30] [--repeats 5] [--json out.json]
     python benchmarks/bench_probes.py --gpu      # CUPTI probe vs torch.profiler (needs CUDA + cupti-python)
 
-Timings are medians of ``--repeats`` alternated blocks; only their ratios are meaningful.
+Timings are medians (and minima) of ``--repeats`` alternated blocks; only their ratios are
+meaningful, and on a shared machine only differences well above the run-to-run spread.
 """
 from __future__ import annotations
 
@@ -78,15 +79,17 @@ def import_overhead(steps: int, repeats: int) -> dict:
     boot_env = dict(plain_env, PYTHONPATH=os.pathsep.join([str(BOOTSTRAP_DIR), str(REPO), plain_env.get("PYTHONPATH", "")]))
     imports = "import probes, probes.activate, probes.sites, probes.cupti, probes.gemm_naming, probes.window"
     base, disabled, t_base, t_dis = [], [], [], []
-    for _ in range(repeats):
-        for env, code, sink, wall in ((plain_env, LOOP.format(imports="", steps=steps), base, t_base),
-                                      (boot_env, LOOP.format(imports=imports, steps=steps), disabled, t_dis)):
+    for i in range(repeats):
+        pair = [(plain_env, LOOP.format(imports="", steps=steps), base, t_base),
+                (boot_env, LOOP.format(imports=imports, steps=steps), disabled, t_dis)]
+        for env, code, sink, wall in (pair if i % 2 == 0 else pair[::-1]):  # alternate the order too
             t0 = time.perf_counter()
             out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
             wall.append(time.perf_counter() - t0)
             sink.append(float(out.stdout))
     b, d = statistics.median(base), statistics.median(disabled)
     return {"step_not_imported_ms": b * 1e3, "step_disabled_ms": d * 1e3, "ratio_disabled_vs_not_imported": d / b,
+            "ratio_disabled_vs_not_imported_min": min(disabled) / min(base),
             "process_wall_not_imported_s": statistics.median(t_base),
             "process_wall_disabled_s": statistics.median(t_dis)}
 
@@ -143,6 +146,7 @@ def enabled_overhead(steps: int, repeats: int) -> dict:
     for p in probes.values():
         p.close()
     med = {k: statistics.median(v) for k, v in times.items()}
+    low = {k: min(v) for k, v in times.items()}
     recs = sum(1 for _ in open(out / "all" / "rank0" / "sites.jsonl"))
     return {"step_disabled_ms": med["disabled"] * 1e3, "step_enabled_all_sites_ms": med["all"] * 1e3,
             "step_enabled_one_site_ms": med["one"] * 1e3,
@@ -150,6 +154,7 @@ def enabled_overhead(steps: int, repeats: int) -> dict:
             "ratio_enabled_one_site_vs_disabled": med["one"] / med["disabled"],
             "step_noop_dispatch_mode_ms": med["noop_mode"] * 1e3,
             "ratio_noop_dispatch_mode_vs_disabled": med["noop_mode"] / med["disabled"],
+            "min_ratios": {k: low[k] / low["disabled"] for k in ("noop_mode", "one", "all")},
             "gemms_per_step": CountMode.gemms, "aten_ops_per_step": CountMode.n, "jsonl_lines_written": recs}
 
 
@@ -226,7 +231,7 @@ def cupti_vs_profiler(steps: int, repeats: int) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--gpu", action="store_true", help="also CUPTI probe vs torch.profiler on the example (CUDA)")
     p.add_argument("--gpu-mode", choices=["none", "cupti", "profiler"], help=argparse.SUPPRESS)
