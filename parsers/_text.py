@@ -13,6 +13,9 @@ from functools import lru_cache
 from os import PathLike
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+
 from forensics.errors import BadInput
 
 #: Bytes read per chunk; lines are never split across chunks.
@@ -95,6 +98,60 @@ def iter_line_chunks(
                 cut_tail = True
             yield lineno, lines, cut_tail
             lineno += len(lines)
+
+
+def iter_byte_chunks(
+    path: str | PathLike[str], what: str, chunk_bytes: int | None = None
+) -> Iterator[tuple[int, bytes, bool]]:
+    """Yield ``(first_line_number, body, cut_tail)``: whole lines as undecoded bytes, chunk by chunk.
+
+    Like :func:`iter_line_chunks` (same checks for a missing, empty or foreign file), but the
+    body is left as bytes with its newlines; it ends with ``\\n`` unless ``cut_tail``.
+    """
+    p = Path(path)
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    try:
+        f = p.open("rb")
+    except OSError as e:
+        raise BadInput(p, f"cannot read {what}: {e.strerror or e}") from None
+    with f:
+        head = f.read(chunk_bytes)
+        if not head.strip():
+            raise BadInput(p, f"empty file: no {what} lines")
+        foreign = sniff_foreign(head[:64])
+        if foreign:
+            raise BadInput(p, f"this is {foreign}, not a {what}", line=1)
+        lineno = 1
+        pending = head
+        while pending:
+            more = f.read(chunk_bytes)
+            buf = pending + more if more else pending
+            cut = buf.rfind(b"\n")
+            if more and cut < 0:
+                pending = buf
+                continue
+            if more:
+                body, pending = buf[: cut + 1], buf[cut + 1 :]
+            else:
+                body, pending = buf, b""
+            yield lineno, body, not more and not body.endswith(b"\n")
+            lineno += body.count(b"\n")
+
+
+def spans_array(buf: bytes, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray | None = None) -> pa.LargeStringArray:
+    """The byte ranges ``buf[starts[i]:ends[i]]`` as one Arrow string array (null where not ``valid``).
+
+    Ranges must be sorted and must not overlap; an invalid range should be empty. The bytes
+    are copied once, by Arrow (no Python object per string).
+    """
+    k = len(starts)
+    offsets = np.empty(2 * k + 1, dtype=np.int64)
+    offsets[0] = 0
+    offsets[1::2] = starts
+    offsets[2::2] = ends
+    both = pa.LargeStringArray.from_buffers(2 * k, pa.py_buffer(offsets), pa.py_buffer(buf))
+    picks = np.arange(1, 2 * k, 2, dtype=np.int64)
+    return both.take(pa.array(picks, mask=None if valid is None else ~valid))
 
 
 def _decode(path: Path, body: bytes, first_line: int, what: str) -> str:

@@ -21,12 +21,15 @@ from os import PathLike
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from forensics.errors import BadInput
 from forensics.model import CALL_KEY_COLUMNS
 
-from ._text import Pairs, TokenError, flat_pairs, iter_line_chunks, preview
+from ._text import Pairs, TokenError, flat_pairs, iter_byte_chunks, iter_line_chunks, preview, spans_array
 
 WHAT = "cuBLASLt log"
 
@@ -444,7 +447,10 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of small acyclic objects: cyclic GC passes only cost time here
     try:
-        return _read_log(path, tolerate_truncated_tail)
+        try:
+            return _fast_read(path, tolerate_truncated_tail)
+        except (_Fallback, BadInput):
+            return _read_log(path, tolerate_truncated_tail)  # exact errors, odd files
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -471,11 +477,15 @@ def _read_log(path: str | PathLike[str], tolerate_truncated_tail: bool) -> Cubla
     reader.finish()
     frames = {"calls": calls.frame(), "heuristics": heuristics.frame(),
               **{name: m.frame() for name, m in messages.items()}}
+    return _result(reader, frames)
+
+
+def _result(reader: _Reader, frames: dict[str, pd.DataFrame]) -> CublasLtLog:
     if frames["calls"].empty:
         reader.problems.append(
             "no matmul calls: no [Trace][cublasLt*Matmul] line (CUBLASLT_LOG_LEVEL below 2, or no GEMM ran)"
         )
-    return CublasLtLog(str(path), **frames, level_counts=reader.level_counts,
+    return CublasLtLog(reader.path, **frames, level_counts=reader.level_counts,
                        skipped_lines=reader.skipped, problems=reader.problems)
 
 
@@ -713,3 +723,293 @@ def algo_key(row: Any) -> tuple:
 
 def _plain(v: Any) -> Any:
     return None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else v
+
+
+# --- vectorised path: numpy finds lines, headers and pointers; each template is parsed once ----
+
+#: Bytes per chunk of the vectorised path (whole lines; the last one is cut at a newline).
+FAST_CHUNK_BYTES = 64 << 20
+_PAD = 64  # zero bytes after a chunk, so fixed-offset header probes never index past its end
+_HEX = np.zeros(256, dtype=bool)
+_HEX[list(b"0123456789abcdefABCDEF")] = True
+_DIGIT = np.zeros(256, dtype=bool)
+_DIGIT[list(b"0123456789")] = True
+_NOT_TS = np.zeros(256, dtype=bool)
+_NOT_TS[list(b"[]\n")] = True
+_TAG = np.frombuffer(b"[cublasLt][", dtype=np.uint8)
+_TS_WIDTH = 19  # "YYYY-MM-DD HH:MM:SS"
+_MAX_SEGMENTS = 256
+_SEGMENT_MIX = np.random.default_rng(0x5EED).integers(1, 2**63, size=_MAX_SEGMENTS + 2, dtype=np.uint64) | np.uint64(1)
+
+
+class _Fallback(Exception):
+    """The vectorised path does not take this file; the per-line path reads it (and finds any error)."""
+
+
+def _message_static(reader: _Reader, ln: _Line) -> dict[str, Any]:
+    """A message row without ``message`` (the vectorised path slices that from the line)."""
+    row = _message_row(ln)
+    del row["message"]
+    return row
+
+
+@dataclass
+class _Chunk:
+    """One chunk of whole lines, located by numpy: line spans, header fields and pointer spans."""
+
+    first: int  # line number of the first line
+    body: bytes
+    starts: np.ndarray  # line start offsets (lines that passed the header probe)
+    ends: np.ndarray  # line end offsets (the newline)
+    has_ts: np.ndarray
+    pid: np.ndarray
+    pid_end: np.ndarray  # offset of the "]" closing the pid
+    n_ptr: np.ndarray
+    first_ptr: np.ndarray  # index of the line's first pointer in ptr_start/ptr_end
+    lines: np.ndarray  # index of each header line among all lines of the chunk (line number - first)
+    ptr_start: np.ndarray
+    ptr_end: np.ndarray
+    _ptr_values: pa.LargeStringArray | None = None
+
+    @property
+    def ptr_values(self) -> pa.LargeStringArray:
+        if self._ptr_values is None:
+            self._ptr_values = spans_array(self.body, self.ptr_start, self.ptr_end)
+        return self._ptr_values
+
+    def raw(self, i: int) -> str:
+        return self.body[self.starts[i]:self.ends[i]].decode("utf-8")
+
+
+def _locate(reader: _Reader, first: int, body: bytes) -> _Chunk:
+    """Find the lines, header fields and pointer values of a chunk without a Python loop per line."""
+    if b"\x00" in body or b"\r" in body:
+        raise _Fallback("NUL or CR bytes")
+    try:
+        pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, len(body)], dtype=np.int64)),
+                                         pa.py_buffer(body)).validate(full=True)
+    except pa.ArrowInvalid:
+        raise _Fallback("not UTF-8") from None
+    a = np.frombuffer(body + bytes(_PAD), dtype=np.uint8)
+    ends = np.flatnonzero(a[: len(body)] == 10)
+    starts = np.empty_like(ends)
+    starts[:1] = 0
+    starts[1:] = ends[:-1] + 1
+    # "[<19-char timestamp>][cublasLt][<pid>]" or "[cublasLt][<pid>]": probed on each line's first bytes
+    head = sliding_window_view(a, _PAD)[starts]
+    ts_end = 1 + _TS_WIDTH
+    has_ts = (head[:, 0] == 91) & (head[:, ts_end] == 93) & ~_NOT_TS[head[:, 1:ts_end]].any(axis=1)
+    has_ts &= (head[:, ts_end + 1:ts_end + 1 + len(_TAG)] == _TAG).all(axis=1)
+    plain = (head[:, :len(_TAG)] == _TAG).all(axis=1)
+    ok = has_ts | plain
+    pid_at = np.where(has_ts, ts_end + 1 + len(_TAG), len(_TAG))
+    at = pid_at[:, None] + np.arange(20)
+    pid_bytes = head[np.arange(len(starts))[:, None], at]
+    n_digits = np.argmin(_DIGIT[pid_bytes], axis=1)  # 0 also when all 20 are digits: not taken
+    pid_end = starts + pid_at + n_digits
+    ok &= (n_digits > 0) & (n_digits <= 18) & (a[pid_end] == 93)
+    pid = np.zeros(len(starts), dtype=np.int64)
+    for j in range(int(n_digits[ok].max()) if ok.any() else 0):
+        use = j < n_digits
+        pid[use] = pid[use] * 10 + (pid_bytes[use, j] - 48)
+    for i in np.flatnonzero(~ok).tolist():  # not a cuBLASLt header: program output (rare)
+        raw = body[starts[i]:ends[i]].decode("utf-8")
+        if "[cublasLt]" in raw:
+            raise _Fallback("an unusual header")
+        reader._foreign(first + i, raw)
+    lines = np.flatnonzero(ok)
+    # pointer values: "=0X<hex>" / "=0x<hex>" (what _POINTER matches), the value without the "="
+    eq = np.flatnonzero(a[: len(body)] == 61)
+    eq = eq[a[eq + 1] == 48]
+    eq = eq[((a[eq + 2] | 32) == 120) & _HEX[a[eq + 3]]]
+    hexes = _HEX[sliding_window_view(a, _PAD)[eq + 3]]
+    run = np.argmin(hexes, axis=1)
+    if hexes.all(axis=1).any():
+        raise _Fallback("pointer value longer than 60 digits")
+    ptr_end = eq + 3 + run
+    line_of = np.searchsorted(ends, eq)  # index among all lines
+    keep = ok[line_of]
+    eq, ptr_end, line_of = eq[keep], ptr_end[keep], line_of[keep]
+    if (eq < pid_end[line_of]).any():
+        raise _Fallback("pointer-like text in a header")
+    n_ptr = np.bincount(line_of, minlength=len(starts))[lines]
+    first_ptr = np.zeros(len(lines), dtype=np.int64)
+    np.cumsum(n_ptr[:-1], out=first_ptr[1:])
+    return _Chunk(first, body, starts[lines], ends[lines], has_ts[lines], pid[lines], pid_end[lines],
+                  n_ptr, first_ptr, lines, eq + 1, ptr_end)
+
+
+def _line_groups(ch: _Chunk) -> tuple[np.ndarray, np.ndarray]:
+    """Group lines that differ only in timestamp, pid and pointer values: (group of each line, first line of each group)."""
+    n = len(ch.starts)
+    n_seg = ch.n_ptr + 1
+    if n and n_seg.max() > _MAX_SEGMENTS:
+        raise _Fallback("too many pointers on one line")
+    seg_first = np.zeros(n, dtype=np.int64)
+    np.cumsum(n_seg[:-1], out=seg_first[1:])
+    total = int(n_seg.sum())
+    seg_line = np.repeat(np.arange(n), n_seg)
+    j = np.arange(total) - seg_first[seg_line]  # segment position in its line
+    last = j == ch.n_ptr[seg_line]
+    ptr = ch.first_ptr[seg_line] + j  # the pointer that ends this segment (unless last)
+    seg_start = np.where(j == 0, ch.pid_end[seg_line], ch.ptr_end[np.maximum(ptr - 1, 0)] if len(ch.ptr_end) else 0)
+    seg_end = np.where(last, ch.ends[seg_line], ch.ptr_start[np.minimum(ptr, len(ch.ptr_start) - 1)] if len(ch.ptr_start) else 0)
+    codes = pc.dictionary_encode(spans_array(ch.body, seg_start, seg_end)).indices
+    codes = codes.to_numpy().astype(np.int64)
+    mixed = codes.astype(np.uint64) * _SEGMENT_MIX[j]
+    key = np.add.reduceat(mixed, seg_first) if total else np.zeros(0, dtype=np.uint64)
+    key += ch.has_ts.astype(np.uint64) * _SEGMENT_MIX[-1] + n_seg.astype(np.uint64) * _SEGMENT_MIX[-2]
+    _, firsts, group = np.unique(key, return_index=True, return_inverse=True)
+    rep = firsts[group]  # verify exactly: same shape and same segment codes as the group's first line
+    same = (n_seg[rep] == n_seg) & (ch.has_ts[rep] == ch.has_ts)
+    if not same.all() or not (codes[seg_first[rep][seg_line] + j] == codes).all():
+        raise _Fallback("template hash collision")
+    return group.ravel(), firsts
+
+
+class _FastState:
+    """Buckets and template caches of one vectorised read."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[str, _Templated] = {
+            "calls": _Templated(CALL_COLUMNS, _call_row),
+            "heuristics": _Templated(HEURISTIC_COLUMNS, _heuristic_row),
+            **{name: _Templated(MESSAGE_COLUMNS, _message_static) for name in ("api", "info", "hints", "errors")},
+        }
+        self.names = list(self.buckets)
+        self.targets: dict[tuple[str, str], int] = {}
+        self.parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.buckets}
+
+    def target(self, level: str, function: str) -> int:
+        t = self.targets.get((level, function))
+        if t is None:
+            if level == "Trace" and MATMUL_FN_RE.fullmatch(function):
+                name = "calls"
+            elif level == "Api" and function.startswith(HEURISTIC_PREFIX):
+                name = "heuristics"
+            else:
+                name = _MESSAGE_BUCKET.get(level, "api")
+            t = self.targets[(level, function)] = self.names.index(name)
+        return t
+
+
+def _fast_chunk(reader: _Reader, st: _FastState, ch: _Chunk) -> None:
+    """Parse one template per line group, then build each bucket's rows for the chunk by gathering."""
+    n = len(ch.starts)
+    if not n:
+        return
+    group, firsts = _line_groups(ch)
+    bucket_of = np.empty(n, dtype=np.int8)
+    tid_of = np.empty(n, dtype=np.int64)
+    hdr_end = np.empty(n, dtype=np.int64)  # where the message (text after the header) starts
+    counts = np.bincount(group, minlength=len(firsts))
+    members = np.split(np.argsort(group, kind="stable"), np.cumsum(counts)[:-1])
+    order = np.argsort(firsts, kind="stable")
+    for g in order.tolist():
+        r = int(firsts[g])
+        raw = ch.raw(r)
+        m = HEADER_RE.match(raw)
+        if (m is None or (m["ts"] is None) == bool(ch.has_ts[r])
+                or m.end("pid") != ch.pid_end[r] - ch.starts[r]):
+            raise _Fallback("header probe disagrees with HEADER_RE")
+        ts, _, level, function = m.groups()
+        rest = raw[m.end():]
+        n_regex = len(_POINTER.findall(rest))
+        if n_regex != ch.n_ptr[r] or "\x01" in rest:
+            raise _Fallback("pointer probe disagrees with _POINTER")
+        b = st.target(level, function)
+        bucket = st.buckets[st.names[b]]
+        lineno = ch.first + int(ch.lines[r])
+        tid, _ = bucket._template(reader, lineno, ts, int(ch.pid[r]), level, function, rest, raw)
+        reader.level_counts[level] = reader.level_counts.get(level, 0) + int(counts[g])
+        rows = members[g]
+        bucket_of[rows] = b
+        hdr_end[rows] = ch.pid_end[rows] + (m.end() - m.end("pid"))
+        parts = _POINTER.split(rest)
+        if bucket.cache.get((level, function, "\x01".join(parts[::2]))) is None and len(rows) > 1:
+            for i in rows.tolist():  # not templatable: every line is its own template (rare)
+                raw_i = ch.raw(i)
+                m_i = HEADER_RE.match(raw_i)
+                tid_of[i], _ = bucket._template(reader, ch.first + int(ch.lines[i]), m_i["ts"], int(ch.pid[i]),
+                                                level, function, raw_i[m_i.end():], raw_i)
+        else:
+            tid_of[rows] = tid
+    for b, name in enumerate(st.names):
+        sel = np.flatnonzero(bucket_of == b)
+        if len(sel):
+            st.parts[name].append(_gather_frame(st.buckets[name], ch, sel, tid_of[sel], hdr_end))
+    for bucket in st.buckets.values():
+        if len(bucket.templates) > MAX_TEMPLATES:
+            bucket.cache.clear()
+            bucket.templates.clear()
+
+
+def _string(values: pa.Array) -> pd.arrays.ArrowStringArray:
+    return pd.arrays.ArrowStringArray(values)
+
+
+def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndarray, hdr_end: np.ndarray) -> pd.DataFrame:
+    """The rows ``sel`` of a chunk: template columns gathered, per-line columns sliced from the bytes."""
+    contract = bucket.contract
+    used, inverse = np.unique(tids, return_inverse=True)
+    inverse = inverse.ravel()
+    templates = [bucket.templates[u] for u in used.tolist()]
+    df = _frame([t.static for t in templates], contract).take(inverse).reset_index(drop=True)
+    starts, ends, has_ts = ch.starts[sel], ch.ends[sel], ch.has_ts[sel]
+    df["line"] = pd.array(ch.first + ch.lines[sel], dtype="Int64")
+    df["pid"] = pd.array(ch.pid[sel], dtype="Int64")
+    ts_start = np.where(has_ts, starts + 1, starts)
+    df["timestamp"] = _string(spans_array(ch.body, ts_start, np.where(has_ts, starts + 1 + _TS_WIDTH, starts), has_ts))
+    if "raw" in contract:
+        df["raw"] = _string(spans_array(ch.body, starts, ends))
+    if "message" in contract:
+        df["message"] = _string(spans_array(ch.body, hdr_end[sel], ends))
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
+    ptr_index: dict[str, np.ndarray] = {}
+    dicts: dict[str, np.ndarray] = {}
+    for j, tpl in enumerate(templates):
+        group = order[bounds[j]:bounds[j + 1]]
+        first_ptr = ch.first_ptr[sel[group]]
+        for col, i in tpl.ptr_cols:
+            if col not in ptr_index:
+                ptr_index[col] = np.full(len(df), -1, dtype=np.int64)
+            ptr_index[col][group] = first_ptr + i
+        for col, base in tpl.static.items():
+            if not isinstance(base, dict):
+                continue
+            if col not in dicts:
+                dicts[col] = np.empty(len(df), dtype=object)
+            entries = [(k, i) for c, k, i in tpl.ptr_dicts if c == col]
+            if entries:
+                keys = [k for k, _ in entries]
+                vals = [ch.ptr_values.take(pa.array(first_ptr + i)).to_pylist() for _, i in entries]
+                values = [{**base, **dict(zip(keys, v))} for v in zip(*vals)]
+            else:
+                values = list(map(dict.copy, repeat(base, len(group))))
+            dicts[col][group] = _objects(values)
+    for col, idx in ptr_index.items():
+        valid = idx >= 0
+        taken = ch.ptr_values.take(pa.array(idx, mask=~valid))
+        static = df[col].array._pa_array.combine_chunks() if isinstance(df[col].array, pd.arrays.ArrowStringArray) else None
+        if static is None:
+            raise _Fallback(f"pointer value in non-string column {col}")
+        df[col] = _string(pc.if_else(pa.array(valid), taken, static.cast(pa.large_string())))
+    for col, values in dicts.items():
+        df[col] = values
+    return df
+
+
+def _fast_read(path: str | PathLike[str], tolerate_truncated_tail: bool) -> CublasLtLog:
+    """The vectorised read; raises ``_Fallback`` for anything it does not take (damage included)."""
+    reader = _Reader(path, tolerate_truncated_tail)
+    st = _FastState()
+    for first, body, cut_tail in iter_byte_chunks(path, WHAT, FAST_CHUNK_BYTES):
+        if cut_tail:
+            raise _Fallback("last line cut short")
+        _fast_chunk(reader, st, _locate(reader, first, body))
+    if not sum(reader.level_counts.values()):
+        raise _Fallback("no cuBLASLt line")
+    reader.finish()
+    frames = {name: _concat(parts, st.buckets[name].contract) for name, parts in st.parts.items()}
+    return _result(reader, frames)
