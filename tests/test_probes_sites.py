@@ -167,6 +167,9 @@ def test_filtered_rank_costs_nothing(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.split() == ["False", "False"], r.stderr
     assert not (tmp_path / "arm" / "rank3").exists()
+    code = "import sys, probes, probes.sites, probes.cupti, probes.gemm_naming; print('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.stdout.strip() == "False"  # importing the probes imports no torch, installs nothing
 
 
 SLEEPER = """
