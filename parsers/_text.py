@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from functools import lru_cache
@@ -100,13 +101,19 @@ def iter_line_chunks(
             lineno += len(lines)
 
 
-def iter_byte_chunks(
-    path: str | PathLike[str], what: str, chunk_bytes: int | None = None
-) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield ``(first_line_number, body, cut_tail)``: whole lines as undecoded bytes, chunk by chunk.
+_NON_SPACE = re.compile(rb"\S")
 
-    Like :func:`iter_line_chunks` (same checks for a missing, empty or foreign file), but the
-    body is left as bytes with its newlines; it ends with ``\\n`` unless ``cut_tail``.
+
+def iter_byte_chunks(
+    path: str | PathLike[str], what: str, chunk_bytes: int | None = None, pad: int = 0, buffers: int = 1
+) -> Iterator[tuple[int, bytearray, int, bool]]:
+    """Yield ``(first_line_number, buf, length, cut_tail)``: ``buf[:length]`` is whole lines, undecoded.
+
+    Same checks as :func:`iter_line_chunks` (missing, empty or foreign file). ``buf`` holds at
+    least ``pad`` more (arbitrary) bytes after ``length``, so fixed-width probes need no bounds
+    checks. Buffers are reused in turn (``buffers`` of them: a chunk's ``buf`` is overwritten
+``buffers`` chunks later): copy what you keep. ``cut_tail`` is True only
+    for the last chunk of a file that does not end with a newline.
     """
     p = Path(path)
     chunk_bytes = chunk_bytes or CHUNK_BYTES
@@ -115,30 +122,45 @@ def iter_byte_chunks(
     except OSError as e:
         raise BadInput(p, f"cannot read {what}: {e.strerror or e}") from None
     with f:
-        head = f.read(chunk_bytes)
-        if not head.strip():
+        chunk_bytes = max(1, min(chunk_bytes, os.fstat(f.fileno()).st_size + 1))  # small files, small buffer
+        bufs = [bytearray(chunk_bytes + pad)] + [bytearray(0)] * (buffers - 1)
+        turn = 0
+        buf = bufs[0]
+        filled = f.readinto(memoryview(buf)[:chunk_bytes])
+        if _NON_SPACE.search(buf, 0, filled) is None:
             raise BadInput(p, f"empty file: no {what} lines")
-        foreign = sniff_foreign(head[:64])
+        foreign = sniff_foreign(bytes(buf[:min(64, filled)]))
         if foreign:
             raise BadInput(p, f"this is {foreign}, not a {what}", line=1)
-        lineno = 1
-        pending = head
-        while pending:
-            more = f.read(chunk_bytes)
-            buf = pending + more if more else pending
-            cut = buf.rfind(b"\n")
-            if more and cut < 0:
-                pending = buf
-                continue
-            if more:
-                body, pending = buf[: cut + 1], buf[cut + 1 :]
-            else:
-                body, pending = buf, b""
-            yield lineno, body, not more and not body.endswith(b"\n")
-            lineno += body.count(b"\n")
+        lineno, pending = 1, 0
+        while True:
+            if filled == pending:  # end of file
+                if pending:
+                    yield lineno, buf, pending, True
+                return
+            cut = buf.rfind(b"\n", pending, filled)
+            if cut >= 0:
+                length = cut + 1
+                yield lineno, buf, length, False
+                lineno += buf.count(b"\n", 0, length)
+                pending = filled - length
+                turn = (turn + 1) % buffers
+                if len(bufs[turn]) - pad - pending < chunk_bytes // 2:
+                    bufs[turn] = bytearray(pending + chunk_bytes + pad)
+                bufs[turn][:pending] = buf[length:filled]
+                buf = bufs[turn]
+            else:  # a line longer than a chunk: keep reading
+                pending = filled
+            room = len(buf) - pad - pending
+            if room < chunk_bytes // 2:
+                grown = bytearray(pending + chunk_bytes + pad)
+                grown[:pending] = buf[:pending]
+                buf = bufs[turn] = grown
+                room = chunk_bytes
+            filled = pending + f.readinto(memoryview(buf)[pending:pending + room])
 
 
-def spans_array(buf: bytes, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray | None = None) -> pa.LargeStringArray:
+def spans_array(buf: bytes | bytearray, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray | None = None) -> pa.LargeStringArray:
     """The byte ranges ``buf[starts[i]:ends[i]]`` as one Arrow string array (null where not ``valid``).
 
     Ranges must be sorted and must not overlap; an invalid range should be empty. The bytes

@@ -13,7 +13,9 @@ printed by cuBLASLt: an absent ``transa``/``transb`` means ``N``. See docs/parse
 from __future__ import annotations
 
 import gc
+import queue
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -737,6 +739,7 @@ _DIGIT[list(b"0123456789")] = True
 _NOT_TS = np.zeros(256, dtype=bool)
 _NOT_TS[list(b"[]\n")] = True
 _TAG = np.frombuffer(b"[cublasLt][", dtype=np.uint8)
+_MAX_HEX = 24  # hex digits probed per pointer value
 _TS_WIDTH = 19  # "YYYY-MM-DD HH:MM:SS"
 _MAX_SEGMENTS = 256
 _SEGMENT_MIX = np.random.default_rng(0x5EED).integers(1, 2**63, size=_MAX_SEGMENTS + 2, dtype=np.uint64) | np.uint64(1)
@@ -758,7 +761,7 @@ class _Chunk:
     """One chunk of whole lines, located by numpy: line spans, header fields and pointer spans."""
 
     first: int  # line number of the first line
-    body: bytes
+    body: bytearray  # reused for the next chunk: frames hold copies only
     starts: np.ndarray  # line start offsets (lines that passed the header probe)
     ends: np.ndarray  # line end offsets (the newline)
     has_ts: np.ndarray
@@ -769,6 +772,7 @@ class _Chunk:
     lines: np.ndarray  # index of each header line among all lines of the chunk (line number - first)
     ptr_start: np.ndarray
     ptr_end: np.ndarray
+    groups: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     _ptr_values: pa.LargeStringArray | None = None
 
     @property
@@ -781,17 +785,17 @@ class _Chunk:
         return self.body[self.starts[i]:self.ends[i]].decode("utf-8")
 
 
-def _locate(reader: _Reader, first: int, body: bytes) -> _Chunk:
+def _locate(reader: _Reader, first: int, body: bytearray, length: int) -> _Chunk:
     """Find the lines, header fields and pointer values of a chunk without a Python loop per line."""
-    if b"\x00" in body or b"\r" in body:
+    if body.find(b"\x00", 0, length) >= 0 or body.find(b"\r", 0, length) >= 0:
         raise _Fallback("NUL or CR bytes")
     try:
-        pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, len(body)], dtype=np.int64)),
+        pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, length], dtype=np.int64)),
                                          pa.py_buffer(body)).validate(full=True)
     except pa.ArrowInvalid:
         raise _Fallback("not UTF-8") from None
-    a = np.frombuffer(body + bytes(_PAD), dtype=np.uint8)
-    ends = np.flatnonzero(a[: len(body)] == 10)
+    a = np.frombuffer(body, dtype=np.uint8)
+    ends = np.flatnonzero(a[:length] == 10)
     starts = np.empty_like(ends)
     starts[:1] = 0
     starts[1:] = ends[:-1] + 1
@@ -819,13 +823,13 @@ def _locate(reader: _Reader, first: int, body: bytes) -> _Chunk:
         reader._foreign(first + i, raw)
     lines = np.flatnonzero(ok)
     # pointer values: "=0X<hex>" / "=0x<hex>" (what _POINTER matches), the value without the "="
-    eq = np.flatnonzero(a[: len(body)] == 61)
+    eq = np.flatnonzero(a[:length] == 61)
     eq = eq[a[eq + 1] == 48]
     eq = eq[((a[eq + 2] | 32) == 120) & _HEX[a[eq + 3]]]
-    hexes = _HEX[sliding_window_view(a, _PAD)[eq + 3]]
+    hexes = _HEX[sliding_window_view(a, _MAX_HEX)[eq + 3]]
     run = np.argmin(hexes, axis=1)
     if hexes.all(axis=1).any():
-        raise _Fallback("pointer value longer than 60 digits")
+        raise _Fallback("a very long pointer value")
     ptr_end = eq + 3 + run
     line_of = np.searchsorted(ends, eq)  # index among all lines
     keep = ok[line_of]
@@ -898,7 +902,7 @@ def _fast_chunk(reader: _Reader, st: _FastState, ch: _Chunk) -> None:
     n = len(ch.starts)
     if not n:
         return
-    group, firsts = _line_groups(ch)
+    group, firsts = ch.groups
     bucket_of = np.empty(n, dtype=np.int8)
     tid_of = np.empty(n, dtype=np.int64)
     hdr_end = np.empty(n, dtype=np.int64)  # where the message (text after the header) starts
@@ -948,66 +952,119 @@ def _string(values: pa.Array) -> pd.arrays.ArrowStringArray:
     return pd.arrays.ArrowStringArray(values)
 
 
+def _static_column(values: list[Any], dtype: str, inverse: np.ndarray) -> Any:
+    """One column of template values, gathered to the rows (``inverse``: template of each row)."""
+    missing = np.array([v is None for v in values], dtype=bool)
+    if dtype == "Int64":
+        data = np.array([0 if v is None else v for v in values], dtype=np.int64)
+        return pd.arrays.IntegerArray(data[inverse], missing[inverse])
+    if dtype == "boolean":
+        data = np.array([bool(v) for v in values], dtype=bool)
+        return pd.arrays.BooleanArray(data[inverse], missing[inverse])
+    if dtype == "string":
+        return _string(pa.array(values, type=pa.large_string()).take(pa.array(inverse)))
+    return _objects(values)[inverse]
+
+
 def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndarray, hdr_end: np.ndarray) -> pd.DataFrame:
     """The rows ``sel`` of a chunk: template columns gathered, per-line columns sliced from the bytes."""
     contract = bucket.contract
     used, inverse = np.unique(tids, return_inverse=True)
     inverse = inverse.ravel()
     templates = [bucket.templates[u] for u in used.tolist()]
-    df = _frame([t.static for t in templates], contract).take(inverse).reset_index(drop=True)
+    n = len(sel)
     starts, ends, has_ts = ch.starts[sel], ch.ends[sel], ch.has_ts[sel]
-    df["line"] = pd.array(ch.first + ch.lines[sel], dtype="Int64")
-    df["pid"] = pd.array(ch.pid[sel], dtype="Int64")
-    ts_start = np.where(has_ts, starts + 1, starts)
-    df["timestamp"] = _string(spans_array(ch.body, ts_start, np.where(has_ts, starts + 1 + _TS_WIDTH, starts), has_ts))
+    cols: dict[str, Any] = {
+        "line": pd.arrays.IntegerArray(ch.first + ch.lines[sel], np.zeros(n, dtype=bool)),
+        "pid": pd.arrays.IntegerArray(ch.pid[sel], np.zeros(n, dtype=bool)),
+        "timestamp": _string(spans_array(ch.body, np.where(has_ts, starts + 1, starts),
+                                         np.where(has_ts, starts + 1 + _TS_WIDTH, starts), has_ts)),
+    }
     if "raw" in contract:
-        df["raw"] = _string(spans_array(ch.body, starts, ends))
+        cols["raw"] = _string(spans_array(ch.body, starts, ends))
     if "message" in contract:
-        df["message"] = _string(spans_array(ch.body, hdr_end[sel], ends))
+        cols["message"] = _string(spans_array(ch.body, hdr_end[sel], ends))
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
     ptr_index: dict[str, np.ndarray] = {}
-    dicts: dict[str, np.ndarray] = {}
     for j, tpl in enumerate(templates):
         group = order[bounds[j]:bounds[j + 1]]
         first_ptr = ch.first_ptr[sel[group]]
         for col, i in tpl.ptr_cols:
             if col not in ptr_index:
-                ptr_index[col] = np.full(len(df), -1, dtype=np.int64)
+                ptr_index[col] = np.full(n, -1, dtype=np.int64)
             ptr_index[col][group] = first_ptr + i
         for col, base in tpl.static.items():
             if not isinstance(base, dict):
                 continue
-            if col not in dicts:
-                dicts[col] = np.empty(len(df), dtype=object)
+            if col not in cols:
+                cols[col] = np.empty(n, dtype=object)
             entries = [(k, i) for c, k, i in tpl.ptr_dicts if c == col]
-            if entries:
-                keys = [k for k, _ in entries]
-                vals = [ch.ptr_values.take(pa.array(first_ptr + i)).to_pylist() for _, i in entries]
-                values = [{**base, **dict(zip(keys, v))} for v in zip(*vals)]
+            if entries:  # dicts built by C loops (map/zip), in the template's key order
+                at = dict(entries)
+                columns = [ch.ptr_values.take(pa.array(first_ptr + at[k])).to_pylist() if k in at else repeat(v)
+                           for k, v in base.items()]
+                values = list(map(dict, map(zip, repeat(list(base)), zip(*columns))))
             else:
                 values = list(map(dict.copy, repeat(base, len(group))))
-            dicts[col][group] = _objects(values)
+            cols[col][group] = _objects(values)
+    try:
+        for col, dtype in contract.items():
+            if col not in cols:
+                cols[col] = _static_column([t.static.get(col) for t in templates], dtype, inverse)
+    except (OverflowError, TypeError, ValueError) as e:
+        raise _Fallback(f"template value does not fit its column: {e}") from None
     for col, idx in ptr_index.items():
+        if contract[col] != "string":
+            raise _Fallback(f"pointer value in non-string column {col}")
         valid = idx >= 0
         taken = ch.ptr_values.take(pa.array(idx, mask=~valid))
-        static = df[col].array._pa_array.combine_chunks() if isinstance(df[col].array, pd.arrays.ArrowStringArray) else None
-        if static is None:
-            raise _Fallback(f"pointer value in non-string column {col}")
-        df[col] = _string(pc.if_else(pa.array(valid), taken, static.cast(pa.large_string())))
-    for col, values in dicts.items():
-        df[col] = values
-    return df
+        cols[col] = _string(pc.if_else(pa.array(valid), taken, cols[col]._pa_array.combine_chunks()))
+    return pd.DataFrame({c: cols[c] for c in contract}, copy=False)
+
+
+def _located_chunks(reader: _Reader, path: str | PathLike[str]) -> Iterator[_Chunk]:
+    """Chunks located one ahead by a helper thread (numpy and Arrow release the GIL while they work)."""
+    ready: queue.Queue = queue.Queue(maxsize=1)  # with 3 buffers: one parsed, one queued, one being read
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for first, body, length, cut_tail in iter_byte_chunks(path, WHAT, FAST_CHUNK_BYTES, pad=_PAD, buffers=3):
+                if cut_tail:
+                    raise _Fallback("last line cut short")
+                ch = _locate(reader, first, body, length)
+                ch.groups = _line_groups(ch)
+                while not stop.is_set():
+                    try:
+                        ready.put(ch, timeout=0.05)
+                        break
+                    except queue.Full:
+                        pass
+                if stop.is_set():
+                    return
+            ready.put(None)
+        except BaseException as e:  # handed to the parsing thread
+            ready.put(e)
+
+    worker = threading.Thread(target=produce, name="cublaslt-locate", daemon=True)
+    worker.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
 
 
 def _fast_read(path: str | PathLike[str], tolerate_truncated_tail: bool) -> CublasLtLog:
     """The vectorised read; raises ``_Fallback`` for anything it does not take (damage included)."""
     reader = _Reader(path, tolerate_truncated_tail)
     st = _FastState()
-    for first, body, cut_tail in iter_byte_chunks(path, WHAT, FAST_CHUNK_BYTES):
-        if cut_tail:
-            raise _Fallback("last line cut short")
-        _fast_chunk(reader, st, _locate(reader, first, body))
+    for ch in _located_chunks(reader, path):
+        _fast_chunk(reader, st, ch)
     if not sum(reader.level_counts.values()):
         raise _Fallback("no cuBLASLt line")
     reader.finish()
