@@ -1,0 +1,194 @@
+"""The vectorised cuBLASLt path (``parsers.cublaslt._fast_read``) against the per-line path.
+
+Logs here mix REAL lines (tests/data/cublaslt/real_lines.log, verbatim from
+instrument-formats.md §1.3-1.4) with SYNTHETIC lines: the benchmark's generator
+(``benchmarks/bench_cublaslt.synthetic_lines``, §1.3/§1.4 grammar) and the hand-written
+SYNTHETIC level-5 fixture, plus SYNTHETIC program output and odd-but-legal lines.
+"""
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from forensics.errors import BadInput
+from parsers import cublaslt
+from parsers._text import iter_byte_chunks, spans_array
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "cublaslt"
+REAL = DATA / "real_lines.log"
+SYNTH = DATA / "synthetic_level5.log"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_cublaslt import synthetic_lines  # noqa: E402
+
+FRAMES = ("calls", "heuristics", "api", "info", "hints", "errors")
+
+
+def mixed_log_lines(n_generated: int = 400, seed: int = 7) -> list[str]:
+    """SYNTHETIC generated lines interleaved with the REAL and SYNTHETIC fixture lines and odd cases."""
+    rng = random.Random(seed)
+    generated = synthetic_lines(rng, pid=4242, t0=1_790_000_000)
+    fixtures = REAL.read_text().splitlines() + SYNTH.read_text().splitlines()
+    odd = [
+        "epoch 1 loss=0.5 ptr=0X1234",  # program output (skipped), with a pointer-looking value
+        "",  # blank line
+        # SYNTHETIC: a hex-looking integer (rows=0x10) makes the line non-templatable
+        "[cublasLt][1][Trace][cublasLtMatmul] A=0X5 Adesc=[type=R_32F rows=0x10 cols=3 ld=16] "
+        "Cdesc=[type=R_32F rows=16 cols=2 ld=16] stream=0X0",
+        # SYNTHETIC: no timestamp, lower-case pointers in a nested block, a different pid width
+        "[cublasLt][77][Trace][cublasLtMatmul] A=0x7f00 Adesc=[type=R_16F rows=8 cols=4 ld=8] "
+        "Bdesc=[type=R_16F rows=4 cols=2 ld=4] Cdesc=[type=R_16F rows=8 cols=2 ld=8] "
+        "computeDesc=[computeType=COMPUTE_32F future=[p=0xdead q=1]] stream=0X0",
+        "[2026-01-01 00:00:00][cublasLt][123456789][Info][cublasLtMatmulAlgoGetHeuristic] returnAlgoCount=3",
+        "[2026-01-01 00:00:01][cublasLt][5][Api][cublasLtMatmulDescCreate] matmulDesc[out]=0X7FFD00001000 computeType=COMPUTE_32F",
+    ]
+    out: list[str] = []
+    extras = fixtures + odd
+    for i in range(n_generated):
+        out.append(next(generated))
+        if i % 9 == 0:
+            out.append(extras[(i // 9) % len(extras)])
+    return out + extras
+
+
+def write(tmp_path: Path, lines: list[str], name: str = "cublaslt.7.log") -> Path:
+    p = tmp_path / name
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def assert_same_log(fast: cublaslt.CublasLtLog, slow: cublaslt.CublasLtLog) -> None:
+    for name in FRAMES:
+        a, b = getattr(fast, name), getattr(slow, name)
+        assert list(a.columns) == list(b.columns), name
+        objects = [c for c in a.columns if a[c].dtype == object]
+        pd.testing.assert_frame_equal(a.drop(columns=objects), b.drop(columns=objects), obj=name)
+        for col in objects:
+            assert list(a[col]) == list(b[col]), (name, col)
+    assert fast.level_counts == slow.level_counts
+    assert (fast.skipped_lines, fast.problems) == (slow.skipped_lines, slow.problems)
+
+
+@pytest.mark.parametrize("chunk_bytes", [64 << 20, 4096, 1500])
+def test_fast_path_equals_per_line_path_row_by_row(tmp_path, monkeypatch, chunk_bytes):
+    p = write(tmp_path, mixed_log_lines())
+    monkeypatch.setattr(cublaslt, "FAST_CHUNK_BYTES", chunk_bytes)  # 1500: lines straddle most chunks
+    fast = cublaslt._fast_read(p, False)  # raises _Fallback if the vectorised path gave up
+    slow = cublaslt._read_log(p, False)
+    assert_same_log(fast, slow)
+    assert len(fast.calls) > 350 and len(fast.heuristics) > 40 and fast.skipped_lines >= 1
+    assert fast.calls.pointer_a.notna().all()
+    row = fast.calls[fast.calls.a_rows == 16].iloc[0]  # the non-templatable line, parsed on its own
+    assert row.pointer_a == "0X5" and row.m == 16
+
+
+def test_fast_path_rows_own_their_dicts(tmp_path):
+    log = cublaslt._fast_read(write(tmp_path, mixed_log_lines(60)), False)
+    extra = log.calls.extra
+    assert len({id(d) for d in extra}) == len(extra)
+    before = extra[1].copy()
+    extra[0]["workSpace"] = "changed"
+    assert extra[1] == before
+
+
+def test_read_log_uses_the_fast_path_and_falls_back(tmp_path, monkeypatch):
+    p = write(tmp_path, mixed_log_lines(50))
+    calls = []
+    monkeypatch.setattr(cublaslt, "_read_log", lambda *a: calls.append(a) or "slow")
+    assert isinstance(cublaslt.read_log(p), cublaslt.CublasLtLog) and not calls
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(p.read_bytes().replace(b"\n", b"\r\n"))
+    assert cublaslt.read_log(crlf) == "slow"  # CRLF: the per-line path reads it
+
+
+@pytest.mark.parametrize("damage", ["cut_tail", "unterminated", "bad_int", "nul", "utf8", "header", "legacy"])
+def test_damage_gives_the_per_line_error(tmp_path, damage):
+    lines = mixed_log_lines(80)
+    n = 40  # 1-based line 41 gets the damage
+    text = "\n".join(lines) + "\n"
+    if damage == "cut_tail":
+        text = text.rstrip("\n")[:-30]
+        n = len(lines) - 1
+    elif damage == "unterminated":
+        lines[n] = lines[n].split("] ", 1)[0] + "] A=0X1 Adesc=[type=R_32F rows=3"
+    elif damage == "bad_int":
+        lines[n] = lines[n].split("] ", 1)[0] + "] A=0X1 Adesc=[type=R_32F rows=three cols=3 ld=3]"
+    elif damage == "header":
+        lines[n] = "[cublasLt][12x][Trace][cublasLtMatmul] A=0X0"
+    elif damage == "legacy":
+        lines[n] = "I! cuBLAS (v13.4) function cublasSgemm_v2() called:"
+    if damage not in ("cut_tail",):
+        text = "\n".join(lines) + "\n"
+    data = text.encode()
+    if damage == "nul":
+        data = data.replace(lines[n].encode(), lines[n].encode()[:50] + b"\x00" + lines[n].encode()[50:], 1)
+    if damage == "utf8":
+        data = data.replace(lines[n].encode(), lines[n].encode() + b"\xff\xfe", 1)
+    p = tmp_path / "damaged.log"
+    p.write_bytes(data)
+    with pytest.raises(BadInput) as fast_err:
+        cublaslt.read_log(p)
+    with pytest.raises(BadInput) as slow_err:
+        cublaslt._read_log(p, False)
+    assert str(fast_err.value) == str(slow_err.value)
+    assert fast_err.value.line == n + 1 and "\n" not in str(fast_err.value)
+
+
+def test_tolerated_cut_tail_matches(tmp_path):
+    p = tmp_path / "cut.log"
+    p.write_bytes(("\n".join(mixed_log_lines(30)) + "\n").encode()[:-40])
+    assert_same_log(cublaslt.read_log(p, tolerate_truncated_tail=True), cublaslt._read_log(p, True))
+
+
+def test_helper_thread_stops_when_parsing_gives_up(tmp_path, monkeypatch):
+    lines = mixed_log_lines(200)
+    lines[150] = lines[150].replace("outOfPlace=0", "outOfPlace=0 note=\x01", 1)  # the template step refuses \x01
+    p = write(tmp_path, lines)
+    monkeypatch.setattr(cublaslt, "FAST_CHUNK_BYTES", 2048)
+    with pytest.raises(cublaslt._Fallback):
+        cublaslt._fast_read(p, False)
+    assert not [t for t in threading.enumerate() if t.name == "cublaslt-locate"]
+    assert_same_log(cublaslt.read_log(p), cublaslt._read_log(p, False))
+
+
+# --- byte helpers in parsers._text ---------------------------------------------------------------
+
+@pytest.mark.parametrize("chunk_bytes", [5, 16, 1 << 20])
+def test_iter_byte_chunks_cover_the_file_with_line_numbers(tmp_path, chunk_bytes):
+    text = b"a\nbb\n" + b"x" * 40 + b"\n\nlast\n"  # one line longer than small chunks
+    p = tmp_path / "t.log"
+    p.write_bytes(text)
+    got, numbers = b"", []
+    for first, buf, length, cut in iter_byte_chunks(p, "log", chunk_bytes, pad=8, buffers=3):
+        assert not cut and len(buf) >= length + 8 and buf[length - 1:length] == b"\n"
+        numbers.append(first)
+        assert first == got.count(b"\n") + 1
+        got += bytes(buf[:length])
+    assert got == text and numbers[0] == 1
+    p.write_bytes(text + b"cut")
+    chunks = [(first, bytes(buf[:length]), cut) for first, buf, length, cut in iter_byte_chunks(p, "log", chunk_bytes)]
+    assert b"".join(c[1] for c in chunks) == text + b"cut"
+    assert [c[2] for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    first, body, _ = chunks[-1]
+    assert first == text.count(b"\n") - body.count(b"\n") + 1
+
+
+def test_iter_byte_chunks_refuses_empty_and_foreign(tmp_path):
+    (tmp_path / "e.log").write_bytes(b" \n\n")
+    with pytest.raises(BadInput, match="empty file"):
+        list(iter_byte_chunks(tmp_path / "e.log", "log"))
+    (tmp_path / "j.log").write_bytes(b'{"traceEvents": []}')
+    with pytest.raises(BadInput, match="JSON"):
+        list(iter_byte_chunks(tmp_path / "j.log", "log"))
+
+
+def test_spans_array_slices_and_nulls():
+    buf = b"hello world\nfoo\n"
+    arr = spans_array(buf, np.array([0, 6, 12]), np.array([5, 11, 12]), np.array([True, True, False]))
+    assert arr.to_pylist() == ["hello", "world", None]
