@@ -314,6 +314,13 @@ class _Walker:
 
     def _compare_step(self, ra: list[TraceRecord], rb: list[TraceRecord]) -> bool:
         """Walk one step; True when the first divergence is found."""
+        self._compared = 0  # counted locally: a per-record attribute update pins allocator arenas
+        try:
+            return self._walk_step(ra, rb)
+        finally:
+            self.result.records_compared += self._compared
+
+    def _walk_step(self, ra: list[TraceRecord], rb: list[TraceRecord]) -> bool:
         index_b = {rec.identity: rec for rec in rb}
         if len(index_b) != len(rb):
             dup = Counter(r.identity for r in rb).most_common(1)[0][0]
@@ -326,8 +333,9 @@ class _Walker:
                 # A record with no counterpart; a B-only record may come earlier in B's order.
                 self._first_b_only_before(ids_a, rb, last_b_seq + 1) or self._control_flow(a, "A")
                 return True
-            last_b_seq = max(last_b_seq, b.seq)
-            self.result.records_compared += 1
+            if b.seq > last_b_seq:
+                last_b_seq = b.seq
+            self._compared += 1
             site = site_of(a) if a.extra.get("gemm") else None
             if site:
                 self.site_counts[site] += 1
