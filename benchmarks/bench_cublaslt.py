@@ -7,7 +7,11 @@ heuristic queries and ``[Info]`` lines, with fresh pointers and advancing timest
 ``grep -c cublasLt FILE`` and ``parsers.cublaslt.read_log(FILE)`` (full frame build) in the same
 run, and prints MB/s for both and the ratio (target: parser >= 1/3 of grep).
 
-    python benchmarks/bench_cublaslt.py [--size-mb 1024] [--repeat-grep 3] [--keep]
+    python benchmarks/bench_cublaslt.py [--size-mb 1024] [--repeat-grep 3] [--keep] [--per-line]
+
+``read_log`` takes the vectorised path (numpy/Arrow, a helper thread locating the next chunk);
+``--per-line`` also times the per-line fallback path (``_read_log``) on the same file, in a
+child process so that its peak memory is its own.
 
 Exit status is non-zero only on error (a slow parser is reported, not failed).
 """
@@ -130,11 +134,28 @@ def time_grep(path: Path, repeat: int) -> tuple[float, float, int]:
     return best, best_cpu, count
 
 
+def time_per_line(path: Path) -> tuple[float, float, float]:
+    """Wall s, CPU s and peak RSS MiB of the per-line path (``_read_log``) in a child process."""
+    code = (
+        "import resource, sys, time\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from parsers.cublaslt import _read_log\n"
+        "t, c = time.perf_counter(), time.process_time()\n"
+        f"_read_log({str(path)!r}, False)\n"
+        "print(time.perf_counter() - t, time.process_time() - c,"
+        " resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    wall, cpu, peak = map(float, out.stdout.split())
+    return wall, cpu, peak
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size-mb", type=int, default=1024, help="generated log size in MiB (default 1024)")
     ap.add_argument("--repeat-grep", type=int, default=3, help="grep runs; the best is used (default 3)")
     ap.add_argument("--keep", action="store_true", help="keep the generated log for the next run")
+    ap.add_argument("--per-line", action="store_true", help="also time the per-line path (slow: minutes per GiB)")
     args = ap.parse_args(argv)
 
     from parsers.cublaslt import read_log
@@ -167,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
           f"  ({parsed / parse_s:,.0f} lines/s, peak RSS {peak_mb:,.0f} MiB)")
     print(f"ratio         {ratio:.3f} of grep's throughput by wall time, {cpu_ratio:.3f} by CPU time"
           f" (target >= 0.333: {'met' if ratio >= 1 / 3 else 'NOT met'})")
+    if args.per_line:
+        wall, cpu, peak = time_per_line(path)
+        print(f"per-line path {wall:8.2f} s wall {size_mb / wall:9.1f} MiB/s   {cpu:8.2f} s CPU"
+              f"  (peak RSS {peak:,.0f} MiB; ratio to grep {grep_s / wall:.3f}; vectorised is {wall / parse_s:.1f}x faster)")
     if not args.keep:
         path.unlink()
     return 0

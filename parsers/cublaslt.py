@@ -785,8 +785,11 @@ class _Chunk:
         return self.body[self.starts[i]:self.ends[i]].decode("utf-8")
 
 
-def _locate(reader: _Reader, first: int, body: bytearray, length: int) -> _Chunk:
-    """Find the lines, header fields and pointer values of a chunk without a Python loop per line."""
+def _locate(reader: _Reader, first: int, body: bytearray, length: int, scratch: list[np.ndarray] | None = None) -> _Chunk:
+    """Find the lines, header fields and pointer values of a chunk without a Python loop per line.
+
+    ``scratch`` (a list, filled on first use) keeps two chunk-sized work arrays between calls.
+    """
     if body.find(b"\x00", 0, length) >= 0 or body.find(b"\r", 0, length) >= 0:
         raise _Fallback("NUL or CR bytes")
     try:
@@ -795,7 +798,12 @@ def _locate(reader: _Reader, first: int, body: bytearray, length: int) -> _Chunk
     except pa.ArrowInvalid:
         raise _Fallback("not UTF-8") from None
     a = np.frombuffer(body, dtype=np.uint8)
-    ends = np.flatnonzero(a[:length] == 10)
+    if scratch is None:
+        scratch = []
+    if not scratch or len(scratch[0]) < length:
+        scratch[:] = [np.empty(length, dtype=np.uint8), np.empty(length, dtype=bool)]
+    work, hits = scratch[0][:length], scratch[1][:length]
+    ends = np.flatnonzero(np.equal(a[:length], 10, out=hits))
     starts = np.empty_like(ends)
     starts[:1] = 0
     starts[1:] = ends[:-1] + 1
@@ -823,9 +831,9 @@ def _locate(reader: _Reader, first: int, body: bytearray, length: int) -> _Chunk
         reader._foreign(first + i, raw)
     lines = np.flatnonzero(ok)
     # pointer values: "=0X<hex>" / "=0x<hex>" (what _POINTER matches), the value without the "="
-    eq = np.flatnonzero(a[:length] == 61)
-    eq = eq[a[eq + 1] == 48]
-    eq = eq[((a[eq + 2] | 32) == 120) & _HEX[a[eq + 3]]]
+    x = np.flatnonzero(np.equal(np.bitwise_or(a[:length], 32, out=work), 120, out=hits))  # 'x' / 'X'
+    x = x[x >= 2]
+    eq = x[(a[x - 1] == 48) & (a[x - 2] == 61) & _HEX[a[x + 1]]] - 2
     hexes = _HEX[sliding_window_view(a, _MAX_HEX)[eq + 3]]
     run = np.argmin(hexes, axis=1)
     if hexes.all(axis=1).any():
@@ -1029,11 +1037,12 @@ def _located_chunks(reader: _Reader, path: str | PathLike[str]) -> Iterator[_Chu
     stop = threading.Event()
 
     def produce() -> None:
+        scratch: list[np.ndarray] = []
         try:
             for first, body, length, cut_tail in iter_byte_chunks(path, WHAT, FAST_CHUNK_BYTES, pad=_PAD, buffers=3):
                 if cut_tail:
                     raise _Fallback("last line cut short")
-                ch = _locate(reader, first, body, length)
+                ch = _locate(reader, first, body, length, scratch)
                 ch.groups = _line_groups(ch)
                 while not stop.is_set():
                     try:
