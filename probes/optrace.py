@@ -130,6 +130,7 @@ class OpTracer(TorchDispatchMode):
         self.phase_stack: list[str] = []
         self.closed = False
         self.entered = False
+        self._guarded: Any = None
         self.out_dir = Path(out_dir)
         self.file: Any = None  # opened at the first flush with records (a launcher that runs no op writes nothing)
         self.path: Path | None = None
@@ -244,7 +245,24 @@ class OpTracer(TorchDispatchMode):
             if len(self.records) >= FLUSH_EVERY:
                 self.flush()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """Do not let TorchDispatchMode wrap our handler in torch._dynamo.disable at class creation:
+        that imports torch._dynamo (seconds per process) and adds a frame per op. The handler below
+        takes the dynamo-disabled path only once the program itself has loaded dynamo."""
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        guarded = self._guarded
+        if guarded is None and "torch._dynamo" in sys.modules:
+            import torch._dynamo  # noqa: PLC0415
+
+            guarded = self._guarded = torch._dynamo.disable(self._dispatch, recursive=True)
+        if guarded is not None:
+            return guarded(func, types, args, kwargs)
+        return self._dispatch(func, types, args, kwargs)
+
+    def _dispatch(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
         kwargs = kwargs or {}
         if not self._recording():
             return func(*args, **kwargs)
