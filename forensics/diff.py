@@ -314,7 +314,7 @@ class _Walker:
 
     def _compare_step(self, ra: list[TraceRecord], rb: list[TraceRecord]) -> bool:
         """Walk one step; True when the first divergence is found."""
-        self._compared = 0  # counted locally: a per-record attribute update pins allocator arenas
+        self._compared = 0  # records compared in this step
         try:
             return self._walk_step(ra, rb)
         finally:
