@@ -17,6 +17,7 @@ import queue
 import re
 import threading
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from itertools import repeat
 from os import PathLike
@@ -452,7 +453,8 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
         try:
             return _fast_read(path, tolerate_truncated_tail)
         except (_Fallback, BadInput):
-            return _read_log(path, tolerate_truncated_tail)  # exact errors, odd files
+            pass  # the per-line path reads the file again: the exact error, or the odd file
+        return _read_log(path, tolerate_truncated_tail)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -1072,8 +1074,9 @@ def _fast_read(path: str | PathLike[str], tolerate_truncated_tail: bool) -> Cubl
     """The vectorised read; raises ``_Fallback`` for anything it does not take (damage included)."""
     reader = _Reader(path, tolerate_truncated_tail)
     st = _FastState()
-    for ch in _located_chunks(reader, path):
-        _fast_chunk(reader, st, ch)
+    with closing(_located_chunks(reader, path)) as chunks:  # stops the helper thread on any exit
+        for ch in chunks:
+            _fast_chunk(reader, st, ch)
     if not sum(reader.level_counts.values()):
         raise _Fallback("no cuBLASLt line")
     reader.finish()
