@@ -13,6 +13,8 @@ printed by cuBLASLt: an absent ``transa``/``transb`` means ``N``. See docs/parse
 from __future__ import annotations
 
 import gc
+from collections import deque
+from operator import setitem
 import queue
 import re
 import threading
@@ -1009,14 +1011,10 @@ def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndar
                 continue
             if col not in cols:
                 cols[col] = np.empty(n, dtype=object)
-            entries = [(k, i) for c, k, i in tpl.ptr_dicts if c == col]
-            if entries:  # dicts built by C loops (map/zip), in the template's key order
-                at = dict(entries)
-                columns = [ch.ptr_values.take(pa.array(first_ptr + at[k])).to_pylist() if k in at else repeat(v)
-                           for k, v in base.items()]
-                values = list(map(dict, map(zip, repeat(list(base)), zip(*columns))))
-            else:
-                values = list(map(dict.copy, repeat(base, len(group))))
+            values = list(map(dict.copy, repeat(base, len(group))))  # C loops; keys keep the template's order
+            for c, key, i in tpl.ptr_dicts:
+                if c == col:
+                    deque(map(setitem, values, repeat(key), ch.ptr_values.take(pa.array(first_ptr + i)).to_pylist()), 0)
             cols[col][group] = _objects(values)
     try:
         for col, dtype in contract.items():
