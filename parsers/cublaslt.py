@@ -838,9 +838,8 @@ def _locate(reader: _Reader, first: int, body: bytearray, length: int, scratch: 
     x = np.flatnonzero(np.equal(np.bitwise_or(a[:length], 32, out=work), 120, out=hits))  # 'x' / 'X'
     x = x[x >= 2]
     eq = x[(a[x - 1] == 48) & (a[x - 2] == 61) & _HEX[a[x + 1]]] - 2
-    hexes = _HEX[sliding_window_view(a, _MAX_HEX)[eq + 3]]
-    run = np.argmin(hexes, axis=1)
-    if hexes.all(axis=1).any():
+    run = np.argmin(_HEX[sliding_window_view(a, _MAX_HEX)[eq + 3]], axis=1)  # the first digit is known hex
+    if (run == 0).any():  # argmin 0: all _MAX_HEX bytes are hex digits
         raise _Fallback("a very long pointer value")
     ptr_end = eq + 3 + run
     line_of = np.searchsorted(ends, eq)  # index among all lines
@@ -964,7 +963,7 @@ def _string(values: pa.Array) -> pd.arrays.ArrowStringArray:
     return pd.arrays.ArrowStringArray(values)
 
 
-def _static_column(values: list[Any], dtype: str, inverse: np.ndarray) -> Any:
+def _static_column(values: list[Any], dtype: str, inverse: np.ndarray, take: pa.Array) -> Any:
     """One column of template values, gathered to the rows (``inverse``: template of each row)."""
     missing = np.array([v is None for v in values], dtype=bool)
     if dtype == "Int64":
@@ -974,7 +973,7 @@ def _static_column(values: list[Any], dtype: str, inverse: np.ndarray) -> Any:
         data = np.array([bool(v) for v in values], dtype=bool)
         return pd.arrays.BooleanArray(data[inverse], missing[inverse])
     if dtype == "string":
-        return _string(pa.array(values, type=pa.large_string()).take(pa.array(inverse)))
+        return _string(pa.array(values, type=pa.large_string()).take(take))
     return _objects(values)[inverse]
 
 
@@ -1016,10 +1015,11 @@ def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndar
                 if c == col:
                     deque(map(setitem, values, repeat(key), ch.ptr_values.take(pa.array(first_ptr + i)).to_pylist()), 0)
             cols[col][group] = _objects(values)
+    take = pa.array(inverse)
     try:
         for col, dtype in contract.items():
             if col not in cols:
-                cols[col] = _static_column([t.static.get(col) for t in templates], dtype, inverse)
+                cols[col] = _static_column([t.static.get(col) for t in templates], dtype, inverse, take)
     except (OverflowError, TypeError, ValueError) as e:
         raise _Fallback(f"template value does not fit its column: {e}") from None
     for col, idx in ptr_index.items():
