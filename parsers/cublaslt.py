@@ -454,6 +454,8 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
     try:
         try:
             return _fast_read(path, tolerate_truncated_tail)
+        except _Final as e:
+            raise e.error from None
         except (_Fallback, BadInput):
             pass  # the per-line path reads the file again: the exact error, or the odd file
         return _read_log(path, tolerate_truncated_tail)
@@ -1031,30 +1033,42 @@ def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndar
     return pd.DataFrame({c: cols[c] for c in contract}, copy=False)
 
 
-def _located_chunks(reader: _Reader, path: str | PathLike[str]) -> Iterator[_Chunk]:
+@dataclass
+class _CutTail:
+    """The last line of a file without a final newline (a log cut mid-line)."""
+
+    line: int
+    raw: bytes
+
+
+def _located_chunks(reader: _Reader, path: str | PathLike[str]) -> Iterator[_Chunk | _CutTail]:
     """Chunks located one ahead by a helper thread (numpy and Arrow release the GIL while they work)."""
     ready: queue.Queue = queue.Queue(maxsize=1)  # with 3 buffers: one parsed, one queued, one being read
     stop = threading.Event()
+
+    def offer(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                pass
+        return False
 
     def produce() -> None:
         scratch: list[np.ndarray] = []
         try:
             for first, body, length, cut_tail in iter_byte_chunks(path, WHAT, FAST_CHUNK_BYTES, pad=_PAD, buffers=3):
-                if cut_tail:
-                    raise _Fallback("last line cut short")
-                ch = _locate(reader, first, body, length, scratch)
-                ch.groups = _line_groups(ch)
-                while not stop.is_set():
-                    try:
-                        ready.put(ch, timeout=0.05)
-                        break
-                    except queue.Full:
-                        pass
-                if stop.is_set():
+                if cut_tail:  # the whole chunk is the one cut line
+                    item: object = _CutTail(first, bytes(body[:length]))
+                else:
+                    item = _locate(reader, first, body, length, scratch)
+                    item.groups = _line_groups(item)
+                if not offer(item):
                     return
-            ready.put(None)
+            offer(None)
         except BaseException as e:  # handed to the parsing thread
-            ready.put(e)
+            offer(e)
 
     worker = threading.Thread(target=produce, name="cublaslt-locate", daemon=True)
     worker.start()
@@ -1068,15 +1082,38 @@ def _located_chunks(reader: _Reader, path: str | PathLike[str]) -> Iterator[_Chu
         worker.join()
 
 
+class _Final(Exception):
+    """A ``BadInput`` the vectorised path is sure of (the per-line path would raise the same)."""
+
+    def __init__(self, error: BadInput):
+        super().__init__(str(error))
+        self.error = error
+
+
 def _fast_read(path: str | PathLike[str], tolerate_truncated_tail: bool) -> CublasLtLog:
     """The vectorised read; raises ``_Fallback`` for anything it does not take (damage included)."""
     reader = _Reader(path, tolerate_truncated_tail)
     st = _FastState()
+    cut: _CutTail | None = None
     with closing(_located_chunks(reader, path)) as chunks:  # stops the helper thread on any exit
         for ch in chunks:
-            _fast_chunk(reader, st, ch)
+            if isinstance(ch, _CutTail):
+                cut = ch
+            else:
+                _fast_chunk(reader, st, ch)
     if not sum(reader.level_counts.values()):
         raise _Fallback("no cuBLASLt line")
+    if cut is not None:  # every earlier line parsed: the cut line is the first damage
+        if b"\x00" in cut.raw or b"\r" in cut.raw:
+            raise _Fallback("NUL or CR in the cut line")
+        try:
+            raw = cut.raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Fallback("cut line is not UTF-8") from None
+        try:
+            reader._cut_tail(cut.line, raw)
+        except BadInput as e:
+            raise _Final(e) from None
     reader.finish()
     frames = {name: _concat_columns(parts, st.buckets[name].contract) for name, parts in st.parts.items()}
     return _result(reader, frames)

@@ -140,10 +140,15 @@ def test_damage_gives_the_per_line_error(tmp_path, damage):
     assert fast_err.value.line == n + 1 and "\n" not in str(fast_err.value)
 
 
-def test_tolerated_cut_tail_matches(tmp_path):
+def test_cut_tail_is_handled_without_the_per_line_path(tmp_path):
     p = tmp_path / "cut.log"
     p.write_bytes(("\n".join(mixed_log_lines(30)) + "\n").encode()[:-40])
-    assert_same_log(cublaslt.read_log(p, tolerate_truncated_tail=True), cublaslt._read_log(p, True))
+    assert_same_log(cublaslt._fast_read(p, True), cublaslt._read_log(p, True))  # tolerated: dropped, noted
+    with pytest.raises(cublaslt._Final) as fast:
+        cublaslt._fast_read(p, False)
+    with pytest.raises(BadInput) as slow:
+        cublaslt._read_log(p, False)
+    assert str(fast.value.error) == str(slow.value) and "cut short" in str(slow.value)
 
 
 def test_helper_thread_stops_when_parsing_gives_up(tmp_path, monkeypatch):
