@@ -6,7 +6,7 @@ digest, one tensor output. B holds the same records with neighbours swapped insi
 positions differ and only identity alignment works) and the LAST record's output changed: both
 methods must read everything and find that record as ORIGIN.
 
-Each method runs in its own process; wall time and peak RSS (ru_maxrss) are measured there.
+Each method runs in its own process; wall time and peak RSS (VmHWM) are measured there.
 Baseline: every line parsed with the same orjson into columns, two DataFrames, ``merge`` on
 (step, identity), first differing output by A's seq, then the input test. Optionally
 ``--read-json`` adds the plain ``pandas.read_json(lines=True)`` baseline.
@@ -110,6 +110,18 @@ def run_read_json(a: Path, b: Path) -> dict:
     return {"identity": row["identity"], "verdict": "ORIGIN" if row["in_a"] == row["in_b"] else "RECEIVER"}
 
 
+def peak_rss_mb() -> float:
+    """This process's own peak RSS (VmHWM). ru_maxrss is not used: Linux carries it over fork and
+    execve, so a child would report the generating parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 METHODS = {"differ": run_differ, "pandas": run_pandas, "read_json": run_read_json}
 
 
@@ -133,7 +145,7 @@ def main() -> None:
         t = time.perf_counter()
         result = METHODS[method](Path(a), Path(b))
         dt = time.perf_counter() - t
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rss = peak_rss_mb()
         print(json.dumps({"method": method, "seconds": dt, "peak_rss_mb": rss, **result}))
         return
     base = args.dir or Path(tempfile.mkdtemp(prefix="bench_diff_"))
