@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not a.cpu and not torch.cuda.is_available():
         sys.stderr.write("forensics example: no CUDA device; use --cpu for a CPU logic check, or "
-                         "`forensics analyze examples/corpus-ex-gpu` for the shipped real capture\n")
+                         "`forensics analyze examples/corpus-ex-gpu` for the shipped real corpus pair (nsys + ncu of one program; not a capture of ours)\n")
         return EXIT_UNAVAILABLE
     dev = "cpu" if a.cpu else "cuda"
     tokens = a.tokens or (64 if a.cpu else 2048)

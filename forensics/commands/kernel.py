@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         if not cmd:
             if not tools.cuda and not dry_run:
                 typer.echo(f"forensics kernel: the bundled example needs a CUDA GPU ({tools.cuda_reason}); "
-                           f"try `forensics analyze {SHIPPED_EXAMPLE}` on the shipped real capture", err=True)
+                           f"try `forensics analyze {SHIPPED_EXAMPLE}` on the shipped real corpus pair (nsys + ncu of one program; not a capture of ours)", err=True)
                 raise typer.Exit(EXIT_UNAVAILABLE)
             cmd = lib.default_command()
         if dry_run:
