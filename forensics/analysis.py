@@ -35,7 +35,6 @@ FAMILY_LABEL = {"cupti": "CUPTI family (cupti/kineto/nsys)", "ncu": "Nsight Comp
 #: Instruments of the CUPTI family in order of preference when several saw the same arm/rank.
 CUPTI_PREFERENCE = ("cupti", "nsys", "kineto")
 _GEMM_KERNEL = re.compile(r"gemm|gemv|xmma|cutlass|matmul|splitKreduce|cublas", re.I)
-_LABEL = re.compile(r"^(?P<site>[^#\s]+)#(?P<n>\d+)$")
 COUNT_COLUMNS = ["cupti", "kineto", "nsys", "ncu", "cublaslt"]
 
 

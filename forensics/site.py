@@ -136,3 +136,14 @@ def split_label(label: str) -> tuple[str, int | None]:
         if n.isdigit():
             return site, int(n)
     return label, None
+
+
+def is_occurrence_label(name: object) -> bool:
+    """True when ``name`` is a valid ``SITE#N`` (e.g. an NVTX range name our probes wrote)."""
+    if not isinstance(name, str) or "#" not in name:
+        return False
+    try:
+        parse_occurrence(name)
+    except BadSite:
+        return False
+    return True

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from forensics.errors import BadInput, BadSite, Unavailable
+from forensics.errors import BadInput, Unavailable
 from forensics.model import LAUNCH_COLUMNS, conform, dim3, empty_frame
-from forensics.site import parse_occurrence
+from forensics.site import is_occurrence_label
 from parsers.demangle import canonical_kernel, short_name
 
 REPORT_MAGIC = b"NVR\x00"
@@ -40,19 +40,11 @@ _TIME_UNITS_NS = {
 }
 
 
-def _is_occurrence(name: str) -> bool:
-    if "#" not in name:
-        return False
-    try:
-        parse_occurrence(name)
-        return True
-    except BadSite:
-        return False
 
 
 def _matcher(pattern):
     if pattern is None:
-        return _is_occurrence
+        return is_occurrence_label
     rx = re.compile(pattern) if isinstance(pattern, str) else pattern
     return lambda name: rx.fullmatch(name) is not None
 

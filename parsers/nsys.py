@@ -18,9 +18,9 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from forensics.errors import BadInput, BadSite
+from forensics.errors import BadInput
 from forensics.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, empty_frame
-from forensics.site import parse_occurrence
+from forensics.site import is_occurrence_label
 from parsers.demangle import canonical_kernel
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -359,14 +359,6 @@ def read_ranges(path: str | PathLike[str]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- attribution
-def _is_occurrence(name) -> bool:
-    if not isinstance(name, str) or "#" not in name:
-        return False
-    try:
-        parse_occurrence(name)
-        return True
-    except BadSite:
-        return False
 
 
 def attribute(kernels: pd.DataFrame, ranges: pd.DataFrame, pattern: str | re.Pattern | None = None) -> pd.DataFrame:
@@ -384,7 +376,7 @@ def attribute(kernels: pd.DataFrame, ranges: pd.DataFrame, pattern: str | re.Pat
     if len(out) and len(ranges):
         if pattern is None:
             names = ranges["name"].astype(object)
-            keep = names.map(_is_occurrence)
+            keep = names.map(is_occurrence_label)
         else:
             rx = re.compile(pattern) if isinstance(pattern, str) else pattern
             keep = ranges["name"].astype(object).map(lambda n: isinstance(n, str) and rx.fullmatch(n) is not None)

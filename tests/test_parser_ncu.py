@@ -175,7 +175,7 @@ def test_parse_number(text, value):
 
 
 def test_nvtx_site_best_effort():
-    label, found = ncu._nvtx_site(["<default>:step:gemm:NT:acc0:grad1#3:", ""], ncu._is_occurrence)
+    label, found = ncu._nvtx_site(["<default>:step:gemm:NT:acc0:grad1#3:", ""], ncu.is_occurrence_label)
     assert label == "gemm:NT:acc0:grad1#3" and found == ["gemm:NT:acc0:grad1#3"]
 
 
