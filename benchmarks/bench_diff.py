@@ -57,7 +57,7 @@ def generate(path: Path, n: int, per_step: int, variant: bool) -> None:
 
 
 def run_differ(a: Path, b: Path) -> dict:
-    from forensics.diff import diff_paths
+    from forensics.tracediff.diff import diff_paths
 
     rep = diff_paths(a, b)
     d = rep.ranks[0].first_divergence

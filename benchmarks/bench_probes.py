@@ -162,7 +162,7 @@ def gpu_step_time(mode: str, steps: int) -> float:
     """One process, one mode: seconds per example-workload step with none | cupti | profiler collecting."""
     import torch
 
-    from forensics.example_workload import build, make_linear
+    from forensics.capture.example_workload import build, make_linear
 
     w1, w2 = build(torch, "cuda", 4096)
     linear = make_linear(torch)

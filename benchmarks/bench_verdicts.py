@@ -2,7 +2,7 @@
 
 Builds a SYNTHETIC capture (tests/synthetic_captures.py: real formats, made-up values) with
 ``--repeat`` copies of the worked-example GEMM pattern (7 occurrences each) in three arms (a1, a2,
-one toggle arm), then times in the same run: ``load_evidence`` (forensics.analysis: parse every
+one toggle arm), then times in the same run: ``load_evidence`` (forensics.judge.analysis: parse every
 file, attribute, count: the baseline) and ``compare_arms``, ``discriminator_table``,
 ``toggle_report`` and ``write_bundle`` on the loaded evidence. Prints seconds, occurrences per second and each step's
 ratio to the load (target: every verdict step <= 1x the load).
@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from forensics.arm_evidence import load_evidence  # noqa: E402
-from forensics.bundle import write_bundle  # noqa: E402
-from forensics.verdicts import compare_arms, discriminator_table, toggle_report  # noqa: E402
+from forensics.judge.arm_evidence import load_evidence  # noqa: E402
+from forensics.evidence.bundle import write_bundle  # noqa: E402
+from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report  # noqa: E402
 from tests.synthetic_captures import Arm, build_capture, wgrad_scenario  # noqa: E402
 
 

@@ -152,7 +152,7 @@ class OpTracer(TorchDispatchMode):
         return path
 
     def _write_header(self) -> None:
-        from forensics.environment import relevant_env  # noqa: PLC0415 (pure stdlib, no torch)
+        from forensics.capture.environment import relevant_env  # noqa: PLC0415 (pure stdlib, no torch)
 
         command = self.cfg.extra.get("command") if isinstance(self.cfg.extra, dict) else None
         header = {

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forensics.capture import new_manifest, write_manifest
+from forensics.capture.directory import new_manifest, write_manifest
 
 # Kernel symbols in the spelling real instruments report (cuBLAS sm90 kernels are extern "C" names).
 SM90_BF16 = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"

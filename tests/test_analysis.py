@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from forensics.analysis import DISAGREE, NAMED, SINGLE, WINDOW, analyze, site_summary
-from forensics.capture import new_manifest, write_manifest
+from forensics.judge.analysis import DISAGREE, NAMED, SINGLE, WINDOW, analyze, site_summary
+from forensics.capture.directory import new_manifest, write_manifest
 from forensics.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

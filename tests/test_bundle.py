@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from forensics.bundle import OutputExists, scrub, write_bundle
+from forensics.evidence.bundle import OutputExists, scrub, write_bundle
 from forensics.cli import main
 from forensics.errors import EXIT_BAD_INPUT, BadInput
 from tests.synthetic_captures import (

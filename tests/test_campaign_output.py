@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from forensics.arm_evidence import load_evidence
-from forensics.bundle import write_bundle
-from forensics.verdicts import BITS_DIFFER_KERNEL_UNKNOWN, IDENTICAL, compare_arms, discriminator_table
+from forensics.judge.arm_evidence import load_evidence
+from forensics.evidence.bundle import write_bundle
+from forensics.judge.verdicts import BITS_DIFFER_KERNEL_UNKNOWN, IDENTICAL, compare_arms, discriminator_table
 
 CAMPAIGN = Path(__file__).resolve().parents[2] / "shared" / "device" / "campaign.py"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CAMPAIGN.exists(), reason=f"{CAMPAIGN} absent")]

@@ -3,7 +3,7 @@ import json
 import pytest
 import yaml
 
-from forensics.capture import classify, fresh_dir, load_capture, new_manifest, write_manifest
+from forensics.capture.directory import classify, fresh_dir, load_capture, new_manifest, write_manifest
 from forensics.errors import BadInput
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from forensics.cli import main
-from forensics.diff import CONTROL_FLOW, ORIGIN, RECEIVER, diff_paths
+from forensics.tracediff.diff import CONTROL_FLOW, ORIGIN, RECEIVER, diff_paths
 from forensics.errors import BadInput
 
 

@@ -25,8 +25,8 @@ if not hasattr(torch, "hash_tensor"):
     pytest.skip("torch.hash_tensor missing (torch < 2.9)", allow_module_level=True)
 
 from forensics.commands.trace import trace_command  # noqa: E402
-from forensics.diff import ORIGIN, diff_paths, diff_streams  # noqa: E402
-from forensics.traces.native import iter_ranks, run_info  # noqa: E402
+from forensics.tracediff.diff import ORIGIN, diff_paths, diff_streams  # noqa: E402
+from forensics.tracediff.traces.native import iter_ranks, run_info  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SCRIPTS = Path(__file__).resolve().parent / "data" / "scripts"

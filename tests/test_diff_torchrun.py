@@ -20,7 +20,7 @@ if not (hasattr(torch, "hash_tensor") and dist.is_available() and dist.is_gloo_a
     pytest.skip("needs torch.hash_tensor and the gloo backend", allow_module_level=True)
 
 from forensics.commands.trace import trace_command  # noqa: E402
-from forensics.diff import ORIGIN, RECEIVER, diff_paths  # noqa: E402
+from forensics.tracediff.diff import ORIGIN, RECEIVER, diff_paths  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).resolve().parent / "data" / "scripts" / "optrace_ddp.py"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from forensics.arm_evidence import load_evidence
-from forensics.verdicts import CLEAN, DIVERGENT, MIXED, discriminator_table
+from forensics.judge.arm_evidence import load_evidence
+from forensics.judge.verdicts import CLEAN, DIVERGENT, MIXED, discriminator_table
 from tests.synthetic_captures import SM90_BF16_F32OUT, SPLITK_REDUCE, Arm, Gemm, build_capture, wgrad_scenario
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from forensics.cli import main
-from forensics.diff import diff_paths
+from forensics.tracediff.diff import diff_paths
 from forensics.errors import BadInput
-from forensics.from_report import gemm_layout_from_strides, site_for_name, site_from_report
+from forensics.tracediff.from_report import gemm_layout_from_strides, site_for_name, site_from_report
 
 DATA = Path(__file__).resolve().parent / "data" / "megatron"
 WGRAD = "decoder.layers.0.mlp.linear_fc1.wgrad"

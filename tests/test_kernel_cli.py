@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from forensics.cli import main
-from forensics.kernel import KernelResult, run_kernel
-from forensics.passes import Tools, cuda_status
+from forensics.capture.kernel import KernelResult, run_kernel
+from forensics.capture.passes import Tools, cuda_status
 
 SITE = "gemm:NT:acc0:grad1"
 NO_GPU = Tools(ncu=None, nsys=None, cuda=False, cuda_reason="no CUDA device (test)")
@@ -78,14 +78,14 @@ def test_bad_site_bad_toggle_bad_config_are_one_line(tmp_path, capsys):
 def test_real_capture_of_the_example_on_cpu(tmp_path, capsys):
     out = tmp_path / "cap"
     code = main(["kernel", "--site", SITE, "--out", str(out), "--instruments", "cupti,cublaslt", "-q", "--timeout", "300",
-                 "--", sys.executable, "-m", "forensics.example_workload", "--cpu", "--steps", "4"])
+                 "--", sys.executable, "-m", "forensics.capture.example_workload", "--cpu", "--steps", "4"])
     text = capsys.readouterr().out
     assert code == 1, text  # CPU: sites and digests, but no kernel launches, so nothing NAMED
     assert f"capture: {out.resolve()}" in text and "verdict: no kernel NAMED" in text
     man = yaml.safe_load((out / "manifest.yaml").read_text())
     assert [(a["name"], a["role"], a["status"]) for a in man["arms"]] == [("a1", "arm", "ok"), ("a2", "arm", "ok")]
     assert man["site"] == SITE and man["steps"] == "1-2" and man["instruments"] == ["cupti", "cublaslt"]
-    assert man["command"][1:] == ["-m", "forensics.example_workload", "--cpu", "--steps", "4"]
+    assert man["command"][1:] == ["-m", "forensics.capture.example_workload", "--cpu", "--steps", "4"]
     assert "python" in man["environment"] and "FORENSICS_CONFIG" not in man["knobs"]
     digests = {}
     for arm in ("a1", "a2"):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from forensics.errors import BadInput
-from forensics.kernel import load_run_config, run_pass
-from forensics.passes import (
+from forensics.capture.kernel import load_run_config, run_pass
+from forensics.capture.passes import (
     NCU_PERMISSION_REASON,
     Tools,
     describe_plan,

@@ -78,9 +78,9 @@ def _script(tmp_path: Path) -> Path:
 
 
 def test_dynamic_without_gpu_says_so_in_one_line_and_keeps_the_static_result(tree, tmp_path, capsys, monkeypatch):
-    import forensics.passes
+    import forensics.capture.passes
 
-    monkeypatch.setattr(forensics.passes, "cuda_status", lambda timeout_s=60: (False, "no CUDA device visible (test)"))
+    monkeypatch.setattr(forensics.capture.passes, "cuda_status", lambda timeout_s=60: (False, "no CUDA device visible (test)"))
     code = main(["knob", KNOB, "--path", str(tree), "--site", "gemm:NT:acc0:grad1", "--values", "0,1", "--",
                  "python", str(_script(tmp_path))])
     assert code == EXIT_UNAVAILABLE
@@ -121,9 +121,9 @@ def test_bundle_section_is_markdown_and_json(tree):
 def test_dynamic_path_with_fake_capture_and_verdicts(tree, tmp_path, capsys, monkeypatch):
     """The dynamic wiring (arms -> run_kernel -> toggle_report -> report) with FAKE stand-ins for
     the GPU capture and the verdicts: SYNTHETIC results, no instrument output is invented here."""
-    import forensics.kernel
-    import forensics.passes
-    import forensics.verdicts
+    import forensics.capture.kernel
+    import forensics.capture.passes
+    import forensics.judge.verdicts
 
     calls = {}
 
@@ -142,15 +142,15 @@ def test_dynamic_path_with_fake_capture_and_verdicts(tree, tmp_path, capsys, mon
 
     def fake_run_kernel(site, command, **kw):
         calls["run_kernel"] = (site, command, kw["env_arms"])
-        return forensics.kernel.KernelResult(capture_dir=tmp_path / "cap", passes=[])
+        return forensics.capture.kernel.KernelResult(capture_dir=tmp_path / "cap", passes=[])
 
     def fake_toggle_report(source, site=None, names=None, comparison=None):
         calls["toggle_report"] = (source, site, names)
         return FakeReport()
 
-    monkeypatch.setattr(forensics.passes, "cuda_status", lambda timeout_s=60: (True, "fake GPU"))
-    monkeypatch.setattr(forensics.kernel, "run_kernel", fake_run_kernel)
-    monkeypatch.setattr(forensics.verdicts, "toggle_report", fake_toggle_report)
+    monkeypatch.setattr(forensics.capture.passes, "cuda_status", lambda timeout_s=60: (True, "fake GPU"))
+    monkeypatch.setattr(forensics.capture.kernel, "run_kernel", fake_run_kernel)
+    monkeypatch.setattr(forensics.judge.verdicts, "toggle_report", fake_toggle_report)
     code = main(["knob", KNOB, "--path", str(tree), "--site", "gemm:NT:acc0:grad1", "--values", ":0:0", "--json", "-",
                  "--", "python", "train.py"])
     assert code == EXIT_OK

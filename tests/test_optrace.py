@@ -186,9 +186,9 @@ def test_existing_trace_is_never_overwritten(tmp_path):
 
 
 def test_native_reader_round_trip_and_self_diff(tmp_path):
-    from forensics.diff import diff_paths
-    from forensics.traces import detect_format
-    from forensics.traces.native import read
+    from forensics.tracediff.diff import diff_paths
+    from forensics.tracediff.traces import detect_format
+    from forensics.tracediff.traces.native import read
 
     trace(tmp_path, lambda: (torch.randn(4, 4) @ torch.randn(4, 4)).relu())
     assert detect_format(tmp_path) == "native"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from forensics.repro import GemmProblem, gemm_problem, render_repro, repro_knobs
+from forensics.evidence.repro import GemmProblem, gemm_problem, render_repro, repro_knobs
 from tests.synthetic_captures import Gemm, operand_shapes
 
 

@@ -3,7 +3,7 @@
 Two runs of one small CPU workload that genuinely differ (``torch.set_num_threads(1)`` vs ``(4)``
 changes the split of a float sum, so ``aten.sum`` gives different bits from equal inputs; the test
 checks the sums really differ) and a control rerun with the same thread count that does not.
-Each run writes the structured dump (:func:`forensics.traces.debugmode.dump`) and the raw
+Each run writes the structured dump (:func:`forensics.tracediff.traces.debugmode.dump`) and the raw
 ``debug_string()`` text. Only the malformed-file cases are SYNTHETIC mutations of these real dumps.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from forensics.diff import diff_paths
+from forensics.tracediff.diff import diff_paths
 from forensics.errors import BadInput
-from forensics.traces import detect_format
-from forensics.traces import debugmode as dm
+from forensics.tracediff.traces import detect_format
+from forensics.tracediff.traces import debugmode as dm
 
 pytest.importorskip("torch.utils._debug_mode", reason="this torch has no DebugMode")
 
@@ -27,7 +27,7 @@ WORKLOAD = r"""
 import sys
 from pathlib import Path
 import torch
-from forensics.traces.debugmode import capture, dump
+from forensics.tracediff.traces.debugmode import capture, dump
 
 threads, out = int(sys.argv[1]), Path(sys.argv[2])
 torch.set_num_threads(threads)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from forensics.diff import diff_paths
+from forensics.tracediff.diff import diff_paths
 from forensics.errors import BadInput
-from forensics.traces import detect_format
-from forensics.traces import megatron
+from forensics.tracediff.traces import detect_format
+from forensics.tracediff.traces import megatron
 
 DATA = Path(__file__).resolve().parent / "data" / "megatron"
 RUN_A, RUN_A2, RUN_B, RUN_C = (DATA / n for n in ("run_a", "run_a2", "run_b_wgrad", "run_c_receiver"))

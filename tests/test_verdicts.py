@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from forensics.analysis import analyze
-from forensics.arm_evidence import load_evidence
+from forensics.judge.analysis import analyze
+from forensics.judge.arm_evidence import load_evidence
 from forensics.cli import main
 from forensics.errors import EXIT_BAD_INPUT, EXIT_NOT_NAMED, EXIT_OK, BadSite
-from forensics.verdicts import (
+from forensics.judge.verdicts import (
     BITS_DIFFER_KERNEL_UNKNOWN,
     IDENTICAL,
     INPUTS_DIFFER,

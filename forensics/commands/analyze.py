@@ -22,13 +22,13 @@ def register(app: typer.Typer) -> None:
 
         Exit 0: at least one kernel NAMED; 1: none NAMED; 3: bad input.
         """
-        from rich.console import Console
+        from forensics.console import make_console
 
-        from forensics.analysis import analyze
-        from forensics.analysis_report import print_table, write_outputs
+        from forensics.judge.analysis import analyze
+        from forensics.judge.report import print_table, write_outputs
 
         an = analyze(capture_dir, site=site, keep_going=keep_going)
-        console = Console()
+        console = make_console()
         if not quiet:
             print_table(an, console)
         target = out or (capture_dir / "analysis")

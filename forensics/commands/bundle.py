@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
 
         Exit 0: written; 3: bad input (no such site, unreadable capture, output exists).
         """
-        from forensics.bundle import read_section, write_bundle
+        from forensics.evidence.bundle import read_section, write_bundle
 
         path = write_bundle(capture_dir, out, site=site, sections=[read_section(p) for p in section or []])
         typer.echo(f"wrote {path}")

@@ -22,9 +22,9 @@ def register(app: typer.Typer) -> None:
 
         Exit 0: no divergence between comparable arms; 1: a divergence was found; 3: bad input.
         """
-        from forensics.arm_evidence import load_evidence
-        from forensics.bundle import OutputExists
-        from forensics.verdicts import compare_arms, discriminator_table, toggle_report
+        from forensics.judge.arm_evidence import load_evidence
+        from forensics.evidence.bundle import OutputExists
+        from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report
 
         if json_out is not None and json_out.exists():
             raise OutputExists(f"{json_out} exists; forensics never overwrites a file (choose another --json)")

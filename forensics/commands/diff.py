@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         json_out: Path | None = typer.Option(None, "--json", help="write the JSON report here (never overwrites)"),
         rank: int | None = typer.Option(None, "--rank", help="compare this rank only"),
     ) -> None:
-        from forensics.diff import diff_paths, format_report  # noqa: PLC0415
+        from forensics.tracediff.diff import diff_paths, format_report  # noqa: PLC0415
 
         if json_out is not None and json_out.exists():
             typer.echo(f"forensics diff: {json_out} exists; not overwriting it (choose another --json path)", err=True)

@@ -43,8 +43,8 @@ def register(app: typer.Typer) -> None:
 
         Exit 0: a kernel NAMED; 1: none NAMED; 2: usage; 3: bad input; 4: nothing could run.
         """
-        from forensics import kernel as lib
-        from forensics.passes import discover_tools, describe_plan, plan_passes
+        from forensics.capture import kernel as lib
+        from forensics.capture.passes import discover_tools, describe_plan, plan_passes
         from forensics.site import parse_site_or_occurrence
 
         if from_report is not None:
@@ -104,7 +104,7 @@ def _usage(message: str) -> None:
 def _from_report(path: Path, site: Optional[str], ranks: Optional[str], steps: Optional[str],
                  command: Optional[List[str]]) -> tuple[str, Optional[str], Optional[str], Optional[List[str]]]:
     """``--from REPORT``: the report's ORIGIN site, rank, step window and command (flags win)."""
-    from forensics.from_report import site_from_report
+    from forensics.tracediff.from_report import site_from_report
 
     if site:
         raise typer.BadParameter("--from and --site exclude each other", param_hint="--from")
@@ -120,9 +120,9 @@ def _from_report(path: Path, site: Optional[str], ranks: Optional[str], steps: O
 
 def _report(result, quiet: bool) -> int:  # noqa: ANN001
     """Print the passes, the verdict and the capture directory; return the exit code."""
-    from rich.console import Console
+    from forensics.console import make_console
 
-    console = Console()
+    console = make_console()
     for r in result.passes:
         if r.status != "ok":
             console.print(f"pass {r.name}: {r.status}: {r.reason}  (log: {r.log_path})", soft_wrap=True)
@@ -136,11 +136,11 @@ def _report(result, quiet: bool) -> int:  # noqa: ANN001
                       f"run `forensics analyze {result.capture_dir}` later", soft_wrap=True)
         return EXIT_OK
     if not quiet:
-        from forensics.analysis_report import print_table
+        from forensics.judge.report import print_table
 
         print_table(an, console)
     try:
-        from forensics.analysis_report import write_outputs
+        from forensics.judge.report import write_outputs
 
         write_outputs(an, result.capture_dir / "analysis")
     except Exception:  # noqa: BLE001

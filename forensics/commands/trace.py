@@ -46,7 +46,7 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
 
 def summarise(out: Path) -> list[str]:
     """One line per rank file: records, dropped, complete."""
-    from forensics.traces.native import read_footer  # noqa: PLC0415
+    from forensics.tracediff.traces.native import read_footer  # noqa: PLC0415
 
     lines = []
     for f in sorted(out.glob("rank*/trace*.jsonl")):

@@ -1,6 +1,6 @@
 """Dynamic scope: run one arm per knob value through the capture path and compare the site.
 
-Uses ``forensics.kernel.run_kernel`` (capture) and ``forensics.verdicts.toggle_report`` (kernel /
+Uses ``forensics.capture.kernel.run_kernel`` (capture) and ``forensics.judge.verdicts.toggle_report`` (kernel /
 algo / bits changed against the baseline arm), both imported lazily: without them, or without a
 CUDA device, :func:`run_dynamic` raises :class:`Unavailable` with one line.
 
@@ -195,12 +195,12 @@ def env_arms(name: str, values: list[str]) -> dict[str, dict[str, str]]:
 def check_available() -> None:
     """Raise :class:`Unavailable` (one line) unless the capture path can run here."""
     try:
-        from forensics import kernel as _kernel  # noqa: F401, PLC0415
-        from forensics import verdicts as _verdicts  # noqa: F401, PLC0415
+        from forensics.capture import kernel as _kernel  # noqa: F401, PLC0415
+        from forensics.judge import verdicts as _verdicts  # noqa: F401, PLC0415
     except ImportError as e:
         raise Unavailable(f"dynamic scope unavailable: the capture/verdict modules cannot be imported ({e})") from None
     try:
-        from forensics.passes import cuda_status  # noqa: PLC0415
+        from forensics.capture.passes import cuda_status  # noqa: PLC0415
     except ImportError:
         return
     ok, reason = cuda_status()
@@ -212,8 +212,8 @@ def run_dynamic(name: str, site: str, values: list[str], command: list[str], *, 
                 steps: str = "1-2", timeout_s: float = 1800, progress: bool = True) -> DynamicResult:
     """Capture one arm per value (plus the baseline replicas) and report what changed at the site."""
     check_available()
-    from forensics.kernel import run_kernel  # noqa: PLC0415
-    from forensics.verdicts import toggle_report  # noqa: PLC0415
+    from forensics.capture.kernel import run_kernel  # noqa: PLC0415
+    from forensics.judge.verdicts import toggle_report  # noqa: PLC0415
 
     arms = env_arms(name, values)
     kr = run_kernel(site, command, steps=steps, env_arms=arms, out=out, timeout_s=timeout_s, progress=progress)

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rich.console import Console
+
+from forensics.console import make_console
 from rich.table import Table
 from rich.text import Text
 
@@ -78,7 +80,7 @@ def _rel(path: str, roots: list[str]) -> str:
 
 def render(report: KnobReport, console: Console | None = None) -> None:
     """Print the report as tables (Python findings, libraries, scope, dynamic)."""
-    console = console or Console(soft_wrap=False)
+    console = console or make_console()
     s, roots = report.scan, report.scan.paths
     c = s.counts
     _say(console, f"{report.name}: scanned {c.get('python_files', 0)} Python files and "

@@ -2,7 +2,7 @@
 
 Two report kinds are read:
 
-* a ``forensics diff`` JSON report (schema ``forensics.diff`` version 1, docs/commands/diff.md);
+* a ``forensics diff`` JSON report (schema ``forensics.tracediff.diff`` version 1, docs/commands/diff.md);
 * a Megatron-Core ``tools/determinism/compare_traces.py`` report (version 1: top-level
   ``first_divergence``; version 2: ``rank_results`` keyed by rank). Its first divergence is one
   record and says nothing about the evidence of that record's inputs, so when the two trace
@@ -141,7 +141,7 @@ def site_from_report(path: str | Path, command: list[str] | None = None) -> From
         return _from_diff_report(rep, path, command)
     if "rank_results" in rep or "first_divergence" in rep or rep.get("status") == "invalid_trace":
         return _from_megatron_report(rep, path, command)
-    raise BadInput(path, "not a forensics diff report (schema forensics.diff) nor a Megatron compare_traces.py report")
+    raise BadInput(path, "not a forensics diff report (schema forensics.tracediff.diff) nor a Megatron compare_traces.py report")
 
 
 def _refuse(reason: str, *, rank: int | None = None, verdict: str | None = None, site: str | None = None) -> FromReport:
@@ -266,7 +266,7 @@ def _from_megatron_report(rep: dict[str, Any], path: Path, command: list[str] | 
     if left and right:
         pa, pb = (_trace_path(p, path.parent) for p in (left, right))
         if pa is not None and pb is not None:
-            from forensics.diff import diff_paths  # noqa: PLC0415
+            from forensics.tracediff.diff import diff_paths  # noqa: PLC0415
 
             report = diff_paths(pa, pb, fmt="megatron").to_json()
             res = _from_diff_report(report, path, command)

@@ -30,12 +30,12 @@ import pandas as pd
 import yaml
 
 from forensics import __version__
-from forensics.arm_evidence import Evidence, load_evidence
-from forensics.environment import REDACTED, is_secret_name, redact_obj, redact_value
+from forensics.judge.arm_evidence import Evidence, load_evidence
+from forensics.capture.environment import REDACTED, is_secret_name, redact_obj, redact_value
 from forensics.errors import BadInput, ForensicsError
-from forensics.repro import gemm_problem, render_repro, repro_knobs
+from forensics.evidence.repro import gemm_problem, render_repro, repro_knobs
 from forensics.site import Occurrence, parse_site_or_occurrence, split_label
-from forensics.verdicts import (
+from forensics.judge.verdicts import (
     ArmComparison,
     arm_knobs,
     records,
@@ -175,7 +175,7 @@ def _site_rows(ev: Evidence, site: str | None) -> pd.DataFrame:
 
 
 def _kernels_and_problems(ev: Evidence, site: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from forensics.arm_evidence import kernel_family  # noqa: PLC0415
+    from forensics.judge.arm_evidence import kernel_family  # noqa: PLC0415
 
     kernels, problems = {}, []
     for r in _site_rows(ev, site).to_dict("records"):
@@ -295,7 +295,7 @@ def _cell(v: Any) -> str:
 
 def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     """report.md: one section per question, in the order a reader asks them."""
-    from forensics.analysis import NAMED  # noqa: PLC0415
+    from forensics.judge.analysis import NAMED  # noqa: PLC0415
 
     out = [f"# Evidence bundle: `{b.site or 'no site'}`\n"]
     if b.synthetic:
@@ -473,7 +473,7 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
     secrets = secret_values(ev.manifest, ev.environments)
     members: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        from forensics.plots import plot_launches  # noqa: PLC0415
+        from forensics.evidence.plots import plot_launches  # noqa: PLC0415
 
         plot_path, note = plot_launches(_plot_frame(ev, bundle.site), Path(tmp) / "launches.png",
                                         f"{bundle.site}: kernel launches per arm ({bundle.capture})")

@@ -59,7 +59,7 @@ def make_linear(torch):  # noqa: ANN001
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m forensics.example_workload", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m forensics.capture.example_workload", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=4, help="training steps (the probes' window defaults to 1-2)")
     p.add_argument("--tokens", type=int, default=None, help="rows of x (default 2048 on CUDA, 64 on --cpu)")

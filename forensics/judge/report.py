@@ -1,13 +1,15 @@
-"""Rendering an :class:`~forensics.analysis.Analysis`: terminal table, report.md, analysis.json."""
+"""Rendering an :class:`~forensics.judge.analysis.Analysis`: terminal table, report.md, analysis.json."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from rich.console import Console
+
+from forensics.console import make_console
 from rich.table import Table
 
-from forensics.analysis import FAMILY_LABEL, NAMED, Analysis
+from forensics.judge.analysis import FAMILY_LABEL, NAMED, Analysis
 
 _STYLE = {"NAMED": "bold green", "DISAGREE": "bold red", "SINGLE-SOURCE": "yellow"}
 
@@ -18,7 +20,7 @@ def _short(name: object, width: int = 70) -> str:
 
 
 def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60) -> None:
-    console = console or Console()
+    console = console or make_console()
     cap = an.capture
     console.print(f"[bold]capture[/bold] {cap.root}  arms: {', '.join(cap.arms) or '-'}  "
                   f"instruments: {', '.join(sorted(cap.instruments())) or '-'}")

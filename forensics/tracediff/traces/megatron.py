@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import BadInput
-from forensics.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
+from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
 
 FORMAT = "megatron"
 SCHEMA_VERSION = 1
@@ -285,7 +285,7 @@ def _role(rec: dict[str, Any]) -> tuple[str, str, int] | None:
 
 def gemm_meta(name: str, metadata: dict[str, Any], inputs: list[dict[str, Any]], phase: str | None) -> dict | None:
     """The ``{"layout", "acc", "grad"}`` a record names (see module docstring), or None."""
-    from forensics.from_report import gemm_layout_from_strides  # noqa: PLC0415 (no cycle at import time)
+    from forensics.tracediff.from_report import gemm_layout_from_strides  # noqa: PLC0415 (no cycle at import time)
 
     g = metadata.get("gemm")
     if isinstance(g, dict) and g.get("layout") in ("NN", "NT", "TN", "TT"):

@@ -104,8 +104,8 @@ def _load_builtin_readers() -> None:
     import importlib
     import pkgutil
 
-    import forensics.traces as pkg
+    import forensics.tracediff.traces as pkg
 
     for mod in pkgutil.iter_modules(pkg.__path__):
         if not mod.name.startswith("_"):
-            importlib.import_module(f"forensics.traces.{mod.name}")
+            importlib.import_module(f"forensics.tracediff.traces.{mod.name}")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import BadInput, Unavailable
-from forensics.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
+from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
 
 FORMAT = "debugmode"
 HEADER_KEY = "forensics_debugmode"
@@ -225,7 +225,7 @@ def op_name(raw: str) -> str:
 
 def _record(rank: int, seq: int, name: str, counts: Counter, *, step: int | None, inputs: list[TensorDigest],
             outputs: list[TensorDigest], source: str, extra: dict[str, Any], phase: str | None = None) -> TraceRecord:
-    from forensics.from_report import gemm_layout_from_strides  # noqa: PLC0415
+    from forensics.tracediff.from_report import gemm_layout_from_strides  # noqa: PLC0415
 
     counts[name] += 1
     ops = extra.get("operands")
@@ -314,7 +314,7 @@ def read_structured(path: Path) -> tuple[dict[str, Any], list[TraceRecord]]:
     if not records:
         raise BadInput(path, "no calls recorded after the header (DebugMode saw no op?)")
     if not hashed:
-        raise BadInput(path, "no tensor hashes: record under DebugMode.log_tensor_hashes() (forensics.traces.debugmode.capture)")
+        raise BadInput(path, "no tensor hashes: record under DebugMode.log_tensor_hashes() (forensics.tracediff.traces.debugmode.capture)")
     return header, records
 
 

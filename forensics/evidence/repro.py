@@ -103,7 +103,7 @@ def _str(v: Any) -> str | None:
 
 def repro_knobs(env: dict[str, str]) -> dict[str, str]:
     """The knobs a repro sets: determinism-relevant variables, no instrument settings, no secrets."""
-    from forensics.environment import REDACTED, is_secret_name, relevant_env  # noqa: PLC0415
+    from forensics.capture.environment import REDACTED, is_secret_name, relevant_env  # noqa: PLC0415
 
     kept = relevant_env(env)
     return {k: v for k, v in kept.items()

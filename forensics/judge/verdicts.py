@@ -1,7 +1,7 @@
 """Verdicts across arms: arm comparison, discriminator table, one-flag toggle report.
 
-Pure functions over :class:`forensics.arm_evidence.Evidence` frames (built from a capture directory,
-from a ``forensics.analysis.Analysis``, or by hand). docs/verdicts.md explains how to read them.
+Pure functions over :class:`forensics.judge.arm_evidence.Evidence` frames (built from a capture directory,
+from a ``forensics.judge.analysis.Analysis``, or by hand). docs/verdicts.md explains how to read them.
 
 * :func:`compare_arms` aligns site occurrences (``SITE#N`` per rank) across arms and classifies each.
 * :func:`discriminator_table` tabulates captured instances of a site by axis (CLEAN/DIVERGENT/MIXED).
@@ -20,9 +20,9 @@ from typing import Any
 
 import pandas as pd
 
-from forensics.arm_evidence import ALGO_COLUMNS, Evidence, from_analysis, kernel_family, load_evidence, missing
-from forensics.capture import Capture
-from forensics.environment import RELEVANT_PREFIXES
+from forensics.judge.arm_evidence import ALGO_COLUMNS, Evidence, from_analysis, kernel_family, load_evidence, missing
+from forensics.capture.directory import Capture
+from forensics.capture.environment import RELEVANT_PREFIXES
 from forensics.site import Occurrence, parse_site, parse_site_or_occurrence, split_label
 
 IDENTICAL = "IDENTICAL"

@@ -1,4 +1,4 @@
-"""Per-arm evidence for verdicts, on top of ``forensics.analysis`` (which reads every instrument).
+"""Per-arm evidence for verdicts, on top of ``forensics.judge.analysis`` (which reads every instrument).
 
 :class:`Evidence` holds the frames verdicts need (sites, launches, calls), the manifest and each
 arm's ``environment.json``, and answers "which launches / matmul calls belong to this site
@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from forensics.capture import Capture, load_capture
+from forensics.capture.directory import Capture, load_capture
 from forensics.errors import BadInput
 
 #: Launch sources in order of preference for "which kernel ran": one CUPTI-family instrument, else ncu.
@@ -27,7 +27,7 @@ ALGO_COLUMNS = ["algo_id", "tile", "stages", "custom_option", "num_splits_k", "r
 
 @dataclass
 class Evidence:
-    """What verdicts read. ``analysis`` is the ``forensics.analysis.Analysis`` it came from, if any."""
+    """What verdicts read. ``analysis`` is the ``forensics.judge.analysis.Analysis`` it came from, if any."""
 
     manifest: dict[str, Any]
     sites: pd.DataFrame  # one row per occurrence of the arm's own folder: arm rank seq label site ... in_key out_key
@@ -105,15 +105,15 @@ def one_source(rows: list[dict[str, Any]], arm: str, preference: tuple[str, ...]
 
 
 def load_evidence(capture: str | Path | Capture) -> Evidence:
-    """Analyse a capture directory (``forensics.analysis.analyze``) and wrap the result."""
-    from forensics.analysis import analyze  # noqa: PLC0415
+    """Analyse a capture directory (``forensics.judge.analysis.analyze``) and wrap the result."""
+    from forensics.judge.analysis import analyze  # noqa: PLC0415
 
     cap = capture if isinstance(capture, Capture) else load_capture(capture)
     return from_analysis(analyze(cap))
 
 
 def from_analysis(analysis: Any) -> Evidence:
-    """Wrap a ``forensics.analysis.Analysis`` (duck-typed: capture, sites, launches, calls)."""
+    """Wrap a ``forensics.judge.analysis.Analysis`` (duck-typed: capture, sites, launches, calls)."""
     cap = getattr(analysis, "capture", None)
     return Evidence(manifest=(cap.manifest if cap is not None else {}) or {},
                     sites=own_sites(getattr(analysis, "sites", pd.DataFrame())),

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from forensics.capture import Capture, InstrumentFile, load_capture
+from forensics.capture.directory import Capture, InstrumentFile, load_capture
 from forensics.errors import BadInput
 from forensics.model import FAMILY, LAUNCH_COLUMNS, conform, empty_frame
 from forensics.site import parse_site_or_occurrence, split_label

@@ -24,7 +24,7 @@ def plot_launches(launches: pd.DataFrame, path: str | Path, title: str) -> tuple
         return None, "matplotlib is not installed: no plot (pip install 'forensics[plot]')"
     if launches.empty:
         return None, "no kernel launch was attributed to the site: nothing to plot"
-    from forensics.arm_evidence import kernel_family  # noqa: PLC0415
+    from forensics.judge.arm_evidence import kernel_family  # noqa: PLC0415
     from parsers.demangle import short_name  # noqa: PLC0415
 
     names = [str(k) for k in dict.fromkeys(launches["kernel"].astype(str))]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import BadInput
-from forensics.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
+from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
 
 try:  # orjson is ~3x faster on these lines; json is the fallback
     import orjson

@@ -1,6 +1,6 @@
 """First-divergence differ: two op-level traces in, per-rank verdicts and a cross-rank pattern out.
 
-Works only on the normalised records of :mod:`forensics.traces`, so every reader (our own
+Works only on the normalised records of :mod:`forensics.tracediff.traces`, so every reader (our own
 ``optrace`` JSONL, Megatron-Core determinism traces, DebugMode hash dumps) gets the same verdicts.
 
 Per rank, records are aligned by **identity** (``name:occurrence``), never by position, one step
@@ -29,7 +29,7 @@ from typing import Any
 
 from forensics.errors import BadInput, BadSite
 from forensics.site import gemm_site, parse_site
-from forensics.traces import EVIDENCE_LEVELS, TensorDigest, TraceRecord
+from forensics.tracediff.traces import EVIDENCE_LEVELS, TensorDigest, TraceRecord
 
 REPORT_SCHEMA = "forensics.diff"
 REPORT_VERSION = 1
@@ -340,7 +340,7 @@ class _Walker:
             if site:
                 self.site_counts[site] += 1
             ao, bo = a.outputs, b.outputs
-            fast = getattr(ao, "same_full_digests", None)  # optional reader hint (forensics.traces.native)
+            fast = getattr(ao, "same_full_digests", None)  # optional reader hint (forensics.tracediff.traces.native)
             if (fast is not None and fast(bo)) or _fast_equal(ao, bo):
                 continue
             out_status, out_bad, how = compare_tensors(a.outputs, b.outputs)
@@ -538,7 +538,7 @@ def diff_streams(
 
 
 def _diff_streams(a_ranks, b_ranks, *, a_name, b_name, fmt, run_info_a, run_info_b, only_rank):  # noqa: ANN001, ANN202
-    from forensics.comparability import compare_runs  # noqa: PLC0415
+    from forensics.tracediff.comparability import compare_runs  # noqa: PLC0415
 
     run_info_a, run_info_b = run_info_a or {}, run_info_b or {}
     report = DiffReport(a=a_name, b=b_name, format=fmt, ranks={})
@@ -579,7 +579,7 @@ def _diff_streams(a_ranks, b_ranks, *, a_name, b_name, fmt, run_info_a, run_info
 
 def diff_paths(path_a: Path, path_b: Path, fmt: str = "auto", rank: int | None = None) -> DiffReport:
     """Open two traces with their reader (detected or given) and diff them."""
-    from forensics.traces import detect_format, readers  # noqa: PLC0415
+    from forensics.tracediff.traces import detect_format, readers  # noqa: PLC0415
 
     path_a, path_b = Path(path_a), Path(path_b)
     for p in (path_a, path_b):

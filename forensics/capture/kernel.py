@@ -2,7 +2,7 @@
 
 ``run_kernel(site, command)`` reruns ``command`` (unmodified; probes enter through the
 environment) once per arm and once per instrument pass, each into its own folder of a fresh
-capture directory, then calls :func:`forensics.analysis.analyze` on it.
+capture directory, then calls :func:`forensics.judge.analysis.analyze` on it.
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from typing import Any
 import yaml
 
 from forensics import __version__
-from forensics.capture import fresh_dir, new_manifest, write_manifest
-from forensics.environment import describe, redact_env, redact_obj, relevant_env
+from forensics.capture.directory import fresh_dir, new_manifest, write_manifest
+from forensics.capture.environment import describe, redact_env, redact_obj, relevant_env
 from forensics.errors import BadInput
-from forensics.passes import (
+from forensics.capture.passes import (
     INSTRUMENTS,
     NCU_PERMISSION_REASON,
     Pass,
@@ -105,7 +105,7 @@ def load_run_config(path: str | os.PathLike[str]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- running
 def default_command() -> list[str]:
     """The bundled example workload (TE-style bf16 linear layer), run with this Python."""
-    return [sys.executable, "-m", "forensics.example_workload"]
+    return [sys.executable, "-m", "forensics.capture.example_workload"]
 
 
 def prepare(plan: Plan) -> None:
@@ -202,7 +202,7 @@ def environment_snapshot(timeout_s: float = 120) -> dict[str, Any]:
     """
     import json  # noqa: PLC0415
 
-    code = "import json,sys; from forensics.environment import describe; sys.stdout.write(json.dumps(describe()))"
+    code = "import json,sys; from forensics.capture.environment import describe; sys.stdout.write(json.dumps(describe()))"
     try:
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
         if r.returncode == 0:
@@ -214,7 +214,7 @@ def environment_snapshot(timeout_s: float = 120) -> dict[str, Any]:
 
 def _record_results(capture_dir: Path, results: list[PassResult], environment: dict[str, Any] | None = None) -> None:
     """Add each pass's outcome (and the full environment) to the manifest we wrote moments ago."""
-    from forensics.capture import MANIFEST  # noqa: PLC0415
+    from forensics.capture.directory import MANIFEST  # noqa: PLC0415
 
     path = capture_dir / MANIFEST
     data = yaml.safe_load(path.read_text()) or {}
@@ -295,10 +295,10 @@ def _run_all(plan: Plan, timeout_s: float, progress: bool) -> list[PassResult]:
     results: list[PassResult] = []
     if not progress:
         return [run_pass(p, timeout_s) for p in plan.passes]
-    from rich.console import Console  # noqa: PLC0415
+    from forensics.console import make_console  # noqa: PLC0415
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=False) as bar:
         for p in plan.passes:
@@ -311,9 +311,9 @@ def _run_all(plan: Plan, timeout_s: float, progress: bool) -> list[PassResult]:
 
 
 def _analyse(capture_dir: Path, site: str) -> tuple[Any, str | None]:
-    """``forensics.analysis.analyze`` on the capture, or (None, why) when it is absent or fails."""
+    """``forensics.judge.analysis.analyze`` on the capture, or (None, why) when it is absent or fails."""
     try:
-        from forensics import analysis  # noqa: PLC0415
+        from forensics.judge import analysis  # noqa: PLC0415
     except ImportError as e:
         return None, f"analysis unavailable ({e})"
     try:

@@ -1,0 +1,3 @@
+"""The op-trace differ that finds the site: readers of traces (``traces``), the first-divergence
+walk (``diff``), comparability of two runs (``comparability``) and the hand-over of a diff report
+to ``forensics kernel`` (``from_report``)."""
