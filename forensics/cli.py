@@ -20,6 +20,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: one layout on a terminal and in a pipe (no boxes cut at 80 columns, no
+    # '<bool>' metavars on flags).
+    rich_markup_mode=None,
 )
 
 for _name in COMMAND_MODULES:
