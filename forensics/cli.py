@@ -1,16 +1,30 @@
 """The ``forensics`` command line: a thin layer over the library.
 
 Each command lives in ``forensics/commands/<name>.py`` and exposes ``register(app)``.
-Every :class:`forensics.errors.ForensicsError` becomes one line on stderr and its exit code.
+Every :class:`forensics.errors.ForensicsError` becomes one line on stderr and its exit code
+(3 bad input, 4 unavailable, 2 bad site); any other exception is an internal error: one line
+naming the command, what it was doing and the file holding the traceback, exit 70
+(``forensics.crash``, docs/errors.md). Never a traceback on the terminal, never an exit code
+that reads as a finding.
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
+import warnings
 
 import typer
 
-from forensics.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE, BadInput, BadSite, ForensicsError, Unavailable
+from forensics.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_UNAVAILABLE,
+    BadInput,
+    BadSite,
+    ForensicsError,
+)
 
 COMMAND_MODULES = ("analyze", "kernel", "trace", "diff", "knob", "bundle", "compare")
 
@@ -28,29 +42,90 @@ app = typer.Typer(
 for _name in COMMAND_MODULES:
     importlib.import_module(f"forensics.commands.{_name}").register(app)
 
+#: errno values of an OSError that mean "this machine cannot take the output" (exit 4).
+_NO_RESOURCE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+#: errno values of an OSError naming a file that mean "this input cannot be read" (exit 3).
+_UNREADABLE = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ELOOP,
+               errno.ENAMETOOLONG, errno.ENXIO, errno.EIO, errno.EINVAL}
+#: Warnings meant for developers of the libraries under us, not for users (they would precede
+#: a command's one-line result); pytest still shows them (it records warnings outside main()).
+_QUIET_CATEGORIES = (FutureWarning, DeprecationWarning, PendingDeprecationWarning)
+
+
+def command_of(args: list[str]) -> str:
+    """The subcommand named on a command line ('' when none)."""
+    return next((a for a in args if a in COMMAND_MODULES), "")
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point; returns the exit code."""
+    """Console-script entry point; returns the exit code (exits when called without ``argv``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = command_of(args)
     try:
-        app(args=argv, prog_name="forensics", standalone_mode=True)
+        with warnings.catch_warnings():
+            for category in _QUIET_CATEGORIES:
+                warnings.simplefilter("ignore", category)
+            _quiet_pandas_warnings()
+            app(args=args, prog_name="forensics", standalone_mode=True)
+        code = 0
     except SystemExit as e:  # typer/click exit with the command's code
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if argv is not None:
-            return code
-        raise
+        if code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into Exit(130) silently
+            typer.echo(f"forensics {command}: interrupted".replace("  ", " "), err=True)
     except BadSite as e:
         typer.echo(f"forensics: bad site: {e}", err=True)
-        return _exit(2, argv)
+        code = e.exit_code
     except BadInput as e:
         typer.echo(f"forensics: bad input: {e}", err=True)
-        return _exit(EXIT_BAD_INPUT, argv)
-    except Unavailable as e:
-        typer.echo(f"forensics: {e}", err=True)
-        return _exit(EXIT_UNAVAILABLE, argv)
+        code = e.exit_code
     except ForensicsError as e:
         typer.echo(f"forensics: {e}", err=True)
-        return _exit(EXIT_BAD_INPUT, argv)
-    return 0
+        code = getattr(e, "exit_code", EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        typer.echo(f"forensics {command}: interrupted".replace("  ", " "), err=True)
+        code = EXIT_INTERRUPTED
+    except OSError as e:
+        code = _os_error(e, command, args)
+    except Exception as e:  # noqa: BLE001 - the one place that turns a bug into one line + a file
+        code = _internal(e, command, args)
+    return _exit(code, argv)
+
+
+def _os_error(e: OSError, command: str, args: list[str]) -> int:
+    """An OSError that escaped a command: a full disk (4), an unreadable named file (3), else a bug (70)."""
+    name = e.filename if e.filename is not None else None
+    if e.errno in _NO_RESOURCE:
+        where = f"{name}: " if name else ""
+        typer.echo(f"forensics {command}: {where}cannot write: {e.strerror}".replace("  ", " "), err=True)
+        return EXIT_UNAVAILABLE
+    if name is not None and e.errno in _UNREADABLE:
+        typer.echo(f"forensics: bad input: {name}: cannot read: {e.strerror}", err=True)
+        return EXIT_BAD_INPUT
+    return _internal(e, command, args)
+
+
+def _internal(e: BaseException, command: str, args: list[str]) -> int:
+    from forensics.crash import report_internal_error  # noqa: PLC0415
+
+    try:
+        line = report_internal_error(e, command, args)
+    except Exception:  # noqa: BLE001 - even a broken reporter must not hide the original error
+        import traceback  # noqa: PLC0415
+
+        line = (f"forensics {command}: internal error (a bug, not a finding): {type(e).__name__}; "
+                "the error report failed too; traceback follows\n"
+                + "".join(traceback.format_exception(type(e), e, e.__traceback__)))
+    typer.echo(line, err=True)
+    return EXIT_INTERNAL
+
+
+def _quiet_pandas_warnings() -> None:
+    try:
+        from pandas.errors import PerformanceWarning, SettingWithCopyWarning  # noqa: PLC0415
+    except ImportError:
+        return
+    warnings.simplefilter("ignore", PerformanceWarning)
+    warnings.simplefilter("ignore", SettingWithCopyWarning)
 
 
 def _exit(code: int, argv: list[str] | None) -> int:

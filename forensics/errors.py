@@ -1,12 +1,30 @@
-"""Errors the CLI turns into one clear line and a distinct exit code (never a traceback)."""
+"""Errors the CLI turns into one clear line and a distinct exit code (never a traceback).
+
+Exit codes (docs/errors.md): 0 and 1 are results (NAMED / not NAMED, no divergence /
+divergence), 2 a bad command line, 3 bad input, 4 unavailable (a tool, a device, disk space),
+70 an internal error (a bug in forensics: never a finding; the traceback goes to a file).
+"""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from os import PathLike
 
+# Exit codes shared by every command.
+EXIT_OK = 0  # analysis: kernel(s) NAMED; diff/compare: no divergence; other commands: success
+EXIT_NOT_NAMED = 1  # analysis: nothing NAMED (DISAGREE / SINGLE-SOURCE); diff/compare: divergence found
+EXIT_USAGE = 2  # bad command line (typer/click's own code), bad site string
+EXIT_BAD_INPUT = 3  # bad input file: truncated, corrupt, empty, foreign schema, not a capture; output exists
+EXIT_UNAVAILABLE = 4  # a required tool/device/resource (CUDA, ncu, disk space) is missing; nothing could be done
+EXIT_INTERNAL = 70  # internal error (sysexits EX_SOFTWARE): a bug; one line + where the traceback was written
+EXIT_INTERRUPTED = 130  # SIGINT / Ctrl-C (128 + 2)
+
 
 class ForensicsError(Exception):
-    """Base class of every error the CLI reports as one line."""
+    """Base class of every error the CLI reports as one line; ``exit_code`` is the process's exit status."""
+
+    exit_code: int = EXIT_BAD_INPUT
 
 
 @dataclass
@@ -34,14 +52,29 @@ class BadInput(ForensicsError):
 class BadSite(ForensicsError, ValueError):
     """A site identity string that does not parse; the message says what a valid one looks like."""
 
+    exit_code = EXIT_USAGE
+
 
 class Unavailable(ForensicsError):
     """A tool or device is missing (no CUDA, no ncu, no nsys...); the message is one line."""
 
+    exit_code = EXIT_UNAVAILABLE
 
-# Exit codes shared by every command.
-EXIT_OK = 0  # analysis: kernel(s) NAMED; diff: no divergence; other commands: success
-EXIT_NOT_NAMED = 1  # analysis: nothing NAMED (DISAGREE / SINGLE-SOURCE); diff: divergence found
-EXIT_USAGE = 2  # bad command line (typer/click's own code)
-EXIT_BAD_INPUT = 3  # bad input file: truncated, corrupt, empty, foreign schema
-EXIT_UNAVAILABLE = 4  # a required tool/device is missing and nothing could be done
+
+DOING_ATTR = "forensics_doing"
+
+
+@contextlib.contextmanager
+def doing(what: str) -> Iterator[None]:
+    """Name the step in progress ("reading manifest.yaml of CAPTURE", "writing the bundle ...").
+
+    An unexpected exception raised inside carries the innermost such name to the CLI, whose
+    one-line internal-error message says what forensics was doing. Costs nothing otherwise.
+    """
+    try:
+        yield
+    except Exception as e:
+        if not isinstance(e, ForensicsError) and getattr(e, DOING_ATTR, None) is None:
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(e, DOING_ATTR, what)
+        raise

@@ -165,7 +165,7 @@ def test_repro_runs_on_the_cpu_as_a_new_user_would(bundle, tmp_path):
 
 def test_never_overwrites(bundle):
     before = bundle["path"].read_bytes()
-    with pytest.raises(OutputExists, match="exists; a bundle never overwrites"):
+    with pytest.raises(OutputExists, match="exists .a file.; forensics never overwrites a bundle"):
         write_bundle(bundle["cap"], bundle["path"])
     assert bundle["path"].read_bytes() == before
 

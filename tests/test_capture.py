@@ -35,8 +35,18 @@ def test_discovery_of_rank_layout_and_missing(tmp_path):
 
 
 def test_empty_capture_reports_missing_without_failing(tmp_path):
+    write_manifest(tmp_path, new_manifest(arms=[]))
     cap = load_capture(tmp_path)
     assert cap.files == [] and cap.missing == ["no instrument files found (empty capture)"]
+
+
+def test_a_directory_without_manifest_is_not_a_capture(tmp_path):
+    with pytest.raises(BadInput, match="an empty directory, not a capture"):
+        load_capture(tmp_path)
+    (tmp_path / "rank0").mkdir()
+    (tmp_path / "rank0" / "trace.jsonl").write_text("{}\n")
+    with pytest.raises(BadInput, match="a trace directory written by `forensics trace`.*forensics diff"):
+        load_capture(tmp_path)
 
 
 def test_not_a_directory_is_bad_input(tmp_path):

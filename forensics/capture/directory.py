@@ -172,6 +172,11 @@ def load_capture(root: str | os.PathLike[str]) -> Capture:
         raise BadInput(root, "no such capture directory")
     if not root.is_dir():
         raise BadInput(root, "not a directory (forensics analyze takes a capture directory)")
+    has_manifest = os.path.lexists(root / MANIFEST) or os.path.lexists(root / "summary.json")
+    if not has_manifest:
+        what = not_a_capture(root, quick=True)
+        if what:
+            raise BadInput(root, what)
     manifest = read_manifest(root)
     cap = Capture(root=root, manifest=manifest)
     listed = manifest.get("files")
@@ -188,8 +193,42 @@ def load_capture(root: str | os.PathLike[str]) -> Capture:
     else:
         for arm_dir in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "passes"):
             _discover_arm(cap, arm_dir)
+    if not has_manifest and not any(f.instrument != "optrace" for f in cap.files):
+        raise BadInput(root, not_a_capture(root))
     _report_missing(cap)
     return cap
+
+
+def not_a_capture(root: Path, quick: bool = False) -> str | None:
+    """What a directory without manifest.yaml is, and which command reads it (one line).
+
+    ``quick``: only the cases recognisable from the top level (empty, a trace directory, an
+    analysis or bundle folder); None otherwise (the caller then looks for instrument files, as in
+    a campaign's output of arm folders).
+    """
+    try:
+        names = sorted(p.name for p in root.iterdir() if p.name != ".forensics-claim")
+    except OSError as e:
+        return f"cannot list the directory: {e.strerror}"
+    ranks = [n for n in names if _RANK_DIR.match(n)]
+    if "optrace-config.json" in names or "trace.jsonl" in names \
+            or any((root / r / "trace.jsonl").is_file() for r in ranks[:64]):
+        return ("a trace directory written by `forensics trace`, not a capture: compare two of them with "
+                "`forensics diff RUN_A RUN_B`")
+    if any(fnmatch.fnmatch(n, "rank_*.jsonl") for n in names[:256]):
+        return ("a Megatron determinism-trace directory (rank_*.jsonl), not a capture: compare two of them with "
+                "`forensics diff --format megatron RUN_A RUN_B`")
+    if {"analysis.json", "report.md"} <= set(names):
+        return "an output folder of `forensics analyze`, not a capture: analyse the capture directory it came from"
+    if {"evidence.json", "report.md"} <= set(names):
+        return "an extracted evidence bundle, not a capture: read its report.md"
+    if not names:
+        return ("an empty directory, not a capture (no manifest.yaml): capture one with `forensics kernel`, "
+                "or see docs/capture-format.md")
+    if quick:
+        return None
+    return ("not a capture: no manifest.yaml and no instrument file in its folders (docs/capture-format.md: "
+            "a capture is written by `forensics kernel`; a manifest can list existing files)")
 
 
 def _discover_arm(cap: Capture, arm_dir: Path) -> None:
@@ -242,27 +281,21 @@ def new_manifest(**fields: Any) -> dict[str, Any]:
 
 
 def write_manifest(root: Path, manifest: dict[str, Any], overwrite: bool = False) -> Path:
-    """Write ``manifest.yaml``; refuses to overwrite an existing one unless asked (nothing captured is lost)."""
+    """Write ``manifest.yaml`` whole or not at all; refuses to overwrite an existing one unless asked."""
+    from forensics.atomic import write_atomic  # noqa: PLC0415
+
     path = Path(root) / MANIFEST
-    if path.exists() and not overwrite:
+    if os.path.lexists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; a capture is never overwritten")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    tmp.replace(path)
-    return path
+    return write_atomic(path, yaml.safe_dump(manifest, sort_keys=False), overwrite=overwrite, what="manifest")
 
 
 def fresh_dir(base: str | os.PathLike[str]) -> Path:
-    """``base`` if it is absent or empty, else ``base-2``, ``base-3``... (never reuse a capture)."""
-    base = Path(base)
-    if not base.exists() or not any(base.iterdir()):
-        base.mkdir(parents=True, exist_ok=True)
-        return base
-    i = 2
-    while True:
-        cand = base.with_name(f"{base.name}-{i}")
-        if not cand.exists():
-            cand.mkdir(parents=True)
-            return cand
-        i += 1
+    """``base`` if this run can claim it (absent or empty), else ``base-2``, ``base-3``... (never reuse a capture).
+
+    Claim-safe: two concurrent runs given the same base never get the same directory
+    (:func:`forensics.atomic.claim_dir`).
+    """
+    from forensics.atomic import fresh_dir as _fresh  # noqa: PLC0415
+
+    return _fresh(base)

@@ -14,29 +14,42 @@ def register(app: typer.Typer) -> None:
     def analyze_cmd(
         capture_dir: Path = typer.Argument(..., help="capture directory (has manifest.yaml)"),
         site: Optional[str] = typer.Option(None, "--site", help="only this site (gemm:NT:acc0:grad1) or occurrence (SITE#N)"),
-        out: Optional[Path] = typer.Option(None, "--out", help="where analysis.json and report.md go (default CAPTURE_DIR/analysis)"),
+        out: Optional[Path] = typer.Option(None, "--out", help="where analysis.json and report.md go (default "
+                                           "CAPTURE_DIR/analysis; DIR-2, DIR-3... when DIR holds anything: never overwritten)"),
         keep_going: bool = typer.Option(False, "--keep-going", help="skip unreadable files (listed) instead of stopping"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no table, only the verdict line"),
     ) -> None:
         """Count launches per instrument and NAME kernels that two independent instruments agree on.
 
-        Exit 0: at least one kernel NAMED; 1: none NAMED; 3: bad input.
+        Exit 0: at least one kernel NAMED; 1: none NAMED; 2: bad site; 3: bad input (not a
+        capture, a corrupt file); 4: --out could not be written; 70: internal error.
         """
+        from forensics.atomic import CannotWrite
         from forensics.console import make_console
-
+        from forensics.errors import doing
         from forensics.judge.analysis import analyze
         from forensics.judge.report import print_table, write_outputs
 
-        an = analyze(capture_dir, site=site, keep_going=keep_going)
+        with doing(f"analysing the capture {capture_dir}"):
+            an = analyze(capture_dir, site=site, keep_going=keep_going)
         console = make_console()
         if not quiet:
-            print_table(an, console)
+            with doing("printing the verdict table"):
+                print_table(an, console)
         target = out or (capture_dir / "analysis")
+        n = an.named["kernel"].nunique() if an.any_named() else 0
+        verdict = f"verdict: {n} kernel(s) NAMED" if n else "verdict: no kernel NAMED"
         try:
             written = write_outputs(an, target)
-            console.print(f"wrote {', '.join(str(p) for p in written)}")
-        except OSError as e:
-            console.print(f"[yellow]could not write outputs to {target}: {e.strerror}[/yellow]")
-        n = an.named["kernel"].nunique() if an.any_named() else 0
-        console.print(f"verdict: {n} kernel(s) NAMED" if n else "verdict: no kernel NAMED")
+        except CannotWrite as e:
+            if out is not None:  # the user asked for these files: say the verdict, then fail (exit 4)
+                console.print(verdict, markup=False)
+                raise
+            console.print(f"note: analysis outputs not written: {e}", markup=False)
+        else:
+            if written and written[0].parent != target:
+                console.print(f"note: {target} already holds earlier output; wrote {written[0].parent} instead "
+                              "(forensics never overwrites)", markup=False)
+            console.print(f"wrote {', '.join(str(p) for p in written)}", markup=False)
+        console.print(verdict, markup=False)
         raise typer.Exit(EXIT_OK if n else EXIT_NOT_NAMED)

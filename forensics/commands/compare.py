@@ -20,19 +20,23 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Classify every site occurrence across arms and report the first divergence per rank.
 
-        Exit 0: no divergence between comparable arms; 1: a divergence was found; 3: bad input.
+        Exit 0: no divergence between comparable arms; 1: a divergence was found; 3: bad input;
+        4: --json could not be written; 70: internal error.
         """
+        from forensics.atomic import refuse_existing, write_atomic
+        from forensics.errors import doing
         from forensics.judge.arm_evidence import load_evidence
-        from forensics.evidence.bundle import OutputExists
         from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report
 
-        if json_out is not None and json_out.exists():
-            raise OutputExists(f"{json_out} exists; forensics never overwrites a file (choose another --json)")
-        ev = load_evidence(capture_dir)
+        if json_out is not None:
+            refuse_existing(json_out, "--json file", "choose another --json")
+        with doing(f"analysing the capture {capture_dir}"):
+            ev = load_evidence(capture_dir)
         if ev.sites.empty:
             raise BadInput(capture_dir, "no site records (sites.jsonl) in this capture: arms cannot be compared "
                                         "occurrence by occurrence (capture with `forensics kernel`)")
-        comparison = compare_arms(ev, site=site, force=force)
+        with doing("comparing the arms occurrence by occurrence"):
+            comparison = compare_arms(ev, site=site, force=force)
         typer.echo(f"baseline arm: {comparison.baseline}")
         if not comparison.pairs:
             typer.echo("only one arm in this capture: nothing to compare it with")
@@ -48,15 +52,16 @@ def register(app: typer.Typer) -> None:
             for rank, fd in sorted(p.first_divergence.items()):
                 typer.echo(f"  rank {rank}: first divergence {fd['label']}: {fd['classification']} ({fd['role']}); "
                            f"{fd['detail']}")
-        table = discriminator_table(ev, site=site)
+        with doing("building the discriminator table and the toggle report"):
+            table = discriminator_table(ev, site=site)
+            toggles = toggle_report(ev, site=site)
         typer.echo(f"discriminator: {table.statement}")
-        toggles = toggle_report(ev, site=site)
         for r in toggles.results:
             typer.echo(f"toggle {r.summary()}")
         if json_out is not None:
             payload = {"comparison": comparison.to_dict(), "discriminator": table.to_dict(),
                        "toggles": toggles.to_dict()}
-            with open(json_out, "x") as fh:
-                json.dump(payload, fh, indent=1, default=str)
+            with doing(f"writing {json_out}"):
+                write_atomic(json_out, json.dumps(payload, indent=1, default=str) + "\n", what="--json file", hint="choose another --json")
             typer.echo(f"wrote {json_out}")
         raise typer.Exit(EXIT_NOT_NAMED if comparison.diverged() else EXIT_OK)

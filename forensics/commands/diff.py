@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -25,15 +26,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from forensics.tracediff.diff import diff_paths, format_report  # noqa: PLC0415
 
-        if json_out is not None and json_out.exists():
+        if json_out is not None and os.path.lexists(json_out):  # a dangling link too
             typer.echo(f"forensics diff: {json_out} exists; not overwriting it (choose another --json path)", err=True)
             raise typer.Exit(EXIT_USAGE)
         report = diff_paths(run_a, run_b, fmt=fmt, rank=rank)
         typer.echo(format_report(report))
         if json_out is not None:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            with open(json_out, "x") as f:
-                json.dump(report.to_json(), f, indent=1, default=str)
-                f.write("\n")
+            from forensics.atomic import write_atomic  # noqa: PLC0415 - whole or nothing, never overwrites
+
+            write_atomic(json_out, json.dumps(report.to_json(), indent=1, default=str) + "\n", what="--json report",
+                         hint="choose another --json path")
             typer.echo(f"report: {json_out}")
         raise typer.Exit(EXIT_NOT_NAMED if report.diverged else EXIT_OK)

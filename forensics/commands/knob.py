@@ -7,6 +7,7 @@ and a command are given and a CUDA GPU is present. Exit 0: report written; 2: ba
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -50,7 +51,7 @@ def register(app: typer.Typer) -> None:
             _usage("a command after '--' is run only with --values V1,V2")
         if value_list and parsed_site is None:
             _usage("dynamic scope (--values) needs --site")
-        if json_out is not None and str(json_out) != "-" and json_out.exists():
+        if json_out is not None and str(json_out) != "-" and os.path.lexists(json_out):  # a dangling link too
             _usage(f"{json_out} exists; not overwriting it (choose another --json path)")
 
         result = scan(name, [str(p) for p in path] if path else None, use_cache=not no_cache, workers=jobs)
@@ -82,10 +83,10 @@ def register(app: typer.Typer) -> None:
         else:
             render(report)
         if json_out is not None and not json_to_stdout:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            with open(json_out, "x") as f:
-                json.dump(to_json(report), f, indent=1, default=str)
-                f.write("\n")
+            from forensics.atomic import write_atomic  # noqa: PLC0415 - whole or nothing, never overwrites
+
+            write_atomic(json_out, json.dumps(to_json(report), indent=1, default=str) + "\n", what="--json report",
+                         hint="choose another --json path")
             typer.echo(f"report: {json_out}")
         if report.dynamic_unavailable:
             typer.echo(f"forensics knob: {report.dynamic_unavailable}", err=True)

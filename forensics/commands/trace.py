@@ -30,9 +30,11 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
         parse_ranks(ranks)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"{out} exists and is not empty; traces are never overwritten (choose another --out)")
-    out.mkdir(parents=True, exist_ok=True)
+    from forensics.atomic import claim_dir  # noqa: PLC0415 - one run per --out, even when two start at once
+
+    if not claim_dir(out):
+        raise UsageError(f"{out} exists and is not empty (or another run claimed it); traces are never "
+                         "overwritten (choose another --out)")
     cfg = ProbeConfig(out_dir=str(out.resolve()), probes=["optrace"], steps=steps, ranks=ranks,
                       max_records=max_records, chunk_digests=chunk_digests, nvtx=False,
                       extra={"command": list(command)})

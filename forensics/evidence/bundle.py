@@ -16,6 +16,7 @@ output file is never overwritten.
 """
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import re
@@ -32,7 +33,8 @@ import yaml
 from forensics import __version__
 from forensics.judge.arm_evidence import Evidence, load_evidence
 from forensics.capture.environment import REDACTED, is_secret_name, redact_obj, redact_value
-from forensics.errors import BadInput, ForensicsError
+from forensics.atomic import OutputExists, atomic_output, refuse_existing  # noqa: F401 - OutputExists re-exported
+from forensics.errors import BadInput, doing
 from forensics.evidence.repro import gemm_problem, render_repro, repro_knobs
 from forensics.site import Occurrence, parse_site_or_occurrence, split_label
 from forensics.judge.verdicts import (
@@ -60,10 +62,6 @@ _NAME_VALUE = re.compile(r"\b([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?
 _FLAG_VALUE = re.compile(r"(--?[A-Za-z0-9_-]*(?:token|secret|password|passwd|api[-_]?key|access[-_]?key)[A-Za-z0-9_-]*)"
                          r"(=|\s+|\"\s*,\s*\")([^\s\"',\]]+)", re.I)
 _HEADER = re.compile(r'"event"\s*:\s*"header"')
-
-
-class OutputExists(ForensicsError):
-    """The bundle's output path exists: a bundle never overwrites anything."""
 
 
 @dataclass
@@ -433,11 +431,15 @@ def scrub(text: str, secrets: set[str]) -> str:
     return redact_value(text)
 
 
+_UNSAFE_CHARS = re.compile(r"[\\\x00-\x1f\x7f:*?\"<>|]")
+
+
 def _safe_name(name: str) -> str:
-    p = PurePosixPath(name)
-    if p.is_absolute() or ".." in p.parts or not name or "\\" in name:
-        raise ValueError(f"unsafe archive member name {name!r}")
-    return str(p)
+    """A member name that extracts inside its top folder on every system: relative, no ``..``, no
+    backslash, control or Windows-reserved characters (each becomes ``_``)."""
+    parts = [_UNSAFE_CHARS.sub("_", part) for part in name.split("/")]
+    parts = [p if p not in ("", ".", "..") else "_" for p in parts]
+    return str(PurePosixPath(*parts))
 
 
 def read_section(path: str | Path) -> dict[str, Any]:
@@ -465,9 +467,9 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
     report from ``forensics.knobs.report.bundle_section``), placed before the environment.
     """
     out_path = Path(out_path)
-    if out_path.exists():
-        raise OutputExists(f"{out_path} exists; a bundle never overwrites a file (choose another -o)")
-    bundle, ev = collect(capture_dir, site)
+    refuse_existing(out_path, "bundle", "choose another -o")
+    with doing(f"analysing the capture {capture_dir}"):
+        bundle, ev = collect(capture_dir, site)
     bundle.sections = list(sections or [])
     top = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"forensics-bundle-{bundle.capture}-{bundle.site or 'all'}")[:100]
     secrets = secret_values(ev.manifest, ev.environments)
@@ -491,18 +493,28 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
         if name.endswith(".png"):
             continue
         members[name] = scrub(members[name].decode(errors="replace"), secrets).encode()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fh = open(out_path, "xb")  # noqa: SIM115 - exclusive create: never overwrite
-    except FileExistsError:
-        raise OutputExists(f"{out_path} exists; a bundle never overwrites a file (choose another -o)") from None
-    with fh, tarfile.open(fileobj=fh, mode="w:gz") as tar:
-        now = int(time.time())
-        for name, data in members.items():
-            info = tarfile.TarInfo(_safe_name(f"{top}/{name}"))
-            info.size, info.mtime, info.mode = len(data), now, 0o755 if name == "repro.py" else 0o644
-            tar.addfile(info, io.BytesIO(data))
+    entries = [(_safe_name(f"{top}/{name}"), data, 0o755 if name == "repro.py" else 0o644)
+               for name, data in members.items()]
+    with doing(f"writing the bundle {out_path}"):
+        write_tarball(out_path, entries)
     return out_path
+
+
+def write_tarball(out_path: Path, entries: list[tuple[str, bytes, int]]) -> None:
+    """A .tar.gz of in-memory members, whole or not at all, never over an existing file.
+
+    Members are regular files only (no links, no devices), owned by nobody in particular
+    (uid/gid 0, no user or group names), stamped with the current time; the gzip header carries
+    no file name (it would otherwise be the temporary name or the output's name).
+    """
+    now = int(time.time())
+    with atomic_output(out_path, "wb", what="bundle", hint="choose another -o") as fh:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=now) as gz, \
+                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name, data, mode in entries:
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.mode = len(data), now, mode
+                tar.addfile(info, io.BytesIO(data))
 
 
 def _plot_frame(ev: Evidence, site: str | None) -> pd.DataFrame:

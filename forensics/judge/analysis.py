@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from forensics.capture.directory import Capture, InstrumentFile, load_capture
-from forensics.errors import BadInput
+from forensics.errors import BadInput, doing
 from forensics.model import FAMILY, LAUNCH_COLUMNS, conform, empty_frame
 from forensics.site import parse_site_or_occurrence, split_label
 
@@ -157,13 +157,15 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None)
         rank = pid_rank.get((f.arm, f.pid), f.rank) if f.pid is not None else f.rank
         try:
             fsites = sites[(sites["folder"] == f.arm) & (sites["rank"] == rank)] if len(sites) else sites
-            df = _read_launches(f, fsites)
+            with doing(f"reading {f.path} ({f.instrument})"):
+                df = _read_launches(f, fsites)
             if df is not None:
                 df = df.assign(folder=f.arm, arm=cap.arm_of(f.arm), rank=rank, instrument=f.instrument,
                                file=str(f.path))
                 launch_frames.append(df)
                 continue
-            calls = _read_calls(f)
+            with doing(f"reading {f.path} ({f.instrument})"):
+                calls = _read_calls(f)
             if calls is not None:
                 calls = calls.assign(folder=f.arm, arm=cap.arm_of(f.arm), rank=rank, instrument=f.instrument,
                                      file=str(f.path), pid=f.pid if f.pid is not None else calls.get("pid"))

@@ -93,10 +93,26 @@ def render_markdown(an: Analysis) -> str:
 
 
 def write_outputs(an: Analysis, out_dir: Path) -> list[Path]:
-    """Write analysis.json and report.md into ``out_dir`` (created)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    j = out_dir / "analysis.json"
-    j.write_text(json.dumps(an.to_json(), indent=1, default=str))
-    md = out_dir / "report.md"
-    md.write_text(render_markdown(an))
-    return [j, md]
+    """Write analysis.json and report.md into ``out_dir``, or ``out_dir-2``, ``-3``... when it holds anything.
+
+    Never overwrites an earlier analysis (or anything else): the directory is claimed for this
+    run (:func:`forensics.atomic.fresh_dir`) and each file appears whole or not at all.
+    """
+    from forensics.atomic import fresh_dir, release_dir, write_atomic  # noqa: PLC0415
+    from forensics.errors import doing  # noqa: PLC0415
+
+    with doing(f"rendering the analysis of {an.capture.root}"):
+        texts = {"analysis.json": json.dumps(an.to_json(), indent=1, default=str) + "\n",
+                 "report.md": render_markdown(an)}
+    with doing(f"writing the analysis outputs under {out_dir}"):
+        target = fresh_dir(out_dir)
+        written: list[Path] = []
+        try:
+            for name, text in texts.items():
+                written.append(write_atomic(target / name, text))
+        except BaseException:
+            for path in written:  # all or nothing: no half-written analysis directory either
+                path.unlink(missing_ok=True)
+            release_dir(target)
+            raise
+    return written
