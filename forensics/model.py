@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-#: Instrument families: instruments of one family share one source and never confirm each other.
-FAMILY = {
-    "cupti": "cupti",  # our CUPTI JSONL (cupti-python)
-    "kineto": "cupti",  # torch.profiler / Kineto (built on CUPTI)
-    "nsys": "cupti",  # Nsight Systems (CUPTI underneath)
-    "ncu": "ncu",  # Nsight Compute (kernel replay; independent)
-    "cublaslt": "cublaslt",  # cuBLASLt API log (host-side library log; independent)
-    "cublas": "cublaslt",  # legacy cuBLAS log (same library logger family as cuBLASLt)
-}
+from forensics.instruments import INSTRUMENTS
+
+#: Instrument -> family (independence group); derived from the registry, forensics.instruments.
+FAMILY = {i.name: i.family for i in INSTRUMENTS if i.family}
 
 #: Launch frame: one row per kernel launch seen by one instrument.
 LAUNCH_COLUMNS: dict[str, str] = {
-    "instrument": "string",  # cupti | kineto | nsys | ncu
+    "instrument": "string",  # a launch counter of forensics.instruments (cupti | kineto | nsys | ncu | ...)
     "file": "string",  # the file the row came from
     "rank": "Int64",  # filled by the capture loader (None when unknown)
     "arm": "string",  # filled by the capture loader

@@ -28,7 +28,7 @@ from ._text import iter_line_chunks, preview
 WHAT = "legacy cuBLAS log"
 
 HEADER_RE = re.compile(
-    r"I! cuBLAS \(v(?P<version>[^)]*)\) function (?P<signature>(?P<ret>\S+) (?P<function>\w+)\((?P<params>.*)\)) called:\s*"
+    r"I! cuBLAS \(v(?P<version>[^)]*)\) function (?P<signature>(?P<ret>\S+) (?P<function>\w+)\((?P<params>.*)\)) called:?\s*"
 )
 ARG_RE = re.compile(r"i!\s+(?P<name>[^:\s][^:]*?):\s*type=(?P<type>.*?);\s*val=(?P<val>.*)")
 TIME_RE = re.compile(
@@ -36,6 +36,9 @@ TIME_RE = re.compile(
 )
 POINTER_RE = re.compile(r"POINTER \(IN HEX:(?:0x)?(?P<hex>0x[0-9a-fA-F]+|\(nil\)|[0-9a-fA-F]+)\)")
 ENUM_RE = re.compile(r"(?P<name>[A-Za-z_][\w]*)\((?P<num>-?\d+)\)")
+#: Entry points that launch GEMM-family kernels (gemm, gemv, dot); cublasCreate, cublasSetStream,
+#: cublasDestroy ... launch nothing and are not matmul calls.
+MATMUL_FUNCTION_RE = re.compile(r"cublas\w*?(?:gemm|gemv|dot)\w*", re.I)
 
 #: One row per call. Types/algo are present only for the *Ex entry points.
 COLUMNS: dict[str, str] = {
@@ -175,6 +178,26 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
     df.attrs["problems"] = problems
     df.attrs["path"] = src
     return df
+
+
+def is_matmul_call(function: str | None) -> bool:
+    """True for an entry point that launches GEMM-family kernels (``cublasSgemm_v2``, ``cublasGemmEx``...)."""
+    return isinstance(function, str) and MATMUL_FUNCTION_RE.fullmatch(function) is not None
+
+
+def read_matmul_calls(path: str | PathLike[str]) -> pd.DataFrame:
+    """The GEMM-family calls of a legacy log (``read_log`` rows whose function launches a GEMM kernel).
+
+    Other records (``cublasCreate_v2``, ``cublasDestroy_v2``, ``cublasSetStream_v2`` ...) are left
+    out and counted in ``attrs["problems"]``'s companion ``attrs["other_calls"]``.
+    """
+    df = read_log(path)
+    keep = df["function"].map(is_matmul_call).astype(bool)
+    out = df[keep.to_numpy()].reset_index(drop=True)
+    out.attrs.update(df.attrs)
+    out.attrs["other_calls"] = int((~keep).sum())
+    out["pid"] = out["process"]
+    return out
 
 
 def _add_line(src: str, lineno: int, raw: str, rec: _Record) -> None:

@@ -464,6 +464,14 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
             gc.enable()
 
 
+def read_calls(path: str | PathLike[str]) -> pd.DataFrame:
+    """The matmul calls of a log (``read_log(path).calls``), the log's problems in ``attrs["problems"]``."""
+    log = read_log(path)
+    calls = log.calls
+    calls.attrs["problems"] = list(log.problems)
+    return calls
+
+
 def _read_log(path: str | PathLike[str], tolerate_truncated_tail: bool) -> CublasLtLog:
     reader = _Reader(path, tolerate_truncated_tail)
     calls = _Templated(CALL_COLUMNS, _call_row)

@@ -161,3 +161,46 @@ def test_corpus_nsys_alone_is_single_source(corpus, tmp_path):
     an = analyze(tmp_path)
     assert len(an.verdicts) == 5 and set(an.verdicts["verdict"]) == {SINGLE}
     assert main(["analyze", str(tmp_path), "-q"]) == 1
+
+
+GEMM2 = "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN"  # a real H200 cuBLAS kernel name (nvFuser nsys export)
+SPLITK = "_Z19splitKreduce_kernelIfffEv18cublasSplitKParamsIfEPKfS3_PfS3_S3_S3_"  # SYNTHETIC mangling of cuBLAS's name
+
+
+def _window_capture(root: Path, names: list[str], n_calls: int) -> Path:
+    """SYNTHETIC window capture (no sites): CUPTI launches of ``names`` and ``n_calls`` cuBLASLt calls."""
+    arm = root / "a1"
+    arm.mkdir(parents=True)
+    recs, corr, t = [], 500, 1_764_450_000_000_000_000
+    for name in names:
+        corr += 1
+        t += 10_000
+        recs += _kernel(corr, name, t)
+    (arm / "cupti.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (arm / f"cublaslt.{PID}.log").write_text("".join(_trace_line(i) + "\n" for i in range(n_calls)))
+    write_manifest(root, new_manifest(synthetic=True, arms=[{"name": "a1", "role": "arm"}]))
+    return root
+
+
+def test_two_different_gemm_kernels_in_one_scope_are_matched_call_by_call(tmp_path):
+    """Issue 12 defect 4: two calls, two different GEMM kernels in one scope: each NAMED (one call each)."""
+    an = analyze(_window_capture(tmp_path / "cap", [GEMM, ELEMENTWISE, GEMM2], 2))
+    for needle in ("sm90_xmma_gemm", "nvjet_tst"):
+        row = _verdict(an, WINDOW, needle)
+        assert row.verdict == NAMED and row.counts == {"cupti": 1, "cublaslt": 1}
+        assert "matched one to one" in row.reason
+
+
+def test_split_k_reduce_belongs_to_the_call_before_it(tmp_path):
+    """One call launching a GEMM and its split-K reduce: both confirmed by that one call."""
+    an = analyze(_window_capture(tmp_path / "cap", [GEMM, SPLITK, GEMM, SPLITK], 2))
+    for needle in ("sm90_xmma_gemm", "splitKreduce"):
+        row = _verdict(an, WINDOW, needle)
+        assert row.verdict == NAMED and row.counts == {"cupti": 2, "cublaslt": 2}
+
+
+def test_calls_not_one_to_one_are_disagree_for_every_gemm_in_scope(tmp_path):
+    an = analyze(_window_capture(tmp_path / "cap", [GEMM, GEMM2], 1))
+    for needle in ("sm90_xmma_gemm", "nvjet_tst"):
+        row = _verdict(an, WINDOW, needle)
+        assert row.verdict == DISAGREE and "1 call(s) for 2 launch group(s)" in row.reason

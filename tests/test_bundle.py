@@ -80,7 +80,7 @@ def test_report_reads_end_to_end(bundle):
     assert report.startswith("# Evidence bundle: `gemm:NT:acc0:grad1`")
     assert "SYNTHETIC capture" in report
     assert f"Focus occurrence: `{FOCUS}`" in report
-    assert "**NAMED**" in report and "cupti:cupti + cublaslt agree on 1 launch(es)" in report
+    assert "**NAMED**" in report and "cupti + cublaslt agree on 1 launch(es)" in report
     assert f"- focus `{FOCUS}`, arm `a1` rank 0: `sm90_xmma_gemm_bf16bf16_f32f32_f32" in report
     assert f"rank 0: `{FOCUS}` SAME KERNEL, DIFFERENT BITS (origin)" in report
     assert "The discriminator is output dtype: float32 DIVERGENT, bfloat16 CLEAN" in report

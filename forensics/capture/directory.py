@@ -29,29 +29,13 @@ import yaml
 
 from forensics import __version__
 from forensics.errors import BadInput
+from forensics.instruments import file_patterns
 
 MANIFEST = "manifest.yaml"
 MANIFEST_SCHEMA = 1
 
-#: (glob on the file name, instrument). First match wins.
-FILE_PATTERNS: list[tuple[str, str]] = [
-    ("sites*.jsonl", "sites"),
-    ("cupti*.jsonl", "cupti"),
-    ("trace*.jsonl", "optrace"),
-    ("rank_*.jsonl", "optrace"),
-    ("cublaslt*.log", "cublaslt"),
-    ("cublas_legacy*.log", "cublas"),
-    ("cublas.*.log", "cublas"),
-    ("*.ncu-rep", "ncu"),
-    ("*raw*.csv", "ncu_csv"),
-    ("*details*.csv", "ncu_csv"),
-    ("*.sqlite", "nsys"),
-    ("*.nsys-rep", "nsys_rep"),
-    ("*kineto*.json*", "kineto"),
-    ("*.pt.trace.json*", "kineto"),
-    ("*trace*.json.gz", "kineto"),
-    ("environment.json", "environment"),
-]
+#: (glob on the file name, instrument). First match wins. Read from the instrument registry.
+FILE_PATTERNS: list[tuple[str, str]] = file_patterns()
 _RANK_DIR = re.compile(r"^rank[-_]?(\d+)$")
 _PID = re.compile(r"\.(\d+)\.log$")
 

@@ -16,7 +16,6 @@ Otherwise the kernel is **DISAGREE** (two families, different counts: both shown
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,18 +23,16 @@ from typing import Any
 import pandas as pd
 
 from forensics.capture.directory import Capture, InstrumentFile, load_capture
+from forensics import instruments as reg
 from forensics.errors import BadInput, doing
-from forensics.model import FAMILY, LAUNCH_COLUMNS, conform, empty_frame
+from forensics.kernel_names import AUXILIARY, describe_kernel
+from forensics.model import LAUNCH_COLUMNS, conform, empty_frame
 from forensics.site import parse_site_or_occurrence, split_label
 
 NAMED, DISAGREE, SINGLE = "NAMED", "DISAGREE", "SINGLE-SOURCE"
 WINDOW = "<window>"
-FAMILIES = ("cupti", "ncu", "cublaslt")
-FAMILY_LABEL = {"cupti": "CUPTI family (cupti/kineto/nsys)", "ncu": "Nsight Compute", "cublaslt": "cuBLASLt log"}
-#: Instruments of the CUPTI family in order of preference when several saw the same arm/rank.
-CUPTI_PREFERENCE = ("cupti", "nsys", "kineto")
-_GEMM_KERNEL = re.compile(r"gemm|gemv|xmma|cutlass|matmul|splitKreduce|cublas", re.I)
-COUNT_COLUMNS = ["cupti", "kineto", "nsys", "ncu", "cublaslt"]
+#: Family -> what a user reads (from the instrument registry).
+FAMILY_LABEL = {name: f.label for name, f in reg.FAMILIES.items()}
 
 
 @dataclass
@@ -80,48 +77,24 @@ class Analysis:
 
 
 # --------------------------------------------------------------------------- loading
-def _read_launches(f: InstrumentFile, sites: pd.DataFrame) -> pd.DataFrame | None:
-    """Launch frame of one instrument file, with ``site_label`` attributed where possible."""
-    if f.instrument == "cupti":
-        from parsers import cupti_jsonl
+def _read(f: InstrumentFile, sites: pd.DataFrame) -> tuple[reg.Instrument | None, pd.DataFrame | None]:
+    """The frame of one counted instrument file (registry reader), or (None, None) for other files.
 
-        df = cupti_jsonl.read_kernels(f.path)
-        if len(df) and len(sites):
-            ids = sites.dropna(subset=["external_id"])
+    Launch frames get ``site_label`` from the site records' CUPTI external ids where the reader
+    gave none (CUPTI JSONL); nsys and ncu label launches from their own NVTX ranges.
+    """
+    inst = reg.get(f.instrument)
+    if inst is None or inst.role not in (reg.LAUNCHES, reg.CALLS) or not inst.reader:
+        return None, None
+    df = inst.read(f.path)
+    if inst.role == reg.LAUNCHES and len(df) and len(sites) and "external_id" in df.columns:
+        ids = sites.dropna(subset=["external_id"])
+        if len(ids):
             label_of = dict(zip(ids["external_id"].astype("int64"), ids["label"]))
-            df["site_label"] = df["external_id"].map(lambda e: label_of.get(int(e)) if pd.notna(e) else None)
-        return df
-    if f.instrument == "nsys":
-        from parsers import nsys
-
-        df = nsys.read_kernels(f.path)
-        ranges = nsys.read_ranges(f.path)
-        return nsys.attribute(df, ranges) if len(ranges) else df
-    if f.instrument == "kineto":
-        from parsers import kineto
-
-        return kineto.read_kernels(f.path)
-    if f.instrument == "ncu":
-        from parsers import ncu
-
-        return ncu.read_report(f.path)
-    if f.instrument == "ncu_csv":
-        from parsers import ncu
-
-        return ncu.read_csv(f.path)
-    return None
-
-
-def _read_calls(f: InstrumentFile) -> pd.DataFrame | None:
-    if f.instrument == "cublaslt":
-        from parsers import cublaslt
-
-        return cublaslt.read_log(f.path).calls
-    if f.instrument == "cublas":
-        from parsers import cublas_legacy
-
-        return cublas_legacy.read_log(f.path)
-    return None
+            by_id = df["external_id"].map(lambda e: label_of.get(int(e)) if pd.notna(e) else None)
+            have = df["site_label"] if "site_label" in df.columns else pd.Series(pd.NA, index=df.index)
+            df["site_label"] = have.where(have.notna(), by_id)
+    return inst, df
 
 
 def _sites_of(cap: Capture) -> pd.DataFrame:
@@ -144,51 +117,61 @@ def _pid_ranks(sites: pd.DataFrame) -> dict[tuple[str, int], int]:
     return {(fo, int(p)): int(r) for fo, p, r in zip(known["folder"], known["pid"], known["rank"]) if pd.notna(r)}
 
 
+def _losses(f: InstrumentFile, df: pd.DataFrame) -> list[str]:
+    """What a reader says it skipped, cut or lost (``attrs["problems"]``), one note per item."""
+    return [f"{f.path}: {p}" for p in (df.attrs.get("problems") or [])]
+
+
 def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Read every instrument file of a capture: (launches, calls, sites)."""
     notes = [] if notes is None else notes
     sites = _sites_of(cap)
     pid_rank = _pid_ranks(sites)
     launch_frames, call_frames = [], []
-    have_rep = {(f.arm, f.rank) for f in cap.of("ncu")}
     for f in cap.files:
-        if f.instrument == "ncu_csv" and (f.arm, f.rank) in have_rep:
-            continue  # the .ncu-rep of the same pass already counts; a CSV export would double it
         rank = pid_rank.get((f.arm, f.pid), f.rank) if f.pid is not None else f.rank
         try:
             fsites = sites[(sites["folder"] == f.arm) & (sites["rank"] == rank)] if len(sites) else sites
             with doing(f"reading {f.path} ({f.instrument})"):
-                df = _read_launches(f, fsites)
-            if df is not None:
-                df = df.assign(folder=f.arm, arm=cap.arm_of(f.arm), rank=rank, instrument=f.instrument,
-                               file=str(f.path))
-                launch_frames.append(df)
-                continue
-            with doing(f"reading {f.path} ({f.instrument})"):
-                calls = _read_calls(f)
-            if calls is not None:
-                calls = calls.assign(folder=f.arm, arm=cap.arm_of(f.arm), rank=rank, instrument=f.instrument,
-                                     file=str(f.path), pid=f.pid if f.pid is not None else calls.get("pid"))
-                call_frames.append(calls)
+                inst, df = _read(f, fsites)
         except BadInput as e:
             if not keep_going:
                 raise
             notes.append(f"skipped {e}")
+            continue
         except ImportError as e:
             notes.append(f"cannot read {f.path} ({f.instrument}): {e}")
+            continue
+        if inst is None:
+            continue
+        notes.extend(_losses(f, df))
+        df = df.assign(folder=f.arm, arm=cap.arm_of(f.arm), rank=rank, instrument=f.instrument, file=str(f.path))
+        if inst.role == reg.LAUNCHES:
+            launch_frames.append(df)
+        else:
+            if f.pid is not None or "pid" not in df.columns:
+                df["pid"] = f.pid
+            call_frames.append(df)
     launches = pd.concat([conform(d, LAUNCH_COLUMNS) for d in launch_frames], ignore_index=True) if launch_frames \
         else empty_frame(LAUNCH_COLUMNS)
     if "folder" not in launches:
         launches["folder"] = pd.Series(dtype="string")
-    launches["family"] = launches["instrument"].map(FAMILY).astype("string")
-    launches["key"] = launches["kernel"].fillna(launches["short_name"]).astype("string").str.replace(r"\s+", "", regex=True)
+    launches["family"] = launches["instrument"].map(reg.family_of).astype("string")
+    launches["key"] = kernel_key(launches)
     calls = pd.concat(call_frames, ignore_index=True) if call_frames else pd.DataFrame(
         columns=["folder", "arm", "rank", "instrument", "file", "pid", "m", "n", "k"])
+    calls["family"] = calls["instrument"].map(reg.family_of).astype("string")
     if len(calls):
         calls = attribute_calls(calls, sites)
     elif "site_label" not in calls:
         calls["site_label"] = pd.Series(dtype="string")
     return launches, calls, sites
+
+
+def kernel_key(launches: pd.DataFrame) -> pd.Series:
+    """The identity a kernel is counted under: its demangled name without whitespace (short name
+    when an instrument gives nothing else)."""
+    return launches["kernel"].fillna(launches["short_name"]).astype("string").str.replace(r"\s+", "", regex=True)
 
 
 # --------------------------------------------------------------------------- cuBLASLt attribution
@@ -259,13 +242,20 @@ def _scope_of(label: Any, use_sites: bool) -> str:
     return WINDOW
 
 
+KEYS = ["arm", "rank", "scope"]
+
+
 def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (arm, rank, scope, kernel) counts per instrument, and which families observed each scope.
 
-    Returns ``(counts, observed)``; ``observed`` has one row per (arm, rank, scope, family) that
-    saw the scope at all (a family that saw a scope but not a kernel counts 0 for it).
+    Returns ``(counts, observed)``. ``counts`` has one column per counting instrument of the
+    registry: launch counters count launches; a call log counts the launches of the kernel that
+    were matched one to one to its calls (:func:`match_calls`), NA where it cannot confirm the
+    kernel. ``observed`` has one row per (arm, rank, scope, family, instrument) that saw the scope
+    (a family that saw a scope but not a kernel counts 0 for it) and, for call logs, how the
+    calls matched the launches.
     """
-    use_sites = launches["site_label"].notna().any() or (len(calls) and calls["site_label"].notna().any())
+    use_sites = bool(launches["site_label"].notna().any()) or bool(len(calls) and calls["site_label"].notna().any())
     lf = launches.copy()
     lf["scope"] = [_scope_of(x, use_sites) for x in lf["site_label"]]
     cf = calls.copy()
@@ -281,49 +271,59 @@ def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None
         else:
             lf = lf[[split_label(s)[0] == text for s in lf["scope"]]]
             cf = cf[[split_label(s)[0] == text for s in cf["scope"]]]
-    lf = _one_source_per_family(lf)
-    cf = _one_folder(cf)
-    keys = ["arm", "rank", "scope"]
-    counts = (lf.groupby(keys + ["key", "instrument"], dropna=False).size().unstack("instrument", fill_value=0)
+    lf = one_source_per_family(lf)
+    cf = one_source_per_family(cf)
+    counts = (lf.groupby(KEYS + ["key", "instrument"], dropna=False).size().unstack("instrument", fill_value=0)
               if len(lf) else pd.DataFrame())
-    counts = counts.reset_index() if len(counts) else pd.DataFrame(columns=keys + ["key"])
-    for c in COUNT_COLUMNS:
-        if c not in counts:
-            counts[c] = 0
+    counts = counts.reset_index() if len(counts) else pd.DataFrame(columns=KEYS + ["key"])
+    counts.columns.name = None
+    for inst in reg.of_role(reg.LAUNCHES):
+        if inst.name not in counts:
+            counts[inst.name] = 0
     # Names from every instrument that saw the kernel: the first non-null of each (nsys 2021 exports
     # have no mangled name; ncu does).
     names = (lf.groupby("key")[["kernel", "mangled", "short_name"]].first() if len(lf)
              else pd.DataFrame(columns=["kernel", "mangled", "short_name"]))
     for col in ("kernel", "mangled", "short_name"):
         counts[col] = counts["key"].map(lambda k, c=col: names[c].get(k) if k in names.index else None)
-    ncalls = cf.groupby(keys, dropna=False).size().rename("calls").reset_index() if len(cf) else pd.DataFrame(columns=keys + ["calls"])
-    counts = counts.drop(columns=["cublaslt"]).merge(ncalls.rename(columns={"calls": "cublaslt"}), on=keys, how="left")
-    counts["cublaslt"] = counts["cublaslt"].fillna(0).astype("Int64")
-    # The log counts matmul calls per scope, not launches of a kernel: it says nothing of others.
-    gemm_like = counts["kernel"].fillna(counts["key"]).astype(str).str.contains(_GEMM_KERNEL)
-    counts.loc[~gemm_like, "cublaslt"] = pd.NA
+    matched, match_obs = match_calls(lf, cf)
+    for inst in reg.of_role(reg.CALLS):
+        col = pd.Series(pd.NA, index=counts.index, dtype="Int64")
+        if len(counts):
+            confirmable = [inst.launch_role is not None and inst.launch_role(_name(k, n)) is not None
+                           for k, n in zip(counts["key"], counts["kernel"])]
+            vals = [matched.get((a, r, s, k, inst.name), 0) if ok else pd.NA
+                    for a, r, s, k, ok in zip(counts["arm"], counts["rank"], counts["scope"], counts["key"], confirmable)]
+            col = pd.Series(vals, index=counts.index, dtype="Int64")
+        counts[inst.name] = col
     obs = []
     if len(lf):
-        obs.append(lf[keys + ["family"]].drop_duplicates())
-    if len(cf):
-        obs.append(cf[keys].drop_duplicates().assign(family="cublaslt"))
-    observed = pd.concat(obs, ignore_index=True) if obs else pd.DataFrame(columns=keys + ["family"])
+        obs.append(lf[KEYS + ["family", "instrument"]].drop_duplicates())
+    if len(match_obs):
+        obs.append(match_obs)
+    observed = pd.concat(obs, ignore_index=True) if obs else pd.DataFrame(columns=KEYS + ["family", "instrument"])
     return counts, observed
 
 
-def _one_source_per_family(lf: pd.DataFrame) -> pd.DataFrame:
+def _name(key: Any, kernel: Any) -> str:
+    return kernel if isinstance(kernel, str) and kernel else str(key)
+
+
+def one_source_per_family(df: pd.DataFrame) -> pd.DataFrame:
     """Within one (arm, rank) keep one instrument per family, and one folder per instrument.
 
-    CUPTI, nsys and Kineto are one source: counting two of them would be counting one thing twice.
-    The arm's own folder is preferred over a pass folder (e.g. ``a1`` over ``kineto``).
+    Members of a family are one source: counting two of them would be counting one thing twice.
+    The first member present in registry order is kept (cupti over nsys over kineto; the
+    ``.ncu-rep`` over its CSV export; the cuBLASLt log over the legacy cuBLAS log); the arm's own
+    folder is preferred over a pass folder (e.g. ``a1`` over ``kineto``).
     """
-    if not len(lf):
-        return lf
+    if not len(df):
+        return df
     keep = []
-    for (_arm, _rank, fam), g in lf.groupby(["arm", "rank", "family"], dropna=False, sort=False):
-        if fam == "cupti":
-            present = [i for i in CUPTI_PREFERENCE if i in set(g["instrument"])]
-            g = g[g["instrument"] == present[0]] if present else g
+    for (_arm, _rank, fam), g in df.groupby(["arm", "rank", "family"], dropna=False, sort=False):
+        present = [i for i in reg.preference(fam)] if isinstance(fam, str) else []
+        present = [i for i in present if i in set(g["instrument"])]
+        g = g[g["instrument"] == present[0]] if present else g
         folders = list(dict.fromkeys(g["folder"]))
         own = [f for f in folders if f == g["arm"].iloc[0]]
         g = g[g["folder"] == (own[0] if own else folders[0])]
@@ -331,61 +331,154 @@ def _one_source_per_family(lf: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep, ignore_index=True)
 
 
-def _one_folder(cf: pd.DataFrame) -> pd.DataFrame:
-    """cuBLASLt log first, legacy cuBLAS log only where no Lt log exists; one folder per arm/rank."""
+_ORDER_COLUMNS = ("launch_ns", "start_ns", "correlation_id")
+
+
+def _launch_order(df: pd.DataFrame) -> pd.DataFrame:
+    """Launches in the order their host calls were made (launch time, GPU start, correlation id,
+    then file order)."""
+    df = df.assign(_pos=range(len(df)))
+    for col in _ORDER_COLUMNS:
+        if col in df.columns and df[col].notna().all() and len(df):
+            return df.sort_values([col, "_pos"], kind="stable")
+    return df
+
+
+def _groups(launches: pd.DataFrame, role: Any) -> list[list[int]]:
+    """Launch groups of one library's calls: a PRIMARY launch starts a group, AUXILIARY launches
+    (split-K reduce, epilogue) join the group before them. Items are positions in ``launches``."""
+    groups: list[list[int]] = []
+    for pos, name in enumerate(_name(k, n) for k, n in zip(launches["key"], launches["kernel"])):
+        r = role(name)
+        if r is None:
+            continue
+        if r == AUXILIARY and groups:
+            groups[-1].append(pos)
+        else:
+            groups.append([pos])
+    return groups
+
+
+def match_calls(lf: pd.DataFrame, cf: pd.DataFrame) -> tuple[dict[tuple, int], pd.DataFrame]:
+    """Match each scope's library calls to the launches they made, one call to one launch group.
+
+    Per (arm, rank, scope) and call log: the log's calls in host order (file line) against the
+    launches of the first launch family present (registry order: CUPTI family, else Nsight
+    Compute) that the log's library can launch (``Instrument.launch_role``), in host launch
+    order and grouped per call (a GEMM and its split-K reduce are one call). Per process when both
+    sides carry pids. When calls and groups are equally many they match in order; otherwise the
+    scope is not one to one and only the first ``min`` pairs are credited (the verdict says so).
+
+    Returns ``({(arm, rank, scope, key, call_instrument): matched launches}, observed)`` where
+    ``observed`` has (arm, rank, scope, family, instrument, calls, groups, reference).
+    """
+    matched: dict[tuple, int] = {}
+    rows = []
     if not len(cf):
-        return cf
-    keep = []
-    for (_arm, _rank), g in cf.groupby(["arm", "rank"], dropna=False, sort=False):
-        inst = "cublaslt" if (g["instrument"] == "cublaslt").any() else g["instrument"].iloc[0]
-        g = g[g["instrument"] == inst]
-        folders = list(dict.fromkeys(g["folder"]))
-        own = [f for f in folders if f == g["arm"].iloc[0]]
-        keep.append(g[g["folder"] == (own[0] if own else folders[0])])
-    return pd.concat(keep, ignore_index=True)
+        return matched, pd.DataFrame(columns=KEYS + ["family", "instrument", "calls", "groups", "reference"])
+    launch_fams = reg.counting_families()
+    for (arm, rank, scope, inst_name), calls in cf.groupby(KEYS + ["instrument"], dropna=False, sort=False):
+        inst = reg.get(inst_name)
+        role = inst.launch_role if inst else None
+        here = lf[(lf["arm"] == arm) & (lf["rank"] == rank) & (lf["scope"] == scope)] if len(lf) else lf
+        ref_fam = next((f for f in launch_fams if len(here) and (here["family"] == f).any()), None)
+        ref = _launch_order(here[here["family"] == ref_fam]) if ref_fam else here.iloc[0:0]
+        calls = calls.sort_values(["file", "line"], kind="stable") if "line" in calls.columns else calls
+        n_calls = n_groups = 0
+        for pid, pcalls, plaunches in _by_pid(calls, ref):
+            groups = _groups(plaunches, role) if role is not None and len(plaunches) else []
+            n_calls += len(pcalls)
+            n_groups += len(groups)
+            for group in groups[: len(pcalls)]:
+                for pos in group:
+                    k = (arm, rank, scope, plaunches["key"].iloc[pos], inst_name)
+                    matched[k] = matched.get(k, 0) + 1
+        rows.append({"arm": arm, "rank": rank, "scope": scope, "family": reg.family_of(inst_name),
+                     "instrument": inst_name, "calls": n_calls, "groups": n_groups,
+                     "reference": ref["instrument"].iloc[0] if len(ref) else None})
+    return matched, pd.DataFrame(rows)
+
+
+def _by_pid(calls: pd.DataFrame, launches: pd.DataFrame):
+    """(pid, calls, launches) per process when both sides name every row's pid, else one part."""
+    cp = calls["pid"] if "pid" in calls.columns else None
+    lp = launches["pid"] if "pid" in launches.columns else None
+    if cp is None or lp is None or not len(launches) or cp.isna().any() or lp.isna().any():
+        yield None, calls, launches
+        return
+    cpi, lpi = cp.astype("int64"), lp.astype("int64")
+    for pid in dict.fromkeys(list(cpi) + list(lpi)):
+        yield pid, calls[(cpi == pid).to_numpy()], launches[(lpi == pid).to_numpy()]
 
 
 def judge(counts: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
-    """Apply the two-instrument rule to every (arm, rank, scope, kernel)."""
+    """Apply the two-instrument rule to every (arm, rank, scope, kernel).
+
+    ``counts`` per family: a launch counter's count of the kernel; a call log's count of the
+    kernel's launches matched one to one to its calls. NAMED needs two families, equal counts
+    above zero, and every call log among them matched one to one in the scope.
+    """
     rows = []
-    obs = observed.groupby(["arm", "rank", "scope"], dropna=False)["family"].agg(set).to_dict() if len(observed) else {}
-    for r in counts.itertuples(index=False):
-        fams = obs.get((r.arm, r.rank, r.scope), set())
-        cupti_inst = next((i for i in CUPTI_PREFERENCE if getattr(r, i, 0)), None)
+    by_scope: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for r in observed.to_dict("records") if len(observed) else []:
+        by_scope.setdefault((r["arm"], r["rank"], r["scope"]), {})[r["family"]] = r
+    for r in counts.to_dict("records"):
+        fams = by_scope.get((r["arm"], r["rank"], r["scope"]), {})
+        name = _name(r["key"], r["kernel"])
         by_family: dict[str, int] = {}
-        if "cupti" in fams:
-            by_family["cupti"] = int(getattr(r, cupti_inst)) if cupti_inst else 0
-        if "ncu" in fams:
-            by_family["ncu"] = int(r.ncu)
-        gemm_like = bool(_GEMM_KERNEL.search(str(r.kernel or r.key)))
-        if "cublaslt" in fams and gemm_like:
-            by_family["cublaslt"] = int(r.cublaslt)
-        verdict, reason = _rule(by_family, fams, gemm_like, cupti_inst)
+        sources: dict[str, str] = {}
+        not_confirmable: list[str] = []
+        uneven: list[str] = []
+        for fam in reg.counting_families():
+            o = fams.get(fam)
+            if o is None:
+                continue
+            inst = reg.get(o["instrument"])
+            if inst.role == reg.CALLS:
+                if inst.launch_role is None or inst.launch_role(name) is None:
+                    not_confirmable.append(inst.confirms or "its own kernels only")
+                    continue
+                n_calls, n_groups = int(o.get("calls") or 0), int(o.get("groups") or 0)
+                if n_calls != n_groups:
+                    uneven.append(f"{inst.label}: {n_calls} call(s) for {n_groups} launch group(s) "
+                                  f"of its kernels in this scope (not one to one)")
+            value = r.get(inst.name)
+            by_family[fam] = 0 if value is None or value is pd.NA else int(value)
+            sources[fam] = inst.name
+        verdict, reason = _rule(by_family, sources, not_confirmable, uneven, name)
+        cupti_src = sources.get("cupti")
         rows.append({
-            "arm": r.arm, "rank": r.rank, "scope": r.scope, "kernel": r.kernel, "mangled": r.mangled,
-            "short_name": r.short_name, "verdict": verdict, "counts": by_family,
-            "cupti_instrument": cupti_inst, "reason": reason,
+            "arm": r["arm"], "rank": r["rank"], "scope": r["scope"], "kernel": r["kernel"], "mangled": r["mangled"],
+            "short_name": r["short_name"], "verdict": verdict, "counts": by_family, "sources": sources,
+            "cupti_instrument": cupti_src, "kernel_class": describe_kernel(name), "reason": reason,
         })
-    cols = ["arm", "rank", "scope", "kernel", "mangled", "short_name", "verdict", "counts", "cupti_instrument", "reason"]
+    cols = ["arm", "rank", "scope", "kernel", "mangled", "short_name", "verdict", "counts", "sources",
+            "cupti_instrument", "kernel_class", "reason"]
     return pd.DataFrame(rows, columns=cols)
 
 
-def _rule(by_family: dict[str, int], fams: set[str], gemm_like: bool, cupti_inst: str | None) -> tuple[str, str]:
-    seen = {f: c for f, c in by_family.items()}
-    if len(seen) < 2:
-        only = next(iter(seen), None)
-        lacking = [FAMILY_LABEL[f] for f in FAMILIES if f not in seen]
+def _rule(by_family: dict[str, int], sources: dict[str, str], not_confirmable: list[str],
+          uneven: list[str], name: str = "") -> tuple[str, str]:
+    if len(by_family) < 2:
+        only = next(iter(by_family), None)
         if only is None:
             return SINGLE, "no instrument counted this kernel in this scope"
-        why = f"only {FAMILY_LABEL[only]} saw this scope; missing: {', '.join(lacking)}"
-        if "cublaslt" in fams and not gemm_like:
-            why += " (the cuBLASLt log confirms GEMM kernels only)"
+        device = reg.FAMILIES[only].device if only in reg.FAMILIES else None
+        lacking = [reg.family_label(f) for f in reg.counting_families(device)
+                   if f not in by_family and reg.can_confirm(f, name)]
+        why = f"only {reg.family_label(only)} saw this scope; missing: {', '.join(lacking) or 'nothing else can count it'}"
+        for text in dict.fromkeys(not_confirmable):
+            why += f" (the log present confirms {text})"
         return SINGLE, why
-    values = set(seen.values())
-    text = ", ".join(f"{f}={c}" for f, c in seen.items())
+    text = ", ".join(f"{f}={c}" for f, c in by_family.items())
+    values = set(by_family.values())
+    if uneven:
+        return DISAGREE, f"launch counts {text}; " + "; ".join(uneven)
     if len(values) == 1 and next(iter(values)) > 0:
-        src = " + ".join(("cupti:" + cupti_inst) if f == "cupti" and cupti_inst else f for f in seen)
-        return NAMED, f"{src} agree on {next(iter(values))} launch(es)"
+        src = " + ".join(f"{f}:{sources[f]}" if sources.get(f) != f else f for f in by_family)
+        units = [reg.get(sources[f]).unit for f in by_family if reg.get(sources[f]) and reg.get(sources[f]).role == reg.CALLS]
+        how = f" ({', '.join(units)} matched one to one to their launches in host order)" if units else ""
+        return NAMED, f"{src} agree on {next(iter(values))} launch(es){how}"
     return DISAGREE, f"launch counts differ: {text}"
 
 

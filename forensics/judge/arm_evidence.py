@@ -8,7 +8,6 @@ a pass folder's repeat of an arm (ncu, nsys, kineto passes), is never counted tw
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,15 @@ from typing import Any
 import pandas as pd
 
 from forensics.capture.directory import Capture, load_capture
+from forensics import instruments
 from forensics.errors import BadInput
+from forensics.kernel_names import kernel_family  # noqa: F401  (re-exported: verdicts, bundle, plots)
 
-#: Launch sources in order of preference for "which kernel ran": one CUPTI-family instrument, else ncu.
-LAUNCH_PREFERENCE = ("cupti", "nsys", "kineto", "ncu")
+#: Launch sources in order of preference for "which kernel ran": the registry's launch counters in
+#: order (one CUPTI-family instrument, else ncu; CPU instruments where the registry has them).
+LAUNCH_PREFERENCE = instruments.names_of_role(instruments.LAUNCHES)
+#: Call logs in order of preference (cuBLASLt over legacy cuBLAS).
+CALL_PREFERENCE = instruments.names_of_role(instruments.CALLS)
 #: Algo descriptor columns compared across arms (cuBLASLt log).
 ALGO_COLUMNS = ["algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme",
                 "cta_swizzling", "cluster_shape"]
@@ -45,7 +49,7 @@ class Evidence:
 
     def call_rows(self, arm: str, rank: int, label: str) -> list[dict[str, Any]]:
         """Matmul calls of one occurrence from one log (cuBLASLt over legacy cuBLAS), host order."""
-        return self._rows("calls", arm, rank, label, ("cublaslt", "cublas"))
+        return self._rows("calls", arm, rank, label, CALL_PREFERENCE)
 
     def occurrence_launches(self, arm: str, rank: int, label: str) -> pd.DataFrame:
         """:meth:`launch_rows` as a frame."""
@@ -167,21 +171,3 @@ def read_environments(cap: Capture | None) -> dict[str, dict[str, Any]]:
     return envs
 
 
-def kernel_family(name: str | None) -> str:
-    """Coarse kernel family from a (demangled) name: splitKreduce, gemv, cutlass, sm90_xmma, nvjet..."""
-    if not isinstance(name, str) or not name:
-        return "unknown"
-    low = name.lower()
-    for token, family in (("splitkreduce", "splitKreduce"), ("gemv", "gemv"), ("nvjet", "nvjet"),
-                          ("cutlass", "cutlass"), ("indexfunc", "index"), ("index_add", "index")):
-        if token in low:
-            return family
-    m = re.search(r"(sm\d+)_xmma", low)
-    if m:
-        return f"{m.group(1)}_xmma"
-    m = re.search(r"([a-z]+)_([a-z]*gemm)", low)
-    if m:
-        return f"{m.group(1)}_{m.group(2)}"
-    from parsers.demangle import short_name  # noqa: PLC0415
-
-    return short_name(name) or "unknown"

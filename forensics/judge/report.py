@@ -9,7 +9,8 @@ from rich.console import Console
 from forensics.console import make_console
 from rich.table import Table
 
-from forensics.judge.analysis import FAMILY_LABEL, NAMED, Analysis
+from forensics import instruments
+from forensics.judge.analysis import NAMED, Analysis
 
 _STYLE = {"NAMED": "bold green", "DISAGREE": "bold red", "SINGLE-SOURCE": "yellow"}
 
@@ -34,14 +35,16 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
     v = an.verdicts
     many = v["arm"].nunique() > 1 or v["rank"].nunique() > 1
     t = Table(title="launch counts per instrument family and the two-instrument rule", show_lines=False)
-    cols = (["arm", "rank"] if many else []) + ["scope", "kernel (short name)", "CUPTI family", "ncu", "cuBLASLt", "verdict"]
+    fams = _families(an)
+    cols = (["arm", "rank"] if many else []) + ["scope", "kernel (short name)"] + \
+        [instruments.FAMILIES[f].column for f in fams] + ["verdict"]
     for col in cols:
         t.add_column(col, overflow="fold")
     for r in v.head(max_rows).itertuples(index=False):
-        c = r.counts
+        c, src = r.counts, r.sources
         cells = ([str(r.arm), str(r.rank)] if many else []) + [
-            str(r.scope), _short(r.short_name or r.kernel, 48),
-            _fmt(c.get("cupti"), r.cupti_instrument), _fmt(c.get("ncu")), _fmt(c.get("cublaslt")),
+            str(r.scope), _short(r.short_name or r.kernel, 48)] + [
+            _fmt(c.get(f), src.get(f) if src.get(f) != f else None) for f in fams] + [
             f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]"]
         t.add_row(*cells)
     console.print(t)
@@ -52,6 +55,13 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
     named = an.named
     console.print(f"[bold]{len(named)} of {len(an.verdicts)} (scope, kernel) pairs NAMED[/bold] "
                   f"({named['kernel'].nunique() if len(named) else 0} distinct kernels)")
+
+
+def _families(an: Analysis) -> list[str]:
+    """Counting families to show: those of the devices the capture's instruments belong to."""
+    present = an.capture.instruments()
+    devices = {i.device for n in present if (i := instruments.get(n)) and i.family} or {instruments.CUDA}
+    return [f for d in sorted(devices) for f in instruments.counting_families(d)]
 
 
 def _fmt(v: object, inst: str | None = None) -> str:
@@ -75,15 +85,18 @@ def render_markdown(an: Analysis) -> str:
         lines.append("- **SYNTHETIC capture** (hand-built test data in real formats, not a real run)")
     lines += ["", "## The rule", "",
               "A kernel is NAMED only when two independent instrument families agree on its launch count "
-              f"in a scope: {', '.join(FAMILY_LABEL.values())}. CUPTI, Kineto and nsys are one family.", ""]
+              f"in a scope: {', '.join(instruments.family_label(f) for f in _families(an))}. "
+              "CUPTI, Kineto and nsys are one family.", ""]
     if an.missing:
         lines += ["## Missing", ""] + [f"- {m}" for m in an.missing] + [""]
-    lines += ["## Verdicts", "", "| arm | rank | scope | kernel | CUPTI | ncu | cuBLASLt | verdict | reason |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    fams = _families(an)
+    heads = [instruments.FAMILIES[f].column for f in fams]
+    lines += ["## Verdicts", "", "| arm | rank | scope | kernel | " + " | ".join(heads) + " | verdict | reason |",
+              "|---|---|---|---|" + "---|" * len(heads) + "---|---|"]
     for r in an.verdicts.itertuples(index=False):
         c = r.counts
-        lines.append(f"| {r.arm} | {r.rank} | `{r.scope}` | `{r.kernel}` | {c.get('cupti', '-')} | "
-                     f"{c.get('ncu', '-')} | {c.get('cublaslt', '-')} | **{r.verdict}** | {r.reason} |")
+        lines.append(f"| {r.arm} | {r.rank} | `{r.scope}` | `{r.kernel}` | "
+                     + " | ".join(str(c.get(f, "-")) for f in fams) + f" | **{r.verdict}** | {r.reason} |")
     named = an.verdicts[an.verdicts["verdict"] == NAMED]
     if len(named):
         lines += ["", "## Named kernels (mangled)", ""]
