@@ -205,3 +205,48 @@ def test_too_deeply_nested_file_falls_back_to_lines():
     r = scan_python_bytes(src, KNOB, "deep.py")
     assert r.parse_error and "Recursion" in r.parse_error
     assert [(f.line, f.kind) for f in r.findings] == [(1, "mention")]
+
+
+# SYNTHETIC: the name on several lines of docstrings and multi-line strings (issue 13, knob item 4).
+MULTILINE = textwrap.dedent('''\
+    """Module docstring.
+
+    Set MY_KNOB=1 for determinism.
+    MY_KNOB=0 restores the default.
+    """
+
+
+    class Layer:
+        """Class docstring.
+
+        Attributes:
+            det: read from MY_KNOB
+        """
+
+        def f(self):
+            """One line about MY_KNOB.
+
+            Another line about MY_KNOB.
+            """
+            msg = ("MY_KNOB first part "
+                   "MY_KNOB second part")
+            text = f"""header
+            {1} MY_KNOB in an f-string
+            and MY_KNOB again"""
+            return msg, text
+''')
+
+
+def test_every_docstring_line_is_a_documentation_mention_never_other():
+    result = scan_python_bytes(MULTILINE.encode(), KNOB, "multi.py")
+    by_line = {f.line: (f.kind, f.form) for f in result.findings}
+    lines = MULTILINE.splitlines()
+    holding = [i for i, text in enumerate(lines, 1) if KNOB in text]
+    assert sorted(by_line) == holding  # every line that holds the name, once
+    assert all(kind == "mention" for kind, _ in by_line.values())
+    forms = [by_line[i][1] for i in holding]
+    assert forms == ["docstring", "docstring", "docstring", "docstring", "docstring",
+                     "string", "string", "string (f-string)", "string (f-string)"]
+    assert not any(form.startswith("other") for _, form in by_line.values())
+    scopes = {f.line: f.scope for f in result.findings}
+    assert scopes[holding[2]] == "Layer" and scopes[holding[3]] == "Layer.f"

@@ -396,13 +396,20 @@ class _Scanner:
             else:
                 form, note = "string", None
             span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
-            line = next((i for i in span if 0 < i <= len(text) and _line_has(text[i - 1], self.name)),
-                        node.lineno + _offset_in(node.value, self.name))
-            feeds = self._feeds(node)
-            if form in ("docstring", "string") and len(span) > 1 and 0 < line <= len(text):
-                feeds = text[line - 1].strip()[:_FEED_WIDTH]  # the source line that holds the name
-            self.result.findings.append(PyFinding(self.file, line, MENTION, form, self._scope(node), feeds=feeds, note=note))
-            covered.add(line)
+            # every source line of a (multi-line) string that holds the name is a mention of this
+            # string's kind: a docstring line is documentation, never "other"
+            lines = [i for i in span if 0 < i <= len(text) and _line_has(text[i - 1], self.name)]
+            if not lines:
+                lines = [node.lineno + _offset_in(node.value, self.name)]
+            scope = self._scope(node)
+            for line in lines:
+                if line in covered and len(lines) > 1:
+                    continue  # another string or finding on this line already reported it
+                feeds = self._feeds(node)
+                if len(span) > 1 and 0 < line <= len(text):
+                    feeds = text[line - 1].strip()[:_FEED_WIDTH]  # the source line that holds the name
+                self.result.findings.append(PyFinding(self.file, line, MENTION, form, scope, feeds=feeds, note=note))
+                covered.add(line)
         tokens = []
         if any("#" in line and _line_has(line, self.name) for line in text):  # tokenize only when needed
             try:
