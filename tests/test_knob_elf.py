@@ -76,11 +76,52 @@ def test_name_built_at_run_time_is_cannot_tell(libs):
 
 
 @needs_gcc
-def test_no_literal_and_no_pieces_is_not_cannot_tell(libs):
-    other, _ = scan_elf_file(str(libs["literal"]), "MY_KNOB")  # imports getenv, no MY / KNOB strings
-    assert other.verdict == NO_LITERAL
+def test_getenv_without_the_name_is_cannot_tell_never_does_not_read(libs):
+    # reads MY_LITERAL_KNOB with getenv, holds no string MY_KNOB and no pieces of it: it could still
+    # read MY_KNOB through a name built or hidden where a static scan cannot see
+    other, _ = scan_elf_file(str(libs["literal"]), "MY_KNOB")
+    assert other.verdict == CANNOT_TELL and other.fragments == [] and other.names == []
+    assert "getenv" in other.env_imports
+    assert other.family == ["MY_LITERAL_KNOB"]  # a same-prefix name it does spell out
+    assert "no name pieces" in other.evidence() and "MY_LITERAL_KNOB" in other.evidence()
+
+
+@needs_gcc
+def test_no_environment_access_is_no_literal(libs):
     plain, _ = scan_elf_file(str(libs["plain"]), "MY_KNOB")
-    assert plain.verdict == NO_LITERAL and plain.env_imports == []
+    assert plain.verdict == NO_LITERAL and plain.env_imports == [] and plain.hits == []
+
+
+# SYNTHETIC: the name only inside a message (documentation), another variable read with getenv.
+MESSAGE_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int hint(void) { puts("Run with MY_MSG_KNOB=1 to get more output"); return getenv("OTHER_VAR") != 0; }
+"""
+# SYNTHETIC: the same message in a library that cannot read the environment at all.
+MESSAGE_ONLY_C = r"""
+#include <stdio.h>
+int hint(void) { return puts("Run with MY_MSG_KNOB=1 to get more output"); }
+"""
+# SYNTHETIC: a message ending with the name and a getenv of the name: the linker may merge the two
+# strings (the name then being the tail of the message); either way the name ends a C string.
+TAIL_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int knob(void) { puts("unset MY_TAIL_KNOB"); return getenv("MY_TAIL_KNOB") != 0; }
+"""
+
+
+@needs_gcc
+def test_name_inside_a_message_is_a_mention_not_a_getenv_string(tmp_path):
+    msg, _ = scan_elf_file(str(_build(tmp_path, "msg", MESSAGE_C)), "MY_MSG_KNOB")
+    assert msg.verdict == CANNOT_TELL  # imports getenv; the message cannot be its argument
+    assert msg.names == [] and [h.terminal for h in msg.hits] == [False]
+    assert "MY_MSG_KNOB=1" in msg.messages[0].string and "only inside text" in msg.evidence()
+    only, _ = scan_elf_file(str(_build(tmp_path, "msgonly", MESSAGE_ONLY_C)), "MY_MSG_KNOB")
+    assert only.verdict == NO_LITERAL and len(only.messages) == 1
+    tail, _ = scan_elf_file(str(_build(tmp_path, "tail", TAIL_C)), "MY_TAIL_KNOB")
+    assert tail.verdict == CONTAINS and tail.names
 
 
 @needs_gcc
@@ -89,7 +130,9 @@ def test_tree_scan_reports_both_and_caches(libs, tmp_path, monkeypatch):
     root = libs["literal"].parent
     first = scan("MY_KNOB", [str(root)])
     verdicts = {Path(lib.file).name: lib.verdict for lib in first.libraries}
-    assert verdicts == {"libbuilt.so": CANNOT_TELL}
+    assert verdicts == {"libbuilt.so": CANNOT_TELL, "libliteral.so": CANNOT_TELL}
+    fragments = {Path(lib.file).name: lib.fragments for lib in first.libraries}
+    assert fragments["libliteral.so"] == [] and {"MY", "KNOB", "%s_%s"} <= set(fragments["libbuilt.so"])
     assert first.counts["shared_libraries"] == 3 and first.counts["libraries_importing_getenv"] == 2
     again = scan("MY_KNOB", [str(root)])
     assert again.counts["cache_hits"] >= 3

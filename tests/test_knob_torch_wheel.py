@@ -18,7 +18,7 @@ import pytest
 from forensics.knobs import scan
 from forensics.knobs.catalog import lookup
 from forensics.knobs.elf_scan import CONTAINS
-from forensics.knobs.scope import NOT_ON_PATH, ON_PATH, UNKNOWN, assess
+from forensics.knobs.scope import CANNOT_TELL_STATICALLY, NOT_ON_PATH, ON_PATH, UNKNOWN, assess
 from forensics.site import parse_site
 
 KNOBS = ("TORCH_BLAS_PREFER_CUBLASLT", "CUBLAS_WORKSPACE_CONFIG")
@@ -139,4 +139,23 @@ def test_scope_verdicts_on_the_cpu_wheel(scans):
     assert index_add.verdict in (UNKNOWN, NOT_ON_PATH) and index_add.verdict != ON_PATH
     wgrad = assess(ws, parse_site("gemm:NT:acc0:grad1"), lookup("CUBLAS_WORKSPACE_CONFIG"))
     if not has_cuda_lib:  # CPU build: the CUDA half of the path is not here, so no verdict either way
-        assert wgrad.verdict == UNKNOWN and "libtorch_cuda" in wgrad.reason
+        assert wgrad.verdict in (UNKNOWN, CANNOT_TELL_STATICALLY) and wgrad.verdict not in (ON_PATH, NOT_ON_PATH)
+        assert not wgrad.complete and "libtorch_cuda" in wgrad.reason
+        assert {u.component for u in wgrad.unscanned} >= {"ATen CUDA (libtorch_cuda)", "cuBLAS", "cuBLASLt"}
+        assert all("--path" in u.how for u in wgrad.unscanned)
+
+
+@pytest.mark.parametrize("name", KNOBS)
+def test_no_line_inside_a_string_is_reported_as_other(scans, name):
+    """A line inside a docstring or any string literal is a documentation mention, never "other"."""
+    import ast
+
+    for r in scans[name].python:
+        others = [f for f in r.findings if f.form.startswith("other")]
+        if not others or r.parse_error:
+            continue
+        tree = ast.parse(Path(r.file).read_bytes())
+        spans = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
+                 if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        for f in others:
+            assert not any(lo <= f.line <= hi for lo, hi in spans), (f.where(), f.feeds)

@@ -2,7 +2,9 @@
 
 Static scope always; dynamic scope (one arm per value through the capture path) when ``--values``
 and a command are given and a CUDA GPU is present. Exit 0: report written; 2: bad command line;
-3: bad input; 4: dynamic scope asked for but unavailable here (the static report is still printed).
+3: bad input, including files or directories under the scanned paths that could not be read (the
+report is printed first and lists them); 4: dynamic scope asked for but unavailable here (the static
+report is still printed).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from forensics.errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, Unavailable
+from forensics.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, Unavailable
 
 
 def register(app: typer.Typer) -> None:
@@ -21,7 +23,8 @@ def register(app: typer.Typer) -> None:
         help="Does an environment knob reach a site? Static scope (Python reads/writers/mentions, shared "
         "libraries holding the name, the shipped catalog, verdict ON PATH / NOT ON PATH / UNKNOWN for --site) "
         "and, with --values and '-- CMD', dynamic scope (one capture arm per value). "
-        "Exit 0 ok; 2 usage; 3 bad input; 4 dynamic scope unavailable (static report still printed).",
+        "Exit 0 ok; 2 usage; 3 bad input or unreadable paths under the scanned trees (report printed first); "
+        "4 dynamic scope unavailable (static report still printed).",
     )
     def knob_cmd(
         name: str = typer.Argument(..., help="environment variable, e.g. CUBLAS_WORKSPACE_CONFIG"),
@@ -34,12 +37,14 @@ def register(app: typer.Typer) -> None:
         out: Path | None = typer.Option(None, "--out", help="capture directory for the dynamic arms (never overwritten)"),
         steps: str = typer.Option("1-2", "--steps", help="step window of the dynamic capture"),
         jobs: int | None = typer.Option(None, "--jobs", help="worker processes for the static scan (default: CPU count, max 8)"),
+        device: str = typer.Option("auto", "--device", help="code path of the site: cuda, cpu or auto (cuda when Transformer Engine "
+                                   "is under the scanned paths, cpu when their torch is a CPU build, else cuda)"),
     ) -> None:
         from forensics.knobs import check_knob_name, scan  # noqa: PLC0415
         from forensics.knobs.catalog import lookup  # noqa: PLC0415
         from forensics.knobs.dynamic import IN_TIME_NOTE, late_assignments, run_dynamic, script_of  # noqa: PLC0415
         from forensics.knobs.report import KnobReport, render, to_json  # noqa: PLC0415
-        from forensics.knobs.scope import assess  # noqa: PLC0415
+        from forensics.knobs.scope import DEVICES, assess, choose_device  # noqa: PLC0415
         from forensics.site import parse_site_or_occurrence  # noqa: PLC0415
 
         check_knob_name(name)
@@ -51,6 +56,8 @@ def register(app: typer.Typer) -> None:
             _usage("a command after '--' is run only with --values V1,V2")
         if value_list and parsed_site is None:
             _usage("dynamic scope (--values) needs --site")
+        if device not in (*DEVICES, "auto"):
+            _usage(f"--device {device!r}: choose cuda, cpu or auto")
         if json_out is not None and str(json_out) != "-" and os.path.lexists(json_out):  # a dangling link too
             _usage(f"{json_out} exists; not overwriting it (choose another --json path)")
 
@@ -58,7 +65,9 @@ def register(app: typer.Typer) -> None:
         entry = lookup(name)
         report = KnobReport(name, result, entry)
         if parsed_site is not None:
-            report.scope = assess(result, parsed_site, entry)
+            chosen, why = choose_device(parsed_site, result, None if device == "auto" else device)
+            report.scope = assess(result, parsed_site, entry, device=chosen)
+            report.scope.device_note = why
         if command:
             script = script_of(command)
             if script is not None:
@@ -90,6 +99,12 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"report: {json_out}")
         if report.dynamic_unavailable:
             typer.echo(f"forensics knob: {report.dynamic_unavailable}", err=True)
+        if result.unreadable:
+            first, why = result.unreadable[0]
+            more = f" and {len(result.unreadable) - 1} more" if len(result.unreadable) > 1 else ""
+            typer.echo(f"forensics knob: {first}: {why}{more} could not be read; the static result above covers only what was read",
+                       err=True)
+            code = EXIT_BAD_INPUT
         raise typer.Exit(code)
 
 

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from forensics.errors import BadInput
 from forensics.knobs.cache import ResultCache, StatKey
-from forensics.knobs.elf_scan import CANNOT_TELL, CONTAINS, ElfFileResult, is_shared_library_name, scan_elf_file
+from forensics.knobs.elf_scan import CANNOT_TELL, CONTAINS, UNREADABLE, ElfFileResult, is_shared_library_name, scan_elf_file
 from forensics.knobs.python_scan import (
     READ, UNRESOLVED, PyFileResult, digest_bytes, helpers_in_source, scan_python_bytes,
 )
@@ -43,6 +43,13 @@ class StaticScan:
     #: every scanned file (for "is this code-path component installed here?"), not reported
     all_python: list[str] = field(default_factory=list, repr=False)
     all_libraries: list[str] = field(default_factory=list, repr=False)
+    #: paths that could not be read (directories, files, broken links) and why: never skipped silently
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """True when every file and directory under the scanned paths could be read."""
+        return not self.unreadable
 
     def findings(self, kind: str | None = None) -> list[Any]:
         out = [f for r in self.python for f in r.findings]
@@ -72,15 +79,20 @@ def default_paths() -> list[str]:
     return out
 
 
-def iter_files(paths: Iterable[str]) -> tuple[list[StatKey], list[StatKey]]:
-    """(python files, shared-library files) under the paths with their stat keys, each file once."""
+def iter_files(paths: Iterable[str], unreadable: list[tuple[str, str]] | None = None) -> tuple[list[StatKey], list[StatKey]]:
+    """(python files, shared-library files) under the paths with their stat keys, each file once.
+
+    Directories that cannot be listed and candidate files that cannot be stat'ed (permissions,
+    broken symbolic links) are appended to ``unreadable`` as ``(path, reason)``.
+    """
     py: list[StatKey] = []
     so: list[StatKey] = []
     seen: set[tuple[int, int]] = set()
+    errors = unreadable if unreadable is not None else []
     for root in paths:
         if not os.path.exists(root):
             raise BadInput(root, "no such file or directory to scan")
-        entries = [root] if os.path.isfile(root) else _walk(root)
+        entries = [root] if os.path.isfile(root) else _walk(root, errors)
         for path in entries:
             base = os.path.basename(path)
             is_py = base.endswith((".py", ".pyi"))
@@ -88,7 +100,8 @@ def iter_files(paths: Iterable[str]) -> tuple[list[StatKey], list[StatKey]]:
                 continue
             try:
                 st = os.stat(path)
-            except OSError:
+            except OSError as e:
+                errors.append((path, _reason(e, path)))
                 continue
             if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
                 continue
@@ -97,8 +110,11 @@ def iter_files(paths: Iterable[str]) -> tuple[list[StatKey], list[StatKey]]:
     return py, so
 
 
-def _walk(root: str) -> Iterable[str]:
-    """Every file under ``root`` (symbolic links to files included, to directories not followed)."""
+def _walk(root: str, errors: list[tuple[str, str]]) -> Iterable[str]:
+    """Every file under ``root`` (symbolic links to files included, to directories not followed).
+
+    A directory that cannot be listed is recorded in ``errors`` (never skipped silently).
+    """
     stack = [root]
     while stack:
         current = stack.pop()
@@ -110,8 +126,16 @@ def _walk(root: str) -> Iterable[str]:
                             stack.append(entry.path)
                     else:
                         yield entry.path
-        except OSError:
+        except OSError as e:
+            errors.append((current, _reason(e, current)))
             continue
+
+
+def _reason(err: OSError, path: str) -> str:
+    """``Permission denied``, ``broken symbolic link``, ... (one short phrase)."""
+    if isinstance(err, FileNotFoundError) and os.path.islink(path):
+        return f"broken symbolic link (to {os.readlink(path)})"
+    return err.strerror or type(err).__name__
 
 
 def _py_job(path: str, name: str) -> tuple[str, str | None, dict[str, Any]]:
@@ -119,7 +143,7 @@ def _py_job(path: str, name: str) -> tuple[str, str | None, dict[str, Any]]:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as e:
-        return path, None, PyFileResult(path, parse_error=f"unreadable: {e}").to_json()
+        return path, None, PyFileResult(path, parse_error=f"unreadable: {e.strerror or type(e).__name__}").to_json()
     return path, digest_bytes(data), scan_python_bytes(data, name, path).to_json()
 
 
@@ -142,7 +166,8 @@ def scan(name: str, paths: list[str] | None = None, *, use_cache: bool = True, w
     check_knob_name(name)
     started = time.perf_counter()
     paths = [os.path.realpath(p) for p in (paths or default_paths())]
-    py_keys, so_keys = iter_files(paths)
+    unreadable: list[tuple[str, str]] = []
+    py_keys, so_keys = iter_files(paths, unreadable)
     py_files, so_files = [k.path for k in py_keys], [k.path for k in so_keys]
     cache = ResultCache(enabled=use_cache)
     result = StaticScan(name, paths)
@@ -183,14 +208,24 @@ def scan(name: str, paths: list[str] | None = None, *, use_cache: bool = True, w
     result.python = [PyFileResult.from_json(b) for _, b in sorted(py_json.items()) if b["findings"]]
     result.libraries = [ElfFileResult.from_json(b) for _, b in sorted(so_json.items())
                         if b["verdict"] in (CONTAINS, CANNOT_TELL)]
+    for path, body in sorted(py_json.items()):
+        if (body.get("parse_error") or "").startswith("unreadable"):
+            unreadable.append((path, body["parse_error"].split(": ", 1)[-1]))
+    for path, body in sorted(so_json.items()):
+        if body["verdict"] == UNREADABLE:
+            unreadable.append((path, body.get("error") or "unreadable"))
+    result.unreadable = unreadable
     _resolve_imported_helpers(result, paths)
     libs = [ElfFileResult.from_json(b) for b in so_json.values()]
     result.counts = {
         "python_files": len(py_files), "shared_libraries": len(so_files),
         "cache_hits": len(py_files) + len(so_files) - todo, "scanned": todo,
         "libraries_importing_getenv": sum(1 for lib in libs if lib.env_imports),
+        "unreadable": len(unreadable),
     }
-    result.all_python, result.all_libraries = py_files, so_files
+    bad = {p for p, _ in unreadable}
+    result.all_python = [p for p in py_files if p not in bad]
+    result.all_libraries = [p for p in so_files if p not in bad]
     result.seconds = time.perf_counter() - started
     return result
 

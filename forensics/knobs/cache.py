@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 #: Bump when a scanner's output changes so that stale cached results are ignored.
-SCANNER_VERSION = "4"
+SCANNER_VERSION = "6"
 
 
 def cache_dir() -> Path:

@@ -12,7 +12,7 @@ from forensics.errors import BadInput
 
 READ_TIMES = ("import", "construct", "init", "cuda_init", "handle", "call", "unknown")
 CERTAINTIES = ("doc", "real", "inferred", "uncertain")
-PATH_KINDS = ("te_gemm", "torch_gemm", "attention", "collective", "torch_other", "logging")
+PATH_KINDS = ("te_gemm", "torch_gemm", "attention", "collective", "torch_other", "cpu_gemm", "cpu_conv", "cpu_other", "logging")
 
 
 @dataclass(frozen=True)
@@ -89,3 +89,28 @@ def _entry(where: Path, i: int, raw: object) -> KnobEntry:
 def lookup(name: str) -> KnobEntry | None:
     """The catalog entry for ``name`` (None when the knob is not catalogued)."""
     return load_catalog().get(name)
+
+
+def catalog_markdown(path: str | None = None) -> str:
+    """The "Entries" section of docs/knob-catalog.md, generated from the YAML (one block per knob)."""
+    lines: list[str] = []
+    for e in load_catalog(path).values():
+        scope = ", ".join(e.scope) or "-"
+        if e.not_scope:
+            scope += f"; NOT: {', '.join(e.not_scope)}"
+        if e.uncertain_scope:
+            scope += f"; uncertain: {', '.join(e.uncertain_scope)}"
+        lines += [f"### `{e.name}`", "", f"- governs: {e.governs}",
+                  f"- scope: {scope}; read at: {e.read_at}" + (f" ({e.read_at_note})" if e.read_at_note else "")
+                  + f"; read by: {', '.join(e.read_by) or '-'}; certainty: {e.certainty}"]
+        if e.default:
+            lines.append(f"- default: {e.default}")
+        lines.append(f"- source: {e.source}")
+        if e.note:
+            lines.append(f"- note: {e.note}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m forensics.knobs.catalog > entries.md
+    print(catalog_markdown(), end="")

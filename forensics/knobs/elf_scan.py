@@ -1,21 +1,27 @@
 """Find an environment-variable name inside shared libraries (ELF), with pyelftools.
 
-Per library: every place the name occurs as a whole NUL-terminated-or-embedded string, the
-section it lies in (.rodata, .dynstr, ...), neighbouring strings of the same section, and whether
-the library imports ``getenv``/``secure_getenv`` or the ``environ`` block (dynamic symbols).
+Per library: every place the name occurs (whole word), the section it lies in (.rodata, .dynstr,
+...), the string that holds it with its neighbouring strings, and whether the library imports
+``getenv``/``secure_getenv`` or the ``environ`` block (dynamic symbols).
 
 The file is searched with ``mmap`` + ``find`` first; sections are parsed only when needed.
 
-"Cannot tell statically" heuristic (a library that may build the name at run time):
-the library does NOT contain the full name, imports ``getenv``/``secure_getenv``/``environ``, and
-its read-only data holds a *prefix fragment* of the name as a string of its own (whole
-``_``-separated components: ``NVTE`` or ``NVTE_`` for ``NVTE_FOO_BAR``) together with at least one
-sign of name building: a *suffix fragment* (``BAR``, ``FOO_BAR``, ``_BAR``), a prefix fragment that
-ends in ``_`` (``NVTE_``, used as ``prefix + name``), or a format string that joins strings
-(``%s_%s``, ``%s%s``, ``%s_%d``...). Such a library is reported as "cannot tell statically", never
-as "does not read". A library with none of this is "no literal": it may still read the variable
-through a name held in data we cannot see (e.g. encrypted or computed from numbers) -- the
-heuristic only finds the common cases, and says so.
+Verdicts, from strongest to weakest evidence of a read:
+
+* ``contains the name`` -- a C string that *ends* with the name exists (``"NAME\\0"``, on its own or
+  as the tail of a longer string the linker merged it into): a possible ``getenv`` argument.
+  A library that holds the name only *inside* longer text (``"Run with NAME=all"``) does not
+  qualify: that is a message, a documentation mention.
+* ``cannot tell statically`` -- no such string, but the library imports ``getenv``,
+  ``secure_getenv`` or ``environ``: it reads the environment, and the name may be built at run
+  time, assembled from characters in code, or hidden in data this scan cannot decode. A static
+  scan cannot prove that it does not read the name. The evidence kept: the imports, *name
+  pieces* (whole ``_``-separated components of the name held as strings of their own plus a sign
+  of name building -- a suffix piece, a prefix piece ending in ``_``, or a joining format such as
+  ``%s_%s``), *same-prefix names* the library does hold (``CUBLAS_LOGINFO_DBG`` for
+  ``CUBLAS_WORKSPACE_CONFIG``), and mentions of the name inside messages.
+* ``no literal, no environment access`` -- neither the name nor any environment import: this
+  library cannot read the variable by itself (another library it calls still might).
 """
 from __future__ import annotations
 
@@ -31,10 +37,14 @@ from forensics.knobs.python_scan import _is_word
 
 ENV_SYMBOLS = ("getenv", "secure_getenv", "__secure_getenv", "environ", "__environ")
 NAME_FORMATS = (b"%s_%s", b"%s%s", b"%s_%d", b"%s_%u", b"%s_%i", b"%s%d")
-CONTAINS, CANNOT_TELL, NO_LITERAL = "contains the name", "cannot tell statically", "no literal"
+CONTAINS, CANNOT_TELL = "contains the name", "cannot tell statically"
+NO_LITERAL = "no literal, no environment access"
+NOT_ELF, UNREADABLE = "not ELF", "unreadable"
 _NEIGHBOURS = 3
 _STRING_WIDTH = 100
 _MAX_HITS = 20
+_MAX_FAMILY = 200  # same-prefix names kept per library
+_MAX_FAMILY_PROBES = 20000  # prefix occurrences examined per library (bounds the cost on huge .rodata)
 
 
 @dataclass
@@ -46,6 +56,9 @@ class ElfHit:
     string: str  # the whole NUL-terminated string that holds the name
     before: list[str] = field(default_factory=list)  # neighbouring strings (nearest last)
     after: list[str] = field(default_factory=list)  # neighbouring strings (nearest first)
+    #: the name ends its C string ("NAME\0", alone or as the tail of a merged string): a possible
+    #: getenv argument. False: the name sits inside longer text (a message) and cannot be one.
+    terminal: bool = True
 
 
 @dataclass
@@ -53,15 +66,47 @@ class ElfFileResult:
     """What one library says about the name."""
 
     file: str
-    verdict: str  # contains the name | cannot tell statically | no literal | not ELF | unreadable
+    verdict: str  # contains the name | cannot tell statically | no literal, no environment access | not ELF | unreadable
     hits: list[ElfHit] = field(default_factory=list)
     env_imports: list[str] = field(default_factory=list)  # getenv, secure_getenv, environ ...
-    fragments: list[str] = field(default_factory=list)  # for "cannot tell": what was seen
+    fragments: list[str] = field(default_factory=list)  # name pieces and joining formats (name building)
+    family: list[str] = field(default_factory=list)  # same-prefix names the library holds as strings
     error: str | None = None
 
     @property
     def sections(self) -> list[str]:
         return sorted({h.section for h in self.hits})
+
+    @property
+    def names(self) -> list[ElfHit]:
+        """Hits where the name ends a C string (possible getenv arguments)."""
+        return [h for h in self.hits if h.terminal]
+
+    @property
+    def messages(self) -> list[ElfHit]:
+        """Hits where the name sits inside longer text (documentation mentions)."""
+        return [h for h in self.hits if not h.terminal]
+
+    def evidence(self, known: set[str] | frozenset[str] = frozenset()) -> str:
+        """One line: why this library is in its verdict (``known`` names, e.g. catalogued knobs, listed first)."""
+        if self.verdict == CONTAINS:
+            return f"string in {', '.join(sorted({h.section for h in self.names}))}; imports {', '.join(self.env_imports) or 'no getenv'}"
+        if self.verdict != CANNOT_TELL:
+            return self.verdict + (f" ({self.error})" if self.error else "")
+        parts = [f"imports {', '.join(self.env_imports)} but holds no string of the name"]
+        if self.fragments:
+            parts.append(f"name pieces {', '.join(self.fragments)} (may build it at run time)")
+        else:
+            parts.append("no name pieces")
+        if self.family:
+            family = sorted(self.family, key=lambda n: (n not in known, n))
+            shown = [n + ("*" if n in known else "") for n in family[:6]]
+            more = f" (+{len(family) - len(shown)} more)" if len(family) > len(shown) else ""
+            star = " (* catalogued knob)" if any(n in known for n in family[:6]) else ""
+            parts.append(f"same-prefix names it does hold: {', '.join(shown)}{more}{star}")
+        if self.messages:
+            parts.append(f"the name appears only inside text: {self.messages[0].string!r}")
+        return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,14 +143,14 @@ def scan_elf_file(path: str, name: str, digest: bool = True) -> tuple[ElfFileRes
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size < 64:
-                return ElfFileResult(path, "not ELF"), None
+                return ElfFileResult(path, NOT_ELF), None
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 sha = hashlib.sha1(buf).hexdigest() if digest else None
                 if buf[:4] != b"\x7fELF":
-                    return ElfFileResult(path, "not ELF"), sha
+                    return ElfFileResult(path, NOT_ELF), sha
                 return _scan_mapped(path, fh, buf, name), sha
     except (OSError, ValueError) as e:
-        return ElfFileResult(path, "unreadable", error=f"{type(e).__name__}: {e}"), None
+        return ElfFileResult(path, UNREADABLE, error=f"{type(e).__name__}: {e}"), None
 
 
 def _scan_mapped(path: str, fh: Any, buf: mmap.mmap, name: str) -> ElfFileResult:
@@ -119,16 +164,24 @@ def _scan_mapped(path: str, fh: Any, buf: mmap.mmap, name: str) -> ElfFileResult
                     if s["sh_type"] != "SHT_NOBITS" and s["sh_size"] > 0]
         env_imports = _env_imports(elf, buf)
     except (ELFError, ValueError, KeyError, OSError) as e:
-        return ElfFileResult(path, CONTAINS if offsets else NO_LITERAL, error=f"unreadable ELF headers: {e}",
-                             hits=[ElfHit("?", o, name) for o in offsets])
-    if offsets:
-        hits = [_hit(buf, o, sections) for o in offsets]
+        # headers unusable: report what the bytes show, and never "does not read"
+        hits = [ElfHit("?", o, name, terminal=_terminal(buf, o, len(needle))) for o in offsets]
+        verdict = CONTAINS if any(h.terminal for h in hits) else CANNOT_TELL
+        return ElfFileResult(path, verdict, hits=hits, error=f"unreadable ELF headers: {e}")
+    hits = [_hit(buf, o, len(needle), sections) for o in offsets]
+    if any(h.terminal for h in hits):
         return ElfFileResult(path, CONTAINS, hits=hits, env_imports=env_imports)
     if env_imports:
-        fragments = _name_building(buf, name, sections)
-        if fragments:
-            return ElfFileResult(path, CANNOT_TELL, env_imports=env_imports, fragments=fragments)
-    return ElfFileResult(path, NO_LITERAL, env_imports=env_imports)
+        return ElfFileResult(path, CANNOT_TELL, hits=hits, env_imports=env_imports,
+                             fragments=_name_building(buf, name, sections), family=_family(buf, name, sections))
+    if hits:  # the name only inside text, and no way to read the environment
+        return ElfFileResult(path, NO_LITERAL, hits=hits)
+    return ElfFileResult(path, NO_LITERAL)
+
+
+def _terminal(buf: Any, offset: int, length: int) -> bool:
+    end = offset + length
+    return end >= len(buf) or buf[end] == 0
 
 
 def _section_of(offset: int, sections: list[tuple[str, int, int]]) -> tuple[str, int, int]:
@@ -138,7 +191,7 @@ def _section_of(offset: int, sections: list[tuple[str, int, int]]) -> tuple[str,
     return ("(outside sections)", 0, 0)
 
 
-def _hit(buf: mmap.mmap, offset: int, sections: list[tuple[str, int, int]]) -> ElfHit:
+def _hit(buf: mmap.mmap, offset: int, length: int, sections: list[tuple[str, int, int]]) -> ElfHit:
     sec_name, sec_start, sec_size = _section_of(offset, sections)
     lo, hi = (sec_start, sec_start + sec_size) if sec_size else (max(0, offset - 4096), min(len(buf), offset + 4096))
     start = buf.rfind(b"\0", lo, offset) + 1 or lo
@@ -162,14 +215,19 @@ def _hit(buf: mmap.mmap, offset: int, sections: list[tuple[str, int, int]]) -> E
         if text:
             after.append(text)
         cursor = e + 1
-    return ElfHit(sec_name, offset, _printable(buf[start:end]) or "?", before, after)
+    text = _printable(buf[start:end], width=1 << 16)
+    if len(text) > _STRING_WIDTH:  # keep the name visible: a window around it
+        at = offset - start
+        lo_c, hi_c = max(0, at - 40), min(len(text), at + length + 40)
+        text = ("..." if lo_c else "") + text[lo_c:hi_c] + ("..." if hi_c < len(text) else "")
+    return ElfHit(sec_name, offset, text or "?", before, after, terminal=_terminal(buf, offset, length))
 
 
-def _printable(raw: bytes) -> str:
+def _printable(raw: bytes, width: int = _STRING_WIDTH) -> str:
     text = raw.decode("ascii", "replace")
     if not text or sum(c.isprintable() for c in text) < len(text):
         return ""
-    return text if len(text) <= _STRING_WIDTH else text[: _STRING_WIDTH - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _env_imports(elf: ELFFile, buf: mmap.mmap) -> list[str]:
@@ -215,9 +273,14 @@ def name_fragments(name: str) -> tuple[list[str], list[str]]:
     return prefixes, suffixes
 
 
+def _data_ranges(sections: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
+    """Read-only data (and .data) where string literals live."""
+    return [(lo, lo + size) for sec, lo, size in sections if sec.startswith(".rodata") or sec in (".data.rel.ro", ".data")]
+
+
 def _name_building(buf: mmap.mmap, name: str, sections: list[tuple[str, int, int]]) -> list[str]:
     """The fragments and format strings seen in read-only data, if they meet the heuristic."""
-    data = [(lo, lo + size) for sec, lo, size in sections if sec.startswith(".rodata") or sec in (".data.rel.ro", ".data")]
+    data = _data_ranges(sections)
     if not data:
         return []
 
@@ -234,3 +297,30 @@ def _name_building(buf: mmap.mmap, name: str, sections: list[tuple[str, int, int
     if not evidence:
         return []
     return sorted(set(found_prefixes) | set(evidence))
+
+
+def _family(buf: mmap.mmap, name: str, sections: list[tuple[str, int, int]]) -> list[str]:
+    """Strings of their own in read-only data that look like names of the same prefix.
+
+    For ``CUBLAS_WORKSPACE_CONFIG``: ``CUBLAS_LOGINFO_DBG``, ``CUBLAS_NVTX_LEVEL``, ... (upper-case
+    letters, digits and ``_`` only). Shows that the library spells other names of the family out.
+    Not all of them are environment variables (enum names share prefixes).
+    """
+    first = name.split("_", 1)[0]
+    if not first or first == name:
+        return []
+    prefix = (first + "_").encode()
+    found: set[str] = set()
+    probes = 0
+    for lo, hi in _data_ranges(sections):
+        i = buf.find(prefix, lo, hi)
+        while i >= 0 and probes < _MAX_FAMILY_PROBES and len(found) < _MAX_FAMILY:
+            probes += 1
+            if i == lo or buf[i - 1] == 0:
+                end = buf.find(b"\0", i, min(hi, i + 128))
+                if end > i + len(prefix):
+                    word = bytes(buf[i:end])
+                    if all(c == 95 or 48 <= c <= 57 or 65 <= c <= 90 for c in word) and word != name.encode():
+                        found.add(word.decode())
+            i = buf.find(prefix, i + 1, hi)
+    return sorted(found)

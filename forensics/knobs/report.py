@@ -12,14 +12,17 @@ from rich.table import Table
 from rich.text import Text
 
 from forensics.knobs import StaticScan
-from forensics.knobs.catalog import KnobEntry
+from forensics.knobs.catalog import KnobEntry, load_catalog
 from forensics.knobs.dynamic import DynamicResult, LateAssignment
+from forensics.knobs.elf_scan import CANNOT_TELL, CONTAINS, ElfFileResult
 from forensics.knobs.python_scan import MENTION, READ, UNRESOLVED, WRITE
-from forensics.knobs.scope import ScopeVerdict
+from forensics.knobs.scope import CANNOT_TELL_STATICALLY, NOT_ON_PATH, UNKNOWN, ScopeVerdict
 
 SCHEMA = "forensics.knob"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MENTION_ROWS = 12
+_WEAK_LIBRARY_ROWS = 10
+_UNREADABLE_LINES = 8
 
 
 @dataclass
@@ -41,7 +44,8 @@ def to_json(report: KnobReport) -> dict[str, Any]:
     s = report.scan
     out: dict[str, Any] = {
         "schema": SCHEMA, "version": SCHEMA_VERSION, "knob": report.name, "paths": s.paths,
-        "counts": s.counts, "seconds": round(s.seconds, 3),
+        "counts": s.counts, "seconds": round(s.seconds, 3), "complete": s.complete,
+        "unreadable": [{"path": p, "reason": r} for p, r in s.unreadable],
         "catalog": asdict(report.entry) if report.entry else None,
         "python": {kind: [asdict(f) for f in s.findings(kind)] for kind in (READ, WRITE, UNRESOLVED, MENTION)},
         "python_parse_errors": {r.file: r.parse_error for r in s.python if r.parse_error},
@@ -53,8 +57,10 @@ def to_json(report: KnobReport) -> dict[str, Any]:
     if report.scope is not None:
         v = report.scope
         out["scope"] = {
-            "site": v.site, "verdict": v.verdict, "reason": v.reason, "path_kind": v.path.kind,
+            "site": v.site, "verdict": v.verdict, "scanned_verdict": v.scanned_verdict, "complete": v.complete,
+            "reason": v.reason, "device": v.device, "device_note": v.device_note, "path_kind": v.path.kind,
             "path": v.path.description, "components_present": v.present, "components_missing": v.missing,
+            "unscanned": [asdict(u) for u in v.unscanned],
             "on_path": [asdict(e) for e in v.on_path], "off_path": [asdict(e) for e in v.off_path],
             "shared_only": [asdict(e) for e in v.shared_only], "cannot_tell": [asdict(e) for e in v.cannot_tell],
             "writers": [asdict(e) for e in v.writers], "notes": v.notes,
@@ -114,18 +120,13 @@ def render(report: KnobReport, console: Console | None = None) -> None:
         if len(mentions) > _MENTION_ROWS:
             _row(t, "...", f"{len(mentions) - _MENTION_ROWS} more (see --json)", "")
         console.print(t)
-    if s.libraries:
-        t = Table(title=f"Shared libraries: {len(s.libraries)}")
-        for col in ("library", "verdict", "sections", "env imports", "nearby strings / name pieces"):
-            t.add_column(col, overflow="fold")
-        for lib in s.libraries:
-            near = " | ".join(lib.hits[0].before[-2:] + [f"<{lib.hits[0].string}>"] + lib.hits[0].after[:2]) if lib.hits else ", ".join(lib.fragments)
-            _row(t, _rel(lib.file, roots), lib.verdict, ", ".join(lib.sections), ", ".join(lib.env_imports), near)
-        console.print(t)
-    if not s.findings() and not s.libraries:
-        _say(console, "no Python file or shared library under these paths contains the name")
+    _render_libraries(s, console, roots)
+    for path, reason in s.unreadable[:_UNREADABLE_LINES]:
+        _say(console, f"unreadable (not scanned): {path}: {reason}")
+    if len(s.unreadable) > _UNREADABLE_LINES:
+        _say(console, f"unreadable (not scanned): ... {len(s.unreadable) - _UNREADABLE_LINES} more (see --json)")
     if report.scope is not None:
-        _render_scope(report.scope, console, roots)
+        _render_scope(report.scope, console, roots, report.name)
     for late in report.late:
         _say(console, f"warning: {late.message}", "yellow")
     if report.dynamic is not None:
@@ -139,20 +140,75 @@ def render(report: KnobReport, console: Console | None = None) -> None:
         _say(console, note)
 
 
-def _render_scope(v: ScopeVerdict, console: Console, roots: list[str]) -> None:
+def _library_groups(s: StaticScan) -> tuple[list[ElfFileResult], list[ElfFileResult], list[ElfFileResult]]:
+    """(holds the name, cannot tell with some sign of the name, cannot tell with none)."""
+    holds = [lib for lib in s.libraries if lib.verdict == CONTAINS]
+    unsure = [lib for lib in s.libraries if lib.verdict == CANNOT_TELL]
+    signs = [lib for lib in unsure if lib.fragments or lib.messages or lib.family]
+    return holds, signs, [lib for lib in unsure if lib not in signs]
+
+
+def _render_libraries(s: StaticScan, console: Console, roots: list[str]) -> None:
+    holds, signs, bare = _library_groups(s)
+    known = set(load_catalog())
+    if holds:
+        t = Table(title=f"Shared libraries holding the name as a string: {len(holds)}")
+        for col in ("library", "sections", "env imports", "nearby strings"):
+            t.add_column(col, overflow="fold")
+        for lib in holds:
+            hit = (lib.names or lib.hits)[0]
+            near = " | ".join(hit.before[-2:] + [f"<{hit.string}>"] + hit.after[:2])
+            _row(t, _rel(lib.file, roots), ", ".join(lib.sections), ", ".join(lib.env_imports), near)
+        console.print(t)
+    if signs:
+        # strongest signs first: name pieces, then text mentions, then same-prefix names only
+        signs = sorted(signs, key=lambda lib: (not lib.fragments, not lib.messages, lib.file))
+        t = Table(title=f"Cannot tell statically (read the environment, no string of the name; signs of it): {len(signs)}")
+        for col in ("library", "env imports", "name pieces", "same-prefix names held (* catalogued)", "name inside text"):
+            t.add_column(col, overflow="fold")
+        for lib in signs[:_WEAK_LIBRARY_ROWS]:
+            family = sorted(lib.family, key=lambda n: (n not in known, n))
+            fam = ", ".join(n + ("*" if n in known else "") for n in family[:6]) + (f" (+{len(family) - 6})" if len(family) > 6 else "")
+            _row(t, _rel(lib.file, roots), ", ".join(lib.env_imports), ", ".join(lib.fragments), fam,
+                 lib.messages[0].string if lib.messages else "")
+        if len(signs) > _WEAK_LIBRARY_ROWS:
+            _row(t, "...", f"{len(signs) - _WEAK_LIBRARY_ROWS} more (see --json)", "", "", "")
+        console.print(t)
+    if bare:
+        _say(console, f"cannot tell statically: {len(bare)} more librar{'y' if len(bare) == 1 else 'ies'} read the environment "
+                      "with no sign of the name (no string, no pieces, no same-prefix names); listed in --json, "
+                      "and in the scope section when on the site's path")
+    if not s.findings() and not holds:
+        _say(console, "no Python file and no shared library under these paths holds the name as a string"
+                      + (f"; {len(signs) + len(bare)} librar{'y' if len(signs) + len(bare) == 1 else 'ies'} read the environment "
+                         "without it, so a static scan cannot tell whether the name is read (only the dynamic check can)"
+                         if signs or bare else ""))
+
+
+def _render_scope(v: ScopeVerdict, console: Console, roots: list[str], name: str = "NAME") -> None:
     colour = {"ON PATH": "green", "NOT ON PATH": "red"}.get(v.verdict, "yellow")
-    console.print(Text.assemble(("scope ", "bold"), f"{v.site}: ", (v.verdict, f"bold {colour}"), f" -- {v.reason}"))
-    _say(console, f"  path: {v.path.description}")
+    if v.verdict == v.scanned_verdict:
+        head = f" -- {v.reason}"
+    else:
+        head = f" -- in the scanned components: {v.scanned_verdict} ({v.reason})"
+    console.print(Text.assemble(("scope ", "bold"), f"{v.site}: ", (v.verdict, f"bold {colour}"), head))
+    _say(console, f"  path ({v.path.kind}, {v.device}): {v.path.description}")
+    if v.device_note:
+        _say(console, f"  device: {v.device} ({v.device_note})")
     if v.present:
         _say(console, f"  components scanned: {', '.join(v.present)}")
-    if v.missing:
-        _say(console, f"  components not installed here: {', '.join(v.missing)}")
+    for u in v.unscanned:
+        _say(console, f"  not scanned: {u.component}: {u.why}; to close: {u.how}")
     for title, rows in (("on path", v.on_path), ("shared component only", v.shared_only),
-                        ("off path", v.off_path), ("cannot tell", v.cannot_tell)):
+                        ("cannot tell", v.cannot_tell), ("off path", v.off_path)):
         for e in rows[:8]:
             _say(console, f"  {title}: {_rel(e.where, roots)} -- {e.what}")
         if len(rows) > 8:
             _say(console, f"  {title}: ... {len(rows) - 8} more (see --json)")
+    if v.verdict == CANNOT_TELL_STATICALLY:
+        _say(console, f"  to decide: the dynamic check (a GPU for CUDA paths), e.g. forensics knob {name} --site {v.site} --values V1,V2 -- CMD")
+    elif v.verdict == UNKNOWN and v.unscanned and v.scanned_verdict == NOT_ON_PATH:
+        _say(console, "  overall: UNKNOWN until the components above are scanned -- a reader can hide in what was not scanned")
     for note in v.notes:
         _say(console, f"  note: {note}")
 
@@ -174,19 +230,27 @@ def bundle_section(report: KnobReport) -> dict[str, Any]:
     for kind in (READ, WRITE, UNRESOLVED):
         for f in s.findings(kind):
             lines.append(f"| {kind} | `{_rel(f.file, s.paths)}:{f.line}` ({f.scope}) | {f.form} | {_md(f.default or '')} |")
-    for lib in s.libraries:
-        lines.append(f"| library: {lib.verdict} | `{_rel(lib.file, s.paths)}` | {', '.join(lib.sections) or ', '.join(lib.fragments)} | |")
-    lines.append(f"\nMentions only: {len(s.findings(MENTION))}.")
+    holds, signs, bare = _library_groups(s)
+    for lib in holds + signs:
+        lines.append(f"| library: {lib.verdict} | `{_rel(lib.file, s.paths)}` | {_md(lib.evidence())} | |")
+    lines.append(f"\nMentions only: {len(s.findings(MENTION))}. Libraries that read the environment with no sign of the name "
+                 f"(cannot tell statically): {len(bare)}.")
+    if s.unreadable:
+        lines.append(f"Unreadable, not scanned: {len(s.unreadable)} (first: `{_rel(s.unreadable[0][0], s.paths)}`: {_md(s.unreadable[0][1])}).")
     if report.scope is not None:
         v = report.scope
-        lines += ["", f"**Scope at `{v.site}`: {v.verdict}** -- {v.reason}", f"Path: {v.path.description}."]
+        scanned = "" if v.scanned_verdict == v.verdict else f" (scanned components: {v.scanned_verdict})"
+        lines += ["", f"**Scope at `{v.site}`: {v.verdict}**{scanned} -- {_md(v.reason)}", f"Path ({v.path.kind}, {v.device}): {v.path.description}."]
         lines += [f"- on path: `{_rel(e.where, s.paths)}` -- {_md(e.what)}" for e in v.on_path]
+        lines += [f"- cannot tell: `{_rel(e.where, s.paths)}` -- {_md(e.what)}" for e in v.cannot_tell]
+        lines += [f"- not scanned: {u.component}: {_md(u.why)}; to close: {_md(u.how)}" for u in v.unscanned]
         lines += [f"- note: {_md(n)}" for n in v.notes]
     lines += [f"- warning: {_md(x.message)}" for x in report.late]
     if report.dynamic is not None:
         lines += ["", "Dynamic (one arm per value):"] + [f"- {x}" for x in report.dynamic.summary]
     elif report.dynamic_unavailable:
         lines += ["", f"Dynamic: not run ({report.dynamic_unavailable})."]
+    data["unreadable"] = [{"path": _rel(u["path"], s.paths), "reason": u["reason"]} for u in data["unreadable"]]
     for path_key in ("paths",):
         data[path_key] = [os.path.basename(p.rstrip("/")) or p for p in data[path_key]]
     return {"title": f"Knob scope: {report.name}", "markdown": "\n".join(lines) + "\n", "data": data}
