@@ -115,7 +115,8 @@ INSTRUMENTS: tuple[Instrument, ...] = (
                unit="cuBLAS GEMM calls", names=("problem descriptor (m, n, k, types, layouts)", "library version"),
                launch_role=cublas_launch_role, confirms="GEMM kernels only"),
     # --- needs conversion first
-    Instrument("nsys_rep", UNREAD, ("*.nsys-rep",), CUDA, label="Nsight Systems report (run `nsys export --type sqlite`)"),
+    Instrument("nsys_rep", UNREAD, ("*.nsys-rep", "*.qdrep"), CUDA,
+               label="Nsight Systems report (run `nsys export --type sqlite`)"),
 )
 
 _BY_NAME = {i.name: i for i in INSTRUMENTS}

@@ -90,6 +90,60 @@ def describe_kernel(name: str | None) -> str:
     return "GEMM, not a cuBLAS name" if c.gemm else ""
 
 
+# --------------------------------------------------------------------------- identity across readers
+_CAST = re.compile(r"\((?:unsigned\s+)?(?:int|long|char|short|bool)\)(?=-?\d|true|false)")
+_SPACE = re.compile(r"\s+")
+#: Columns holding an instrument's own demangled text (ncu's and nsys's demanglers).
+TEXT_COLUMNS = ("kernel", "demangled_ncu", "demangled_nsys")
+
+
+def normalize_text(name: str | None) -> str | None:
+    """A demangled name with the demanglers' spelling differences removed: whitespace, ``(int)``
+    casts on template values (ncu prints ``one_warptiling<(int)128, ...>``, cxxfilt ``<128, ...>``)."""
+    if not isinstance(name, str) or not name:
+        return None
+    return _SPACE.sub("", _CAST.sub("", name))
+
+
+def kernel_keys(df) -> list[str | None]:
+    """The identity each launch row is counted under: the mangled symbol wherever an instrument
+    gives one. A row without it (an ncu CSV export, a 2021 nsys export, Kineto) takes the mangled
+    symbol of a row, from any reader, whose demangled text (cxxfilt's, ncu's or nsys's own) is the
+    same after :func:`normalize_text`; when none is known (or two symbols share a text) its
+    normalized demangled text, else its short name. Demangled text is for display only."""
+    texts = [c for c in TEXT_COLUMNS if c in df.columns]
+    mangled = list(df["mangled"]) if "mangled" in df.columns else [None] * len(df)
+    alias: dict[str, str | None] = {}
+    for i, m in enumerate(mangled):
+        if not isinstance(m, str) or not m:
+            continue
+        for t in texts:
+            key = normalize_text(_str(df[t].iloc[i]))
+            if key is None:
+                continue
+            alias[key] = m if alias.get(key, m) == m else None  # ambiguous: two symbols, one text
+    out: list[str | None] = []
+    shorts = list(df["short_name"]) if "short_name" in df.columns else [None] * len(df)
+    for i, m in enumerate(mangled):
+        if isinstance(m, str) and m:
+            out.append(m)
+            continue
+        found = None
+        for t in texts:
+            key = normalize_text(_str(df[t].iloc[i]))
+            if key is not None and alias.get(key):
+                found = alias[key]
+                break
+        if found is None:
+            found = next((k for t in texts if (k := normalize_text(_str(df[t].iloc[i])))), None)
+        out.append(found if found is not None else normalize_text(_str(shorts[i])))
+    return out
+
+
+def _str(v) -> str | None:
+    return v if isinstance(v, str) else None
+
+
 def _family(name: str) -> str:
     if not name:
         return "unknown"

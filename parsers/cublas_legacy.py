@@ -123,6 +123,7 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
     problems: list[str] = []
     current: _Record | None = None
     skipped, first_skipped, headers = 0, None, 0
+    any_lines = False  # some call of the file has argument or context lines
     last_line = 0
 
     def close(rec: _Record | None) -> None:
@@ -154,6 +155,7 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
                 current = _Record({"function": m["function"], "version": m["version"], "line": lineno,
                                    "signature": m["signature"]})
             elif raw.startswith("i!"):
+                any_lines = True
                 if current is None:
                     raise BadInput(src, f"argument line outside a call (no 'I! cuBLAS' header before it): {preview(raw)}", line=lineno)
                 _add_line(src, lineno, raw, current)
@@ -162,6 +164,11 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
                     raise BadInput(src, "this is a cuBLASLt log (CUBLASLT_LOG_LEVEL); read it with parsers.cublaslt", line=lineno)
                 skipped += 1
                 first_skipped = first_skipped or lineno
+    header_only = current is not None and not current.args and not current.has_context and not any_lines
+    if header_only:  # cuBLAS 10.2 style: the logger printed headers only, for every call of the file
+        problems.append(f"line {current.row['line']}: {current.row['function']}: header only "
+                        "(no argument or context lines in this log)")
+        current.has_context = True
     if current is not None and not current.has_context:
         msg = f"last call ({current.row['function']} at line {current.row['line']}) ends without its Process= context line; truncated log?"
         if not tolerate_truncated_tail:

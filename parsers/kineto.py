@@ -1,8 +1,8 @@
 """Kineto / torch.profiler Chrome-trace JSON (``.json`` or ``.json.gz``).
 
 Frames: ``kernels`` (launch frame), ``runtime`` (cuda_runtime + cuda_driver events), ``cpu_ops``,
-``annotations`` (user_annotation / gpu_user_annotation ranges), ``flows`` (``ac2g`` and 2022's
-``async_cpu_to_gpu``), ``memcpy``, ``memset``; plus ``meta`` (schemaVersion, versions,
+``annotations`` (user_annotation / gpu_user_annotation ranges), ``flows`` (``ac2g``, 2022's
+``async_cpu_to_gpu`` and 2021's ``async``/``launch``), ``memcpy``, ``memset``; plus ``meta`` (schemaVersion, versions,
 deviceProperties, ...). Times in the trace are µs (integers in 2023 traces, floats with a ns
 fraction later); frames hold exact integer ns on the trace's own clock (``meta["baseTimeNanoseconds"]``,
 when present, is the offset to the Unix epoch). docs/parsers/kineto.md describes the columns.
@@ -30,6 +30,8 @@ RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime")
 CPU_OP_CATS = ("cpu_op", "Operator")
 ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
 FLOW_CATS = ("ac2g", "async_cpu_to_gpu")
+#: 2021 traces: the CPU->GPU launch flow is ``cat: async, name: launch`` (other async flows are not launches).
+LEGACY_FLOW = ("async", "launch")
 MEMCPY_CATS = ("gpu_memcpy", "Memcpy")
 MEMSET_CATS = ("gpu_memset", "Memset")
 
@@ -122,6 +124,19 @@ def _int(v):
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _tid(v):
+    """A thread id: an int, or the decimal string 2021 traces print (``"25738"``); ``"stream 7"`` -> None."""
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return _int(v)
+
+
+def _external_id(args: dict):
+    """``External id`` (2023 traces, and 2021 Operator events) or ``external id`` (2021 Kernel/Runtime)."""
+    v = args.get("External id")
+    return _int(v if v is not None else args.get("external id"))
+
+
 def read_trace(path: str | PathLike[str]) -> KinetoTrace:
     """Parse every frame of one trace (see :class:`KinetoTrace`)."""
     path = Path(path)
@@ -134,8 +149,8 @@ def read_trace(path: str | PathLike[str]) -> KinetoTrace:
             start, end = _span(e, path, i)
             base = {
                 "name": e.get("name"), "start_ns": start, "end_ns": end, "pid": _int(e.get("pid")),
-                "tid": _int(e.get("tid")), "correlation_id": _int(args.get("correlation")),
-                "external_id": _int(args.get("External id")), "cat": cat, "event_index": i,
+                "tid": _tid(e.get("tid")), "correlation_id": _int(args.get("correlation")),
+                "external_id": _external_id(args), "cat": cat, "event_index": i,
             }
             if cat in KERNEL_CATS:
                 kernels.append({**base, "args": args})
@@ -153,10 +168,10 @@ def read_trace(path: str | PathLike[str]) -> KinetoTrace:
                 row = {**base, "device_id": _int(args.get("device")), "stream_id": _int(args.get("stream")),
                        "bytes": _int(args.get("bytes")), "args": args}
                 (memcpy if cat in MEMCPY_CATS else memset).append(row)
-        elif ph in ("s", "f", "t") and cat in FLOW_CATS:
+        elif ph in ("s", "f", "t") and (cat in FLOW_CATS or (cat, e.get("name")) == LEGACY_FLOW):
             flows.append({
                 "id": _int(e.get("id")), "phase": ph, "cat": cat, "name": e.get("name"),
-                "ts_ns": us_to_ns(e.get("ts")), "pid": _int(e.get("pid")), "tid": _int(e.get("tid")),
+                "ts_ns": us_to_ns(e.get("ts")), "pid": _int(e.get("pid")), "tid": _tid(e.get("tid")),
                 "bp": e.get("bp"), "event_index": i,
             })
     common = ("start_ns", "end_ns", "pid", "tid", "correlation_id", "external_id", "event_index")
@@ -173,9 +188,21 @@ def read_trace(path: str | PathLike[str]) -> KinetoTrace:
         memset=_frame(memset, common + ("device_id", "stream_id", "bytes"), ("name", "cat")),
         meta=meta,
     )
+    if len(trace.kernels):
+        trace.kernels["op_name"] = _launching_ops(trace.kernels, trace.cpu_ops)
     if len(trace.kernels) and len(trace.annotations):
         trace.kernels = attribute(trace.kernels, trace.annotations)
     return trace
+
+
+def _launching_ops(kernels: pd.DataFrame, cpu_ops: pd.DataFrame) -> pd.arrays.StringArray:
+    """The CPU op whose external id a kernel carries (the op that launched it), by name; when several
+    ops share an id the latest-starting (innermost) one."""
+    if not len(cpu_ops):
+        return pd.array([None] * len(kernels), dtype="string")
+    ops = cpu_ops.dropna(subset=["external_id"]).sort_values("start_ns", kind="stable")
+    name_of = dict(zip(ops["external_id"].astype("int64"), ops["name"]))
+    return pd.array([name_of.get(int(e)) if pd.notna(e) else None for e in kernels["external_id"]], dtype="string")
 
 
 def _launches(runtime: list[dict], flows: list[dict]) -> tuple[dict[int, dict], dict[tuple, int]]:

@@ -318,6 +318,13 @@ def _nvtx_site(cells: list[str], matches) -> tuple[str | None, list[str]]:
     return (found[-1] if found else None), found
 
 
+def _whole(value):
+    """An int for an integral number (``128.0`` -> 128), else the value unchanged."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def _launch_row(fixed: dict[str, str], metrics: dict[str, tuple[str, object]], matches) -> dict:
     """One launch-frame row from a CSV launch's fixed columns and ``metric -> (unit, value)``."""
     name = fixed.get("Kernel Name") or None
@@ -337,7 +344,9 @@ def _launch_row(fixed: dict[str, str], metrics: dict[str, tuple[str, object]], m
     if row["mangled"]:
         row["kernel"] = canonical_kernel(name, None)
         row["short_name"] = short_name(row["kernel"])
-    dims = [metrics.get(f"launch__{w}_dim_{c}", (None, None))[1] for w in ("grid", "block") for c in "xyz"]
+    # ncu 2022.3's raw page prints launch__block_dim_* as "128.000000" (grid dims as "32"): an
+    # integral float is the integer it prints.
+    dims = [_whole(metrics.get(f"launch__{w}_dim_{c}", (None, None))[1]) for w in ("grid", "block") for c in "xyz"]
     if row["grid"] is None and all(isinstance(d, int) for d in dims[:3]):
         row["grid"] = dim3(*dims[:3])
     if row["block"] is None and all(isinstance(d, int) for d in dims[3:]):

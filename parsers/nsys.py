@@ -13,6 +13,7 @@ import struct
 from contextlib import closing
 from os import PathLike
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -206,28 +207,60 @@ def _sqlite_errors_are_bad_input(fn):
 
 
 # --------------------------------------------------------------------------- public API
+#: Capture settings never copied out of META_DATA_CAPTURE (they hold the captured process's environment).
+_CAPTURE_SECRET_KEYS = ("ENVIRONMENT_VARIABLE",)
+
+
 @_sqlite_errors_are_bad_input
 def schema_info(path: str | PathLike[str]) -> dict:
-    """``{"meta": EXPORT_META_DATA as a dict ({} in 2021 exports), "tables": [...],
-    "schema_version", "product_version", "kernel_columns", "has_mangled_name"}``."""
+    """``{"meta", "capture", "tables", "schema_version", "product_version", "kernel_columns",
+    "has_mangled_name"}``.
+
+    ``meta`` is the export metadata: ``EXPORT_META_DATA`` (2022 to 2024.5 exports) or
+    ``META_DATA_EXPORT`` (2024.6 and later); {} in 2021 exports. ``capture`` holds
+    ``META_DATA_CAPTURE`` (2024.6+: capture settings; a key seen several times, such as
+    ``CAPTURE_EVENT_TYPE``, becomes a list) without the captured process's environment variables.
+    """
     path = Path(path)
     conn, tables = _open_export(path, need_kernels=False)
     with closing(conn):
-        meta: dict[str, str] = {}
-        if "EXPORT_META_DATA" in tables:
-            try:
-                meta = {str(k): v for k, v in conn.execute("SELECT name, value FROM EXPORT_META_DATA")}
-            except sqlite3.DatabaseError as e:
-                raise BadInput(path, f"corrupt SQLite file: {e}") from None
+        meta = _name_values(conn, path, "EXPORT_META_DATA" if "EXPORT_META_DATA" in tables else
+                            "META_DATA_EXPORT" if "META_DATA_EXPORT" in tables else None)
+        capture = _name_values(conn, path, "META_DATA_CAPTURE" if "META_DATA_CAPTURE" in tables else None)
         kcols = _columns(conn, KERNEL_TABLE) if KERNEL_TABLE in tables else []
+    capture = {k: v for k, v in capture.items() if not k.endswith(_CAPTURE_SECRET_KEYS)}
     return {
-        "meta": meta,
+        "meta": {k: v[0] if isinstance(v, list) else v for k, v in meta.items()},
+        "capture": capture,
         "tables": sorted(tables),
-        "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
-        "product_version": meta.get("EXPORT_PRODUCT_VERSION"),
+        "schema_version": _one(meta.get("EXPORT_SCHEMA_VERSION")),
+        "product_version": _one(meta.get("EXPORT_PRODUCT_VERSION")),
         "kernel_columns": kcols,
         "has_mangled_name": "mangledName" in kcols,
     }
+
+
+def _name_values(conn: sqlite3.Connection, path: Path, table: str | None) -> dict[str, Any]:
+    """A (name, value) metadata table as a dict; a repeated name collects its values in a list."""
+    out: dict[str, Any] = {}
+    if table is None:
+        return out
+    try:
+        rows = conn.execute(f"SELECT name, value FROM {table}").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise BadInput(path, f"corrupt SQLite file: {table}: {e}") from None
+    for name, value in rows:
+        key = str(name)
+        if key in out:
+            prev = out[key]
+            out[key] = (prev if isinstance(prev, list) else [prev]) + [value]
+        else:
+            out[key] = value
+    return out
+
+
+def _one(value: Any) -> Any:
+    return value[0] if isinstance(value, list) else value
 
 
 def kernels_sql(has_runtime: bool) -> str:

@@ -25,7 +25,7 @@ import pandas as pd
 from forensics.capture.directory import Capture, InstrumentFile, load_capture
 from forensics import instruments as reg
 from forensics.errors import BadInput, doing
-from forensics.kernel_names import AUXILIARY, describe_kernel
+from forensics.kernel_names import AUXILIARY, describe_kernel, kernel_keys
 from forensics.model import LAUNCH_COLUMNS, conform, empty_frame
 from forensics.site import parse_site_or_occurrence, split_label
 
@@ -169,9 +169,9 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None)
 
 
 def kernel_key(launches: pd.DataFrame) -> pd.Series:
-    """The identity a kernel is counted under: its demangled name without whitespace (short name
-    when an instrument gives nothing else)."""
-    return launches["kernel"].fillna(launches["short_name"]).astype("string").str.replace(r"\s+", "", regex=True)
+    """The identity a kernel is counted under (:func:`forensics.kernel_names.kernel_keys`): its
+    mangled symbol wherever some reader gives it, demangled text for display only."""
+    return pd.Series(kernel_keys(launches), index=launches.index, dtype="string")
 
 
 # --------------------------------------------------------------------------- cuBLASLt attribution
@@ -282,7 +282,8 @@ def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None
             counts[inst.name] = 0
     # Names from every instrument that saw the kernel: the first non-null of each (nsys 2021 exports
     # have no mangled name; ncu does).
-    names = (lf.groupby("key")[["kernel", "mangled", "short_name"]].first() if len(lf)
+    named_first = lf.assign(_no_symbol=lf["mangled"].isna()).sort_values("_no_symbol", kind="stable") if len(lf) else lf
+    names = (named_first.groupby("key")[["kernel", "mangled", "short_name"]].first() if len(lf)
              else pd.DataFrame(columns=["kernel", "mangled", "short_name"]))
     for col in ("kernel", "mangled", "short_name"):
         counts[col] = counts["key"].map(lambda k, c=col: names[c].get(k) if k in names.index else None)
