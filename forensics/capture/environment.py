@@ -1,24 +1,15 @@
-"""The run environment as recorded in manifests and bundles, with secrets redacted."""
+"""The run environment as recorded in manifests and bundles, with secrets redacted (rules: forensics.redact)."""
 from __future__ import annotations
 
 import os
 import platform
-import re
 import subprocess
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-REDACTED = "<redacted>"
-_SECRET_NAME = re.compile(
-    r"(TOKEN|SECRET|PASSWORD|PASSWD|PASS$|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH|SESSION|COOKIE|_KEY$|^KEY$)",
-    re.I,
-)
-_SECRET_VALUE = re.compile(
-    r"(ghp_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}"
-    r"|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+"
-    r"|://[^/\s:@]+:[^/\s@]+@)"
-)
+from forensics.redact import REDACTED, Redactor, is_secret_key
+from forensics.redact import redact_obj as _redact_obj
 
 #: Variables worth keeping in a capture (exact names or prefixes); everything else is dropped.
 RELEVANT_PREFIXES = (
@@ -29,17 +20,18 @@ RELEVANT_PREFIXES = (
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
+    """A secret's name (``HF_TOKEN``, ``WANDB_API_KEY``, ``DB_PASS``); whole words only (forensics.redact)."""
+    return is_secret_key(name)
 
 
 def redact_value(value: str) -> str:
-    """Mask secret-looking substrings (tokens, keys, URL credentials) inside a value."""
-    return _SECRET_VALUE.sub(REDACTED, value)
+    """Mask secret-looking substrings (tokens, keys, URL credentials, ``--token X``...) inside a value."""
+    return Redactor().learn_text(value).text(value)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Copy of ``env`` with secret-named variables and secret-looking values redacted."""
-    return {k: (REDACTED if is_secret_name(k) else redact_value(str(v))) for k, v in env.items()}
+    return {k: (REDACTED if is_secret_key(k) else redact_value(str(v))) for k, v in env.items()}
 
 
 def relevant_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -50,15 +42,8 @@ def relevant_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def redact_obj(obj: Any) -> Any:
-    """Recursively redact a JSON-like object: secret-named keys and secret-looking strings."""
-    if isinstance(obj, Mapping):
-        return {k: (REDACTED if isinstance(k, str) and is_secret_name(k) and isinstance(v, (str, int, float))
-                    else redact_obj(v)) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [redact_obj(v) for v in obj]
-    if isinstance(obj, str):
-        return redact_value(obj)
-    return obj
+    """Recursively redact a JSON-like object: secret-named keys lose their whole value, strings are scrubbed."""
+    return _redact_obj(obj)
 
 
 def describe(probe_torch: bool = True) -> dict[str, Any]:

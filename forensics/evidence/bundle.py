@@ -10,9 +10,11 @@
   its launches, cuBLASLt lines of its calls);
 * ``manifest.yaml`` (redacted) and ``repro.py`` (torch only; runs on a CPU too).
 
-Secrets never leave: every text member is redacted (secret-named keys, token-looking values,
-URL credentials, and every value of a secret-named variable found in the capture). An existing
-output file is never overwritten.
+Secrets never leave: one :class:`forensics.redact.Redactor` learns every secret in what is about
+to leave (manifest, environments, raw lines, names), redacts every member, every member name and
+the top folder name, then checks every byte again and refuses to write when anything survived
+(fail closed). The gzip header carries no file name. An existing output file is never overwritten;
+the tarball appears whole or not at all (forensics.atomic).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import yaml
 
 from forensics import __version__
 from forensics.judge.arm_evidence import Evidence, load_evidence
-from forensics.capture.environment import REDACTED, is_secret_name, redact_obj, redact_value
+from forensics.redact import Redactor, redact_obj
 from forensics.atomic import OutputExists, atomic_output, refuse_existing  # noqa: F401 - OutputExists re-exported
 from forensics.errors import BadInput, doing
 from forensics.evidence.repro import gemm_problem, render_repro, repro_knobs
@@ -55,12 +57,6 @@ PROBLEM_COLUMNS = ["m", "n", "k", "layout", "a_type", "b_type", "c_type", "d_typ
                    "beta"]
 ALGO_COLUMNS = ["algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme", "cta_swizzling",
                 "cluster_shape", "scheduling_mode"]
-_NAME_VALUE = re.compile(r"\b([A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY)"
-                         r"[A-Za-z0-9_]*)(\s*[=:]\s*)(\"?)[^\s\"',}]+", re.I)
-
-
-_FLAG_VALUE = re.compile(r"(--?[A-Za-z0-9_-]*(?:token|secret|password|passwd|api[-_]?key|access[-_]?key)[A-Za-z0-9_-]*)"
-                         r"(=|\s+|\"\s*,\s*\")([^\s\"',\]]+)", re.I)
 _HEADER = re.compile(r'"event"\s*:\s*"header"')
 
 
@@ -229,12 +225,14 @@ def _raw_members(ev: Evidence, bundle: Bundle) -> dict[str, str]:
         for file, line in zip(hit["file"], hit["line"]):
             lines_of.setdefault(Path(file), set()).add(int(line))
     cupti_corr = _cupti_correlations(ev, labels)
+    names: dict[Path, str] = {}
     for path, wanted in sorted(lines_of.items()):
         try:
             text = path.read_text(errors="replace").splitlines()
         except OSError:
             continue
-        name = _member_path(path, root)
+        name = names.get(path) or _unique_name(_member_path(path, root), set(names.values()))
+        names[path] = name
         for i, line in enumerate(text, 1):
             keep = i in wanted or (i == 1 and bool(_HEADER.search(line)))
             if path.name.startswith("cupti") and not keep and cupti_corr.get(path):
@@ -242,6 +240,17 @@ def _raw_members(ev: Evidence, bundle: Bundle) -> dict[str, str]:
             if keep:
                 members.setdefault(name, []).append((i, line))
     return {name: "\n".join(line for _, line in sorted(rows)) + "\n" for name, rows in members.items()}
+
+
+def _unique_name(name: str, taken: set[str]) -> str:
+    """``raw/external/x.log`` again for another file: ``raw/external-2/x.log`` (files are never merged)."""
+    if name not in taken:
+        return name
+    folder, _, base = name.rpartition("/")
+    i = 2
+    while f"{folder}-{i}/{base}" in taken:
+        i += 1
+    return f"{folder}-{i}/{base}"
 
 
 def _cupti_correlations(ev: Evidence, labels: set[str]) -> dict[Path, set[int]]:
@@ -402,33 +411,11 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
 
 
 # --------------------------------------------------------------------------- writing
-def secret_values(*objs: Any) -> set[str]:
-    """Values of secret-named keys anywhere in JSON-like objects (to scrub them from free text too)."""
-    found: set[str] = set()
-
-    def walk(o: Any) -> None:
-        if isinstance(o, dict):
-            for k, v in o.items():
-                if isinstance(k, str) and is_secret_name(k) and isinstance(v, (str, int)) and len(str(v)) >= 4 \
-                        and str(v) != REDACTED:
-                    found.add(str(v))
-                walk(v)
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                walk(v)
-
-    for o in objs:
-        walk(o)
-    return found
-
-
-def scrub(text: str, secrets: set[str]) -> str:
-    """Redact secret-looking values, ``NAME=value`` pairs and ``--secret-flag value`` arguments, known secret values."""
-    for s in sorted(secrets, key=len, reverse=True):
-        text = text.replace(s, REDACTED)
-    text = _NAME_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{REDACTED}", text)
-    text = _FLAG_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-    return redact_value(text)
+def scrub(text: str, secrets: set[str] | None = None) -> str:
+    """Redact free text with the bundle's rules (:mod:`forensics.redact`), ``secrets`` as known literals."""
+    red = Redactor()
+    red.literals |= {x for x in secrets or () if len(x) >= 4}
+    return red.learn_text(text).text(text)
 
 
 _UNSAFE_CHARS = re.compile(r"[\\\x00-\x1f\x7f:*?\"<>|]")
@@ -471,30 +458,36 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
     with doing(f"analysing the capture {capture_dir}"):
         bundle, ev = collect(capture_dir, site)
     bundle.sections = list(sections or [])
-    top = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"forensics-bundle-{bundle.capture}-{bundle.site or 'all'}")[:100]
-    secrets = secret_values(ev.manifest, ev.environments)
+    with doing("redacting secrets from every member of the bundle"):
+        raw = _raw_members(ev, bundle)
+        red = _learn_secrets(ev, bundle, raw)
+        bundle.capture = red.text(bundle.capture)
     members: dict[str, bytes] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, doing("drawing the launch plot"):
         from forensics.evidence.plots import plot_launches  # noqa: PLC0415
 
-        plot_path, note = plot_launches(_plot_frame(ev, bundle.site), Path(tmp) / "launches.png",
-                                        f"{bundle.site}: kernel launches per arm ({bundle.capture})")
+        plot_path, note = plot_launches(_plot_frame(ev, bundle.site, red), Path(tmp) / "launches.png",
+                                        red.text(f"{bundle.site}: kernel launches per arm ({bundle.capture})"))
         plot_name = None
         if plot_path is not None:
             plot_name = "launches.png"
             members[plot_name] = plot_path.read_bytes()
-    members["report.md"] = render_report(bundle, note, plot_name).encode()
-    members["evidence.json"] = json.dumps(redact_obj(bundle.to_json()), indent=1, default=str).encode()
-    members["manifest.yaml"] = yaml.safe_dump(redact_obj(ev.manifest), sort_keys=False).encode()
-    members["repro.py"] = _repro(ev, bundle).encode()
-    for name, text in _raw_members(ev, bundle).items():
-        members[name] = text.encode()
-    for name in list(members):
-        if name.endswith(".png"):
-            continue
-        members[name] = scrub(members[name].decode(errors="replace"), secrets).encode()
-    entries = [(_safe_name(f"{top}/{name}"), data, 0o755 if name == "repro.py" else 0o644)
-               for name, data in members.items()]
+    with doing("rendering the bundle members"):
+        members["report.md"] = red.text(render_report(bundle, note, plot_name)).encode()
+        members["evidence.json"] = (json.dumps(red.obj(bundle.to_json()), indent=1, default=str)
+                                    + "\n").encode()
+        members["manifest.yaml"] = yaml.safe_dump(red.obj(ev.manifest), sort_keys=False,
+                                                  allow_unicode=True).encode()
+        members["repro.py"] = red.text(_repro(ev, bundle)).encode()
+        for name, text in raw.items():
+            members[_unique_name(red.text(name), set(members))] = _redact_lines(text, red).encode()
+    top = _UNSAFE_TOP.sub("_", red.text(f"forensics-bundle-{bundle.capture}-{bundle.site or 'all'}"))[:100]
+    with doing("checking the bundle for surviving secrets"):
+        _verify(members, red, top)
+    entries: list[tuple[str, bytes, int]] = []
+    for name, data in members.items():  # sanitising may make two names equal: never merge members
+        safe = _unique_name(_safe_name(f"{top}/{name}"), {e[0] for e in entries})
+        entries.append((safe, data, 0o755 if name == "repro.py" else 0o644))
     with doing(f"writing the bundle {out_path}"):
         write_tarball(out_path, entries)
     return out_path
@@ -517,12 +510,86 @@ def write_tarball(out_path: Path, entries: list[tuple[str, bytes, int]]) -> None
                 tar.addfile(info, io.BytesIO(data))
 
 
-def _plot_frame(ev: Evidence, site: str | None) -> pd.DataFrame:
+def _plot_frame(ev: Evidence, site: str | None, red: Redactor) -> pd.DataFrame:
+    """The site's launches for the plot, every string redacted (pixels cannot be scrubbed afterwards)."""
     rows = []
     for r in _site_rows(ev, site).sort_values(["arm", "rank", "seq"]).to_dict("records"):
         for lr in ev.launch_rows(r["arm"], r["rank"], r["label"]):
-            rows.append({"arm": r["arm"], "rank": r["rank"], "label": r["label"], "kernel": lr.get("kernel")})
+            rows.append({"arm": red.text(str(r["arm"])), "rank": r["rank"], "label": red.text(str(r["label"])),
+                         "kernel": red.text(str(lr.get("kernel")))})
     return pd.DataFrame(rows, columns=["arm", "rank", "label", "kernel"])
+
+
+# --------------------------------------------------------------------------- secrets
+_UNSAFE_TOP = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def _learn_secrets(ev: Evidence, bundle: Bundle, raw: dict[str, str]) -> Redactor:
+    """One Redactor that has seen everything about to leave: manifest, environments, names, raw lines, report data."""
+    red = Redactor()
+    red.learn(ev.manifest).learn(ev.environments)
+    if ev.capture is not None:
+        red.learn(str(ev.capture.root.resolve()))
+    red.learn(bundle.capture).learn(bundle.to_json()).learn(bundle.sections)
+    for name, text in raw.items():
+        red.learn(name)
+        for line in text.splitlines():
+            obj = _json_line(line)
+            red.learn(obj) if obj is not None else red.learn_text(line)
+    return red
+
+
+def _json_line(line: str) -> Any:
+    if not line.lstrip().startswith("{"):
+        return None
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def _redact_lines(text: str, red: Redactor) -> str:
+    """Raw records line by line: a JSON line stays valid JSON (redacted as an object, re-serialised only
+    when something changed), any other line is redacted as text."""
+    out = []
+    for line in text.splitlines():
+        obj = _json_line(line)
+        if obj is None:
+            out.append(red.text(line))
+            continue
+        clean = red.obj(obj)
+        out.append(line if clean == obj else json.dumps(clean))
+    return "\n".join(out) + "\n"
+
+
+class SecretSurvived(RuntimeError):
+    """A redaction bug: something secret-looking survived; the bundle is not written (exit 70)."""
+
+
+def _verify(members: dict[str, bytes], red: Redactor, top: str) -> None:
+    """Fail closed: every member name and every text byte is checked again, and structured members must parse."""
+    problems = [f"the top folder name ({what})" for what in red.leaks(top)]
+    for name, data in members.items():
+        problems += [f"the member name {name!r} ({what})" for what in red.leaks(name)]
+        if name.endswith(".png"):
+            continue
+        text = data.decode("utf-8", errors="replace")
+        problems += [f"{name} ({what})" for what in red.leaks(text)]
+        try:
+            if name == "evidence.json":
+                json.loads(text)
+            elif name == "manifest.yaml":
+                yaml.safe_load(text)
+            elif name == "repro.py":
+                compile(text, "repro.py", "exec")
+            elif name.endswith(".jsonl"):
+                for line in text.splitlines():
+                    if line.lstrip().startswith("{"):
+                        json.loads(line)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{name} no longer parses after redaction ({type(e).__name__})")
+    if problems:
+        raise SecretSurvived("bundle not written: " + "; ".join(sorted(set(problems))[:5]))
 
 
 def _repro(ev: Evidence, bundle: Bundle) -> str:
