@@ -59,7 +59,9 @@ def main() -> int:
     c = cold.counts  # type: ignore[attr-defined]
     print(f"knob {args.name} over {', '.join(paths)}")
     print(f"  files: {c['python_files']} Python, {c['shared_libraries']} shared libraries; "
-          f"{sum(len(r.findings) for r in cold.python)} Python findings, {len(cold.libraries)} libraries reported; "  # type: ignore[attr-defined]
+          f"{sum(len(r.findings) for r in cold.python)} Python findings; libraries: "  # type: ignore[attr-defined]
+          f"{sum(lib.verdict == 'contains the name' for lib in cold.libraries)} hold the name, "  # type: ignore[attr-defined]
+          f"{sum(lib.verdict == 'cannot tell statically' for lib in cold.libraries)} cannot tell statically; "  # type: ignore[attr-defined]
           f"grep lists {n_grep} files")
     print(f"  cpu count: {os.cpu_count()}, workers: {args.jobs or min(os.cpu_count() or 1, 8)}")
     cold_s, warm_s, grep_s = statistics.median(colds), statistics.median(warms), statistics.median(greps)

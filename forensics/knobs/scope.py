@@ -316,9 +316,11 @@ def _scanned(v: ScopeVerdict, code_path: CodePath) -> tuple[str, str]:
                          ") that many paths use; the catalog does not document this path, so static analysis cannot tell whether it is consulted here")
     if v.cannot_tell:
         names = ", ".join(f"{os.path.basename(e.where)} ({e.component})" for e in v.cannot_tell)
+        signs = [e for e in v.cannot_tell if "no name pieces" not in e.what or "same-prefix names" in e.what or "inside text" in e.what]
+        weight = ("" if signs else " (none of them shows a sign of the name: no pieces, no same-prefix names, no mention)")
         return CANNOT_TELL_STATICALLY, (f"no reader of the name on the {kind} path, but {len(v.cannot_tell)} librar"
                                         f"{'y' if len(v.cannot_tell) == 1 else 'ies'} on it read the environment without holding "
-                                        f"the name: {names}; a static scan cannot exclude a read there -- the dynamic check decides")
+                                        f"the name: {names}{weight}; a static scan cannot exclude a read there -- the dynamic check decides")
     if v.off_path:
         return NOT_ON_PATH, (f"{len(v.off_path)} reader(s) found, none on the {kind} path"
                              + (" (all its components scanned)" if v.complete else ""))
