@@ -11,7 +11,7 @@ from probes.config import ENV_CONFIG, ProbeConfig, rank_dir
 from probes.window import StepWindow, current_rank, install_optimizer_hook, parse_ranks, parse_steps
 
 #: probe name -> module exposing ``install(cfg, window, out_dir, rank) -> object with .close()``
-PROBE_MODULES = {"sites": "probes.sites", "cupti": "probes.cupti", "optrace": "probes.optrace"}
+PROBE_MODULES = {"sites": "probes.sites", "cupti": "probes.cupti", "cpu": "probes.cpu", "optrace": "probes.optrace"}
 
 _state: dict[str, Any] = {}
 

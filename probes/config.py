@@ -21,7 +21,7 @@ class ProbeConfig:
     """Everything a probe needs to know; JSON round-trips."""
 
     out_dir: str  # per-arm directory; ranks write to out_dir/rank<R>/
-    probes: list[str] = field(default_factory=lambda: ["sites"])  # sites | cupti | optrace
+    probes: list[str] = field(default_factory=lambda: ["sites"])  # sites | cupti | cpu | optrace
     arm: str = "a1"
     site: str | None = None  # only this site (or occurrence) gets ranges/records; None = all GEMM sites
     steps: str = "1-2"  # "all", "N", "A-B", "A-B:every" (see probes.window.parse_steps)
@@ -32,6 +32,7 @@ class ProbeConfig:
     chunk_digests: bool = True  # per-row digests for reordering-prone ops (op tracer)
     nvtx: bool = True  # NVTX start/end ranges per site occurrence
     cuda_profiler_window: bool = False  # cudaProfilerStart/Stop around the window (ncu/nsys pass)
+    cpu_instruments: list[str] = field(default_factory=list)  # torch_profiler | onednn | mkl (probes.cpu)
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> str:

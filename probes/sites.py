@@ -184,12 +184,16 @@ class SiteProbe:
         digests = self.cfg.extra.get("digests", True)
         ins = [stage(t) if digests else describe(t) for t in inputs if t is not None]
         collector = _cupti_collector()
+        cpu = _cpu_collector()
         rng = self._range_start(label)
         if collector is not None:
             collector.push_external_id(ext)
+        bracket = cpu.begin(label) if cpu is not None else None
         try:
             out = run()
         finally:
+            if bracket is not None:
+                bracket = cpu.end(bracket)
             if collector is not None:
                 collector.pop_external_id()
             self._range_end(rng)
@@ -198,6 +202,8 @@ class SiteProbe:
         rec = {"event": "site", "arm": self.cfg.arm, "iteration": self.window.step, "site": site, "occurrence": occ,
                "label": label, "external_id": ext, "in": ins, "out": outs[:1], "rank": self.rank, "pid": self.pid,
                "op": op, "meta": meta}
+        if bracket is not None:
+            rec["cpu"] = bracket
         with self.lock:
             self.pending.append(rec)
             self.records += 1
@@ -320,7 +326,10 @@ def _make_mode(probe: SiteProbe):
     import torch  # noqa: PLC0415
     from torch.utils._python_dispatch import TorchDispatchMode  # noqa: PLC0415
 
+    from torch.utils._pytree import tree_leaves  # noqa: PLC0415
+
     graph_task_id = torch._C._current_graph_task_id
+    aten_site = probe.site if probe.site and _is_aten_site(probe.site) else None
     packets = set()
     for name in GEMM_OPS:
         p = getattr(torch.ops.aten, name, None)
@@ -332,7 +341,20 @@ def _make_mode(probe: SiteProbe):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
             kwargs = kwargs or {}
-            if self.inactive or func.overloadpacket not in packets or not probe.window.active:
+            if self.inactive or not probe.window.active:
+                return func(*args, **kwargs)
+            if aten_site is not None:
+                if not _matches_aten(func, aten_site):
+                    return func(*args, **kwargs)
+                tensors = [t for t in tree_leaves((args, kwargs)) if _tensorish(t)]
+                call = name_gemm(str(func), args, kwargs, graph_task_id() != -1) \
+                    if func.overloadpacket in packets else None
+                meta = call.meta() if call is not None else {}
+                meta.update(grad=graph_task_id() != -1, gemm_site=call.site if call is not None else None,
+                            operands=[_short_desc(t) for t in tensors])
+                return probe.around(aten_site, str(func), meta, tensors, lambda: func(*args, **kwargs),
+                                    first_tensor=tensors[0] if tensors else None)
+            if func.overloadpacket not in packets:
                 return func(*args, **kwargs)
             call = name_gemm(str(func), args, kwargs, graph_task_id() != -1)
             if call is None:
@@ -342,6 +364,26 @@ def _make_mode(probe: SiteProbe):
                                 first_tensor=tensors[0] if tensors else None)
 
     return GemmSiteMode()
+
+
+def _is_aten_site(site: str) -> bool:
+    """``aten.convolution.default`` / ``aten.mm`` (an op site: every call of that op is an occurrence)."""
+    return ":" not in site and site.count(".") in (1, 2)
+
+
+def _matches_aten(func: Any, site: str) -> bool:
+    """True when ``func`` (an OpOverload) is the op of ``site``; without an overload any overload matches."""
+    name = str(func)
+    if name == site:
+        return True
+    return site.count(".") == 1 and name.rsplit(".", 1)[0] == site
+
+
+def _short_desc(t: Any) -> dict[str, Any]:
+    try:
+        return {"shape": list(t.shape), "strides": list(t.stride()), "dtype": str(t.dtype).replace("torch.", "")}
+    except Exception:  # noqa: BLE001
+        return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
 
 
 def _operands(call, args: tuple, kwargs: dict[str, Any]) -> list[Any]:  # noqa: ANN001
@@ -421,6 +463,11 @@ def wrap_transformer_engine(probe: SiteProbe) -> bool:
 # --------------------------------------------------------------------------- plumbing
 def _cupti_collector():
     mod = sys.modules.get("probes.cupti")
+    return mod.active() if mod is not None else None
+
+
+def _cpu_collector():
+    mod = sys.modules.get("probes.cpu")
     return mod.active() if mod is not None else None
 
 

@@ -22,7 +22,7 @@ def lines(path: Path) -> list[dict]:
 
 def test_dry_run_prints_every_argv_and_runs_nothing(tmp_path, capsys):
     out = tmp_path / "cap"
-    code = main(["kernel", "--site", SITE, "--dry-run", "--out", str(out), "--toggle", "CUBLAS_WORKSPACE_CONFIG=:0:0",
+    code = main(["kernel", "--site", SITE, "--device", "cuda", "--dry-run", "--out", str(out), "--toggle", "CUBLAS_WORKSPACE_CONFIG=:0:0",
                  "--", "torchrun", "--nproc-per-node", "2", "train.py", "--lr", "1e-4"])
     text = capsys.readouterr().out
     assert code == 0 and not out.exists()
@@ -42,13 +42,30 @@ def test_config_file_and_flags_override(tmp_path, capsys):
                                                                          "pass a3 (arm)"]
 
 
-def test_no_command_without_gpu_says_so_in_one_line(capsys):
+def test_no_command_on_cuda_without_gpu_says_so_in_one_line(capsys):
     if cuda_status()[0]:
         pytest.skip("a CUDA device is present: the example would run")
-    code = main(["kernel", "--site", SITE])
+    code = main(["kernel", "--site", SITE, "--device", "cuda"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 4 and len(err) == 1
-    assert "needs a CUDA GPU" in err[0] and "forensics analyze examples/corpus-ex-gpu" in err[0]
+    assert "needs a CUDA GPU" in err[0] and "--device cpu" in err[0] and "forensics analyze" in err[0]
+
+
+def test_default_device_follows_the_machine_and_the_instruments(tmp_path, capsys):
+    gpu = cuda_status()[0]
+    assert main(["kernel", "--site", SITE, "--dry-run", "--out", str(tmp_path / "c"), "--", "python", "t.py"]) == 0
+    text = capsys.readouterr().out
+    assert ("device: cuda" if gpu else "device: cpu   instruments: torch_profiler,onednn,mkl") in text
+    if not gpu:
+        assert "pass ncu" not in text and "env:  ONEDNN_VERBOSE_TIMESTAMP=1" in text
+        assert "probes: sites,cpu" in text and "cpu_instruments=torch_profiler,onednn,mkl" in text
+    assert main(["kernel", "--site", SITE, "--dry-run", "--instruments", "cupti", "--", "python", "t.py"]) == 0
+    assert "device: cuda   instruments: cupti" in capsys.readouterr().out
+    assert main(["kernel", "--site", SITE, "--dry-run", "--device", "cpu", "--instruments", "ncu", "--",
+                 "python", "t.py"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not available with --device cpu" in err[0] and "--device cuda" in err[0]
+    assert main(["kernel", "--site", SITE, "--dry-run", "--device", "tpu", "--", "python", "t.py"]) == 2
 
 
 def test_out_that_is_a_file_is_bad_input(tmp_path, capsys):
@@ -80,8 +97,13 @@ def test_real_capture_of_the_example_on_cpu(tmp_path, capsys):
     code = main(["kernel", "--site", SITE, "--out", str(out), "--instruments", "cupti,cublaslt", "-q", "--timeout", "300",
                  "--", sys.executable, "-m", "forensics.capture.example_workload", "--cpu", "--steps", "4"])
     text = capsys.readouterr().out
-    assert code == 1, text  # CPU: sites and digests, but no kernel launches, so nothing NAMED
-    assert f"capture: {out.resolve()}" in text and "verdict: no kernel NAMED" in text
+    if cuda_status()[0]:
+        pytest.skip("a CUDA device is present: this test is about --device cuda without one")
+    assert code == 4, text  # --device cuda (from the instruments) without a GPU: sites and digests, no kernel
+    assert f"capture: {out.resolve()}  (device: cuda)" in text
+    verdict = [ln for ln in text.splitlines() if ln.startswith("verdict:")]
+    assert len(verdict) == 1 and verdict[0].startswith("verdict: no kernel could run: no CUDA device")
+    assert "--device cpu" in verdict[0] and "attributed" not in verdict[0]
     man = yaml.safe_load((out / "manifest.yaml").read_text())
     assert [(a["name"], a["role"], a["status"]) for a in man["arms"]] == [("a1", "arm", "ok"), ("a2", "arm", "ok")]
     assert man["site"] == SITE and man["steps"] == "1-2" and man["instruments"] == ["cupti", "cublaslt"]
@@ -119,9 +141,9 @@ def test_library_run_never_overwrites_and_redacts(tmp_path, monkeypatch):
 
 
 def test_library_skips_ncu_and_nsys_without_gpu(tmp_path, capsys):
-    res = run_kernel(SITE, ["true"], out=tmp_path / "c", arms=1, tools=NO_GPU, progress=True)
+    res = run_kernel(SITE, ["true"], out=tmp_path / "c", arms=1, tools=NO_GPU, progress=True, device="cuda")
     err = capsys.readouterr().err  # the progress display: one line per pass, with its outcome
-    assert "pass a1: ok" in err and "pass ncu: skipped: no CUDA device (test)" in err
+    assert "pass a1: ok" in err and "pass ncu: skipped" in err and "no CUDA device" not in err  # reason: once, on stdout
     by = {p.name: p for p in res.passes}
     assert by["ncu"].status == "skipped" and by["ncu"].reason == "no CUDA device (test)"
     assert by["nsys"].status == "skipped" and "skipped: no CUDA device (test)" in by["nsys"].log_path.read_text()

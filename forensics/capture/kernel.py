@@ -28,16 +28,18 @@ from forensics.capture.passes import (
     Pass,
     Plan,
     Tools,
+    default_instruments,
     discover_tools,
     ncu_permission_denied,
     plan_passes,
+    resolve_device,
 )
 from forensics.site import parse_site_or_occurrence
 from probes.config import bootstrap_env
 
 #: Keys a ``--config run.yaml`` may hold (the flags' names; flags override the file).
 CONFIG_KEYS = {"site", "command", "steps", "ranks", "arms", "instruments", "toggles", "env_arms", "out",
-               "timeout_s", "timeout", "ncu_mode", "max_records"}
+               "timeout_s", "timeout", "ncu_mode", "max_records", "device"}
 DEFAULT_OUT = "forensics-capture"
 
 
@@ -62,6 +64,8 @@ class KernelResult:
     passes: list[PassResult] = field(default_factory=list)
     analysis: Any = None
     analysis_error: str | None = None
+    device: str = "cuda"
+    cuda_reason: str | None = None  # why no CUDA device is usable here (None when one is)
 
     def ran(self, name: str) -> bool:
         return any(p.name == name and p.status == "ok" for p in self.passes)
@@ -103,9 +107,10 @@ def load_run_config(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- running
-def default_command() -> list[str]:
-    """The bundled example workload (TE-style bf16 linear layer), run with this Python."""
-    return [sys.executable, "-m", "forensics.capture.example_workload"]
+def default_command(device: str = "cuda") -> list[str]:
+    """The bundled example workload (TE-style linear layers), run with this Python on ``device``."""
+    cmd = [sys.executable, "-m", "forensics.capture.example_workload"]
+    return cmd + (["--cpu"] if device == "cpu" else [])
 
 
 def prepare(plan: Plan) -> None:
@@ -170,7 +175,7 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...]) -> dict[str, Any]:
+def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...]) -> dict[str, Any]:  # noqa: D401
     """The manifest contract: arms and passes, knobs and environment, without secrets."""
     arms = []
     for p in plan.passes:
@@ -187,6 +192,7 @@ def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...])
         site=plan.site,
         steps=plan.steps,
         ranks=plan.ranks,
+        device=plan.device,
         instruments=list(instruments),
         arms=arms,
         knobs=relevant_env(),
@@ -237,7 +243,7 @@ def run_kernel(
     steps: str = "1-2",
     ranks: str = "all",
     arms: int = 2,
-    instruments: tuple[str, ...] | list[str] = INSTRUMENTS,
+    instruments: tuple[str, ...] | list[str] | None = None,
     toggles: tuple[str, ...] | list[str] = (),
     env_arms: dict[str, dict[str, str]] | None = None,
     out: str | os.PathLike[str] | None = None,
@@ -247,18 +253,20 @@ def run_kernel(
     tools: Tools | None = None,
     ncu_mode: str = "window",
     max_records: int = 2_000_000,
+    device: str | None = None,
 ) -> KernelResult:
     """Run every pass of ``command`` for ``site`` into a fresh capture directory, then analyse it.
 
     ``config`` (a run YAML path or a dict) fills any argument left at its default. ``tools``
     overrides the discovery of ncu/nsys/CUDA (tests); ``max_records`` is the per-rank CUPTI record
-    budget. Never overwrites an existing capture.
+    budget. ``device`` (cuda | cpu; default: cuda when a CUDA device is present, else cpu) picks
+    the backend; ``instruments=None`` means all of the device's. Never overwrites an existing capture.
     """
-    given = dict(steps=steps, ranks=ranks, arms=arms, instruments=tuple(instruments), toggles=tuple(toggles),
-                 env_arms=env_arms, out=out, timeout_s=timeout_s, ncu_mode=ncu_mode, command=command, site=site,
-                 max_records=max_records)
-    defaults = dict(steps="1-2", ranks="all", arms=2, instruments=INSTRUMENTS, toggles=(), env_arms=None, out=None,
-                    timeout_s=1800, ncu_mode="window", command=None, site=None, max_records=2_000_000)
+    given = dict(steps=steps, ranks=ranks, arms=arms, instruments=None if instruments is None else tuple(instruments),
+                 toggles=tuple(toggles), env_arms=env_arms, out=out, timeout_s=timeout_s, ncu_mode=ncu_mode,
+                 command=command, site=site, max_records=max_records, device=device)
+    defaults = dict(steps="1-2", ranks="all", arms=2, instruments=None, toggles=(), env_arms=None, out=None,
+                    timeout_s=1800, ncu_mode="window", command=None, site=None, max_records=2_000_000, device=None)
     if config is not None:
         cfg = load_run_config(config) if not isinstance(config, dict) else dict(config)
         for k, v in cfg.items():
@@ -268,25 +276,32 @@ def run_kernel(
     if not site:
         raise ValueError("no site given (--site or site: in the run config)")
     parse_site_or_occurrence(str(site))
-    cmd = list(given["command"] or default_command())
+    tools = tools or discover_tools()
+    dev = resolve_device(given["device"], tools, given["instruments"])
+    instruments = tuple(given["instruments"]) if given["instruments"] is not None else default_instruments(dev)
+    cmd = list(given["command"] or default_command(dev))
     out_base = Path(given["out"] or DEFAULT_OUT)
     if out_base.exists() and not out_base.is_dir():
         raise BadInput(out_base, "exists and is not a directory; --out takes a capture directory")
+    plan_passes(str(site), cmd, out=out_base, steps=str(given["steps"]), ranks=str(given["ranks"]),
+                arms=int(given["arms"]), instruments=instruments, toggles=given["toggles"],
+                env_arms=given["env_arms"], tools=tools, ncu_mode=given["ncu_mode"],
+                max_records=int(given["max_records"]), device=dev)  # ValueError before any folder is made
     capture_dir = fresh_dir(out_base).resolve()
-    tools = tools or discover_tools()
     plan = plan_passes(str(site), cmd, out=capture_dir, steps=str(given["steps"]), ranks=str(given["ranks"]),
-                       arms=int(given["arms"]), instruments=given["instruments"], toggles=given["toggles"],
+                       arms=int(given["arms"]), instruments=instruments, toggles=given["toggles"],
                        env_arms=given["env_arms"], tools=tools, ncu_mode=given["ncu_mode"],
-                       max_records=int(given["max_records"]))
+                       max_records=int(given["max_records"]), device=dev)
     prepare(plan)
     env_box: dict[str, Any] = {}
     env_thread = threading.Thread(target=lambda: env_box.update(environment=environment_snapshot()), daemon=True)
     env_thread.start()  # torch's import in a side process overlaps the first pass
-    write_manifest(capture_dir, build_manifest(plan, cmd, tuple(given["instruments"])))
+    write_manifest(capture_dir, build_manifest(plan, cmd, instruments))
     results = _run_all(plan, float(given["timeout_s"]), progress)
     env_thread.join(timeout=180)
     _record_results(capture_dir, results, env_box.get("environment"))
-    result = KernelResult(capture_dir=capture_dir, passes=results)
+    result = KernelResult(capture_dir=capture_dir, passes=results, device=dev,
+                          cuda_reason=None if tools.cuda else tools.cuda_reason)
     result.analysis, result.analysis_error = _analyse(capture_dir, str(site))
     return result
 
@@ -304,8 +319,8 @@ def _run_all(plan: Plan, timeout_s: float, progress: bool) -> list[PassResult]:
         for p in plan.passes:
             task = bar.add_task(f"pass {p.name}", total=1)
             r = run_pass(p, timeout_s)
-            note = r.status if not r.reason else f"{r.status}: {r.reason}"
-            bar.update(task, completed=1, description=f"pass {p.name}: {note}")
+            # the status only: the reason is printed once, whole, with the results (stdout)
+            bar.update(task, completed=1, description=f"pass {p.name}: {r.status}")
             results.append(r)
     return results
 

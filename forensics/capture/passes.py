@@ -25,7 +25,13 @@ from pathlib import Path
 from probes.config import ProbeConfig
 from probes.window import parse_ranks, parse_steps
 
-INSTRUMENTS = ("cupti", "cublaslt", "ncu", "nsys")
+INSTRUMENTS = ("cupti", "cublaslt", "ncu", "nsys")  # the CUDA backend's instruments (the default)
+#: Instruments each device backend runs (docs/cpu-backend.md maps one onto the other).
+DEVICE_INSTRUMENTS: dict[str, tuple[str, ...]] = {
+    "cuda": INSTRUMENTS,
+    "cpu": ("torch_profiler", "onednn", "mkl"),
+}
+DEVICES = tuple(DEVICE_INSTRUMENTS)
 NVTX_DOMAIN = "forensics"
 NCU_PERMISSION_MARK = "ERR_NVGPUCTRPERM"
 NCU_GLOBS = ("/usr/local/cuda*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/nsight-compute*/ncu")
@@ -74,6 +80,7 @@ class Plan:
     ranks: str
     instruments: tuple[str, ...]
     passes: list[Pass]
+    device: str = "cuda"
 
     @property
     def arms(self) -> list[Pass]:
@@ -118,6 +125,26 @@ def cuda_status(timeout_s: float = 60) -> tuple[bool, str]:
     if r.stdout.strip() == "1":
         return True, "torch.cuda.is_available()"
     return False, "no CUDA device visible (nvidia-smi absent or no GPU, torch.cuda.is_available() is False)"
+
+
+def resolve_device(device: str | None, tools: Tools, instruments: tuple[str, ...] | list[str] | None = None) -> str:
+    """The backend to run: ``device`` when given (cuda | cpu); else the one device whose instruments were
+    named (``--instruments cupti,cublaslt`` is cuda); else cuda when a CUDA device is present, else cpu."""
+    if device is None or str(device).strip() == "":
+        if instruments:
+            owners = [d for d, known in DEVICE_INSTRUMENTS.items() if set(instruments) <= set(known)]
+            if len(owners) == 1:
+                return owners[0]
+        return "cuda" if tools.cuda else "cpu"
+    d = str(device).strip().lower()
+    if d not in DEVICE_INSTRUMENTS:
+        raise ValueError(f"--device {device!r} must be one of {', '.join(DEVICES)}")
+    return d
+
+
+def default_instruments(device: str) -> tuple[str, ...]:
+    """Every instrument of a device backend."""
+    return DEVICE_INSTRUMENTS[device]
 
 
 def discover_tools() -> Tools:
@@ -195,6 +222,15 @@ def nsys_export_argv(nsys: str, report: Path) -> list[str]:
     return [nsys, "export", "--type", "sqlite", "-o", f"{report}.sqlite", f"{report}.nsys-rep"]
 
 
+def onednn_env() -> dict[str, str]:
+    """oneDNN stamps each verbose line with the primitive's start (epoch ms): how lines meet site occurrences.
+
+    Verbose itself is switched on only inside the step window, by the probe (``mkldnn_set_verbose``);
+    so is oneMKL's (``mkl_verbose``), whose output file the probe names per process.
+    """
+    return {"ONEDNN_VERBOSE_TIMESTAMP": "1"}
+
+
 def cublaslt_env(folder: Path) -> dict[str, str]:
     """cuBLASLt API-trace logging into the arm folder, one file per process (``%i`` = pid)."""
     return {"CUBLASLT_LOG_LEVEL": "5", "CUBLASLT_LOG_FILE": str(folder / "cublaslt.%i.log")}
@@ -209,24 +245,38 @@ def plan_passes(
     steps: str = "1-2",
     ranks: str = "all",
     arms: int = 2,
-    instruments: tuple[str, ...] | list[str] = INSTRUMENTS,
+    instruments: tuple[str, ...] | list[str] | None = None,
     toggles: tuple[str, ...] | list[str] = (),
     env_arms: dict[str, dict[str, str]] | None = None,
     tools: Tools | None = None,
     ncu_mode: str = "window",
     max_records: int = 2_000_000,
+    device: str = "cuda",
 ) -> Plan:
     """Plan every pass. ``env_arms`` (explicit ``{arm: {VAR: value}}``) replaces the ``arms`` copies.
+
+    ``device="cpu"``: the arms run the CPU instruments inside the process (:mod:`probes.cpu`:
+    torch.profiler, oneDNN and oneMKL verbose logs); there are no ncu/nsys passes.
+    ``instruments=None`` means every instrument of the device.
 
     Each arm pass gets its own probe config (written later, at ``<out>/<arm>/probe.json``).
     Passes that cannot run carry ``skip_reason`` (one line) instead of being dropped.
     """
     tools = tools or Tools()
     out = Path(out)
-    instruments = tuple(instruments)
-    bad = [i for i in instruments if i not in INSTRUMENTS]
+    if device not in DEVICE_INSTRUMENTS:
+        raise ValueError(f"--device {device!r} must be one of {', '.join(DEVICES)}")
+    own = DEVICE_INSTRUMENTS[device]
+    instruments = tuple(own if instruments is None else instruments)
+    bad = [i for i in instruments if i not in own]
+    unknown = [i for i in bad if not any(i in known for known in DEVICE_INSTRUMENTS.values())]
+    if unknown:
+        raise ValueError(f"unknown instrument(s) {', '.join(unknown)}; choose from {', '.join(own)} (--device {device})")
     if bad:
-        raise ValueError(f"unknown instrument(s) {', '.join(bad)}; choose from {', '.join(INSTRUMENTS)}")
+        other = [d for d, known in DEVICE_INSTRUMENTS.items() if d != device and set(bad) <= set(known)]
+        hint = f" ({', '.join(bad)}: --device {other[0]})" if other else ""
+        raise ValueError(f"instrument(s) {', '.join(bad)} not available with --device {device}; "
+                         f"choose from {', '.join(own)}{hint}")
     if not command:
         raise ValueError("no command to run")
     parse_steps(steps)  # ValueError with a one-line reason, before anything runs
@@ -246,15 +296,18 @@ def plan_passes(
         name, value = parse_toggle(text)
         arm_specs.append((toggle_arm_name(i, name), {name: value}, {name: value}))
 
-    probe_list = ["sites"] + (["cupti"] if "cupti" in instruments else [])
+    cpu_list = [i for i in DEVICE_INSTRUMENTS["cpu"] if i in instruments] if device == "cpu" else []
+    probe_list = ["sites"] + (["cupti"] if "cupti" in instruments else []) + (["cpu"] if cpu_list else [])
     passes: list[Pass] = []
     for name, env, toggle in arm_specs:
         folder = out / name
         add = dict(env)
         if "cublaslt" in instruments:
             add.update(cublaslt_env(folder))
+        if "onednn" in cpu_list:
+            add.update(onednn_env())
         cfg = ProbeConfig(out_dir=str(folder), probes=probe_list, arm=name, site=site, steps=steps, ranks=ranks,
-                          max_records=max_records)
+                          max_records=max_records, cpu_instruments=cpu_list, nvtx=device != "cpu")
         passes.append(Pass(name=name, arm=name, role="arm", folder=folder, argv=list(command), env=add,
                            log_path=out / "passes" / f"{name}.log", probe_config=cfg,
                            config_path=folder / "probe.json", toggle=toggle, arm_env=env))
@@ -283,7 +336,7 @@ def plan_passes(
         p.skip_reason = _skip(tools, tools.nsys, "nsys (Nsight Systems) not found on PATH, /usr/local/cuda*/bin or /opt/nvidia")
         passes.append(p)
     return Plan(out=out, site=site, command=list(command), steps=steps, ranks=ranks, instruments=instruments,
-                passes=passes)
+                passes=passes, device=device)
 
 
 def _skip(tools: Tools, tool: str | None, missing: str) -> str | None:
@@ -299,7 +352,7 @@ def describe_plan(plan: Plan, base_env: dict[str, str] | None = None) -> str:
     import shlex  # noqa: PLC0415
 
     lines = [f"capture: {plan.out}", f"site: {plan.site}   steps: {plan.steps}   ranks: {plan.ranks}   "
-             f"instruments: {','.join(plan.instruments)}"]
+             f"device: {plan.device}   instruments: {','.join(plan.instruments)}"]
     for p in plan.passes:
         state = f"  [cannot run: {p.skip_reason}]" if p.skip_reason else ""
         lines.append(f"\npass {p.name} ({p.role}{'' if p.role == 'arm' else ' of ' + p.arm}){state}")
@@ -313,7 +366,8 @@ def describe_plan(plan: Plan, base_env: dict[str, str] | None = None) -> str:
         if p.probe_config is not None:
             c = p.probe_config
             lines.append(f"  probes: {','.join(c.probes)}  cuda_profiler_window={c.cuda_profiler_window}"
-                         f"  digests={c.extra.get('digests', True)}")
+                         f"  digests={c.extra.get('digests', True)}"
+                         + (f"  cpu_instruments={','.join(c.cpu_instruments)}" if c.cpu_instruments else ""))
         for post in p.post:
             lines.append(f"  then: {shlex.join(post)}")
         lines.append(f"  log:  {p.log_path}")

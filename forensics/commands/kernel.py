@@ -27,7 +27,8 @@ def register(app: typer.Typer) -> None:
         steps: Optional[str] = typer.Option(None, "--steps", help="step window: N, A-B, A-, A-B:K, all (default 1-2)"),
         ranks: Optional[str] = typer.Option(None, "--ranks", help="ranks to capture: all or 0,3,8-15 (default all)"),
         arms: Optional[int] = typer.Option(None, "--arms", help="identical arms to run (default 2)"),
-        instruments: Optional[List[str]] = typer.Option(None, "--instruments", help="cupti,cublaslt,ncu,nsys (default all)"),
+        device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu backend (default: cuda when a CUDA device is present, else cpu)"),
+        instruments: Optional[List[str]] = typer.Option(None, "--instruments", help="cuda: cupti,cublaslt,ncu,nsys; cpu: torch_profiler,onednn,mkl (default: all of the device's)"),
         toggle: Optional[List[str]] = typer.Option(None, "--toggle", help="NAME=VALUE: one more arm with that env var set (repeatable)"),
         config: Optional[Path] = typer.Option(None, "--config", help="run.yaml holding any of these options (flags override)"),
         out: Optional[Path] = typer.Option(None, "--out", help="capture directory (never overwritten: a -2, -3... suffix is added)"),
@@ -39,12 +40,13 @@ def register(app: typer.Typer) -> None:
             None, "--from", help="take the site from a `forensics diff --json` or Megatron compare_traces.py report "
                                  "(refused for a RECEIVER, CONTROL-FLOW or unproven first divergence)"),
     ) -> None:
-        """Rerun the step window under CUPTI, cuBLASLt logging, ncu and nsys; NAME the site's kernel.
+        """Rerun the step window under the device's instruments; NAME the site's kernel (implementation on the CPU).
 
+        cuda: CUPTI, cuBLASLt log, ncu, nsys. cpu: torch.profiler, oneDNN and oneMKL verbose logs.
         Exit 0: a kernel NAMED; 1: none NAMED; 2: usage; 3: bad input; 4: nothing could run.
         """
         from forensics.capture import kernel as lib
-        from forensics.capture.passes import discover_tools, describe_plan, plan_passes
+        from forensics.capture.passes import default_instruments, describe_plan, discover_tools, plan_passes, resolve_device
         from forensics.site import parse_site_or_occurrence
 
         if from_report is not None:
@@ -55,7 +57,7 @@ def register(app: typer.Typer) -> None:
             "steps": steps or cfg.get("steps", "1-2"),
             "ranks": ranks or cfg.get("ranks", "all"),
             "arms": arms if arms is not None else int(cfg.get("arms", 2)),
-            "instruments": tuple(_split(instruments) or cfg.get("instruments") or lib.INSTRUMENTS),
+            "instruments": tuple(_split(instruments) or cfg.get("instruments") or ()) or None,
             "toggles": tuple(toggle or cfg.get("toggles") or ()),
             "env_arms": cfg.get("env_arms"),
             "out": out or cfg.get("out"),
@@ -67,18 +69,24 @@ def register(app: typer.Typer) -> None:
         parse_site_or_occurrence(opts["site"])  # BadSite: one line, exit 2 (forensics.cli)
         cmd = list(command or cfg.get("command") or [])
         tools = discover_tools()
+        try:
+            dev = resolve_device(device or cfg.get("device"), tools, opts["instruments"])
+        except ValueError as e:
+            _usage(str(e))
         if not cmd:
-            if not tools.cuda and not dry_run:
-                typer.echo(f"forensics kernel: the bundled example needs a CUDA GPU ({tools.cuda_reason}); "
-                           f"try `forensics analyze {SHIPPED_EXAMPLE}` on the shipped real corpus pair (nsys + ncu of one program; not a capture of ours)", err=True)
+            if dev == "cuda" and not tools.cuda and not dry_run:
+                typer.echo(f"forensics kernel: the bundled example on --device cuda needs a CUDA GPU ({tools.cuda_reason}); "
+                           f"run it on the CPU backend with --device cpu, or try `forensics analyze {SHIPPED_EXAMPLE}` "
+                           "(a real capture of the CPU backend)", err=True)
                 raise typer.Exit(EXIT_UNAVAILABLE)
-            cmd = lib.default_command()
+            cmd = lib.default_command(dev)
         if dry_run:
             where = Path(opts["out"] or lib.DEFAULT_OUT).resolve()
             try:
                 plan = plan_passes(opts["site"], cmd, out=where, steps=opts["steps"], ranks=opts["ranks"],
-                                   arms=opts["arms"], instruments=opts["instruments"], toggles=opts["toggles"],
-                                   env_arms=opts["env_arms"], tools=tools, ncu_mode=opts["ncu_mode"])
+                                   arms=opts["arms"], instruments=opts["instruments"] or default_instruments(dev),
+                                   toggles=opts["toggles"], env_arms=opts["env_arms"], tools=tools,
+                                   ncu_mode=opts["ncu_mode"], device=dev)
             except ValueError as e:
                 _usage(str(e))
             typer.echo(describe_plan(plan))
@@ -89,7 +97,7 @@ def register(app: typer.Typer) -> None:
                                     instruments=opts["instruments"], toggles=opts["toggles"],
                                     env_arms=opts["env_arms"], out=opts["out"], timeout_s=opts["timeout_s"],
                                     progress=not quiet, tools=tools, ncu_mode=opts["ncu_mode"],
-                                    max_records=int(cfg.get("max_records", 2_000_000)))
+                                    max_records=int(cfg.get("max_records", 2_000_000)), device=dev)
         except ValueError as e:
             _usage(str(e))
         raise typer.Exit(_report(result, quiet))
@@ -126,14 +134,18 @@ def _report(result, quiet: bool) -> int:  # noqa: ANN001
     for r in result.passes:
         if r.status != "ok":
             console.print(f"pass {r.name}: {r.status}: {r.reason}  (log: {r.log_path})", soft_wrap=True)
-    console.print(f"capture: {result.capture_dir}", soft_wrap=True)
+    console.print(f"capture: {result.capture_dir}  (device: {result.device})", soft_wrap=True)
     if not any(r.status == "ok" for r in result.passes):
         console.print("no pass ran: nothing captured")
         return EXIT_UNAVAILABLE
     an = result.analysis
+    no_gpu = result.device == "cuda" and result.cuda_reason
     if an is None:
         console.print(f"{result.analysis_error or 'analysis unavailable'}; "
                       f"run `forensics analyze {result.capture_dir}` later", soft_wrap=True)
+        if no_gpu:
+            console.print(_no_gpu_verdict(result.cuda_reason), soft_wrap=True)
+            return EXIT_UNAVAILABLE
         return EXIT_OK
     if not quiet:
         from forensics.judge.report import print_table
@@ -145,6 +157,16 @@ def _report(result, quiet: bool) -> int:  # noqa: ANN001
         write_outputs(an, result.capture_dir / "analysis")
     except Exception:  # noqa: BLE001
         pass
+    if no_gpu:
+        console.print(_no_gpu_verdict(result.cuda_reason), soft_wrap=True)
+        return EXIT_UNAVAILABLE
     n = an.named["kernel"].nunique() if an.any_named() else 0
-    console.print(f"verdict: {n} kernel(s) NAMED" if n else "verdict: no kernel NAMED")
+    unit = "implementation(s)" if result.device == "cpu" else "kernel(s)"
+    console.print(f"verdict: {n} {unit} NAMED" if n else f"verdict: no {unit.replace('(s)', '')} NAMED")
     return EXIT_OK if n else EXIT_NOT_NAMED
+
+
+def _no_gpu_verdict(reason: str) -> str:
+    """--device cuda on a machine without one: the arms ran (site names and digests are real), no kernel could."""
+    return (f"verdict: no kernel could run: {reason}; the arms ran on the CPU (site digests recorded) but CUPTI, "
+            "the cuBLASLt log, ncu and nsys had no GPU work to observe. On this machine use the CPU backend: --device cpu")
