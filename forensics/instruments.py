@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from forensics.cpu_ops import mkl_launch_role, onednn_launch_role
 from forensics.kernel_names import cublas_launch_role
 
 LAUNCHES, CALLS, CONTEXT, UNREAD = "launches", "calls", "context", "unread"
@@ -63,13 +64,35 @@ class Instrument:
     launch_role: Callable[[str | None], str | None] | None = None
     confirms: str = ""  # CALLS only: which launches it can confirm, in words ("GEMM kernels only")
     notes: tuple[str, ...] = field(default=())
+    #: CALLS only, "module:function" (calls, sites) -> calls with ``site_label``/``attributed_by``;
+    #: None: the generic host-order + problem-descriptor attribution of forensics.judge.analysis.
+    attributor: str | None = None
+    #: CALLS only, "module:function" (instrument, scope launches, scope calls) -> {matched, calls, groups,
+    #: detail}; None: one call to one launch group (cuBLAS). The CPU logs issue many calls per op.
+    matcher: str | None = None
+    #: CALLS only: the columns that make the library's "algo descriptor" (compared across arms).
+    algo_columns: tuple[str, ...] = ()
 
     def read(self, path: Any) -> Any:
         """Call this instrument's reader on ``path``."""
         if not self.reader:
             raise ValueError(f"instrument {self.name} has no reader")
-        module, _, func = self.reader.partition(":")
-        return getattr(importlib.import_module(module), func)(path)
+        return _resolve(self.reader)(path)
+
+    def attribute(self, calls: Any, sites: Any) -> Any:
+        """This log's own attribution of its calls to site occurrences (``attributor``)."""
+        return _resolve(self.attributor)(calls, sites)
+
+    def match(self, launches: Any, calls: Any) -> dict[str, Any]:
+        """This log's own matching of one scope's calls to its launches (``matcher``)."""
+        return _resolve(self.matcher)(self, launches, calls)
+
+
+def _resolve(path: str | None) -> Callable[..., Any]:
+    if not path:
+        raise ValueError("no function given")
+    module, _, func = path.partition(":")
+    return getattr(importlib.import_module(module), func)
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
@@ -79,6 +102,13 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "no Nsight Compute report (.ncu-rep or its CSV export): the independent replay count is missing"),
     Family("cublaslt", "cuBLASLt log", "cuBLASLt", CUDA,
            "no cuBLASLt log (CUBLASLT_LOG_LEVEL): no algo descriptor, no library-side call count"),
+    # CPU backend (docs/cpu-backend.md): the profiler in CUPTI's part, the two library logs in the cuBLASLt log's
+    Family("torch_profiler", "torch.profiler (CPU ops)", "profiler", CPU,
+           "no torch.profiler CPU trace (torchprof.<pid>.json.gz): no implementation op per site occurrence"),
+    Family("onednn", "oneDNN verbose log", "oneDNN", CPU,
+           "no oneDNN verbose log (onednn.<pid>.log): no oneDNN primitive ran inside the window, or its log was off"),
+    Family("mkl", "oneMKL verbose log", "oneMKL", CPU,
+           "no oneMKL verbose log (mkl.<pid>.log): no oneMKL call ran inside the window, or its log was off"),
 )}
 
 INSTRUMENTS: tuple[Instrument, ...] = (
@@ -87,6 +117,7 @@ INSTRUMENTS: tuple[Instrument, ...] = (
                label="site probe records (NVTX/CUPTI external ids, digests)"),
     Instrument("optrace", CONTEXT, ("trace*.jsonl", "rank_*.jsonl"), label="op trace"),
     Instrument("environment", CONTEXT, ("environment.json",), label="captured environment"),
+    Instrument("cpuprobe", CONTEXT, ("cpuprobe*.jsonl",), label="CPU probe status (instruments on, files, losses)"),
     # --- CUDA launch counters, CUPTI family in order of preference
     Instrument("cupti", LAUNCHES, ("cupti*.jsonl",), CUDA, "cupti", "parsers.cupti_jsonl:read_kernels",
                "CUPTI activity records (cupti-python)",
@@ -109,11 +140,32 @@ INSTRUMENTS: tuple[Instrument, ...] = (
     Instrument("cublaslt", CALLS, ("cublaslt*.log",), CUDA, "cublaslt", "parsers.cublaslt:read_calls",
                "cuBLASLt log (CUBLASLT_LOG_LEVEL)", unit="cuBLASLt matmul calls",
                names=("algo descriptor", "problem descriptor (m, n, k, types, layouts)", "library version"),
-               launch_role=cublas_launch_role, confirms="GEMM kernels only"),
+               launch_role=cublas_launch_role, confirms="GEMM kernels only",
+               algo_columns=("algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme",
+                             "cta_swizzling", "cluster_shape")),
     Instrument("cublas", CALLS, ("cublas_legacy*.log", "cublas.*.log"), CUDA, "cublaslt",
                "parsers.cublas_legacy:read_matmul_calls", "legacy cuBLAS log (CUBLAS_LOGINFO_DBG)",
                unit="cuBLAS GEMM calls", names=("problem descriptor (m, n, k, types, layouts)", "library version"),
                launch_role=cublas_launch_role, confirms="GEMM kernels only"),
+    # --- CPU backend: the profiler's implementation ops, the libraries' own logs (after the CUDA entries: their globs do not overlap)
+    Instrument("torch_profiler", LAUNCHES, ("torchprof*.json*",), CPU, "torch_profiler",
+               "parsers.torch_profiler_cpu:read_ops", "torch.profiler CPU trace (record_function per site occurrence)",
+               names=("implementation op below the dispatcher", "input shapes", "thread", "site occurrence (range)"),
+               unit="implementation-op execution(s)"),
+    Instrument("onednn", CALLS, ("onednn.*.log", "onednn_*.log"), CPU, "onednn", "parsers.onednn_verbose:read_calls",
+               "oneDNN verbose log (ONEDNN_VERBOSE, ONEDNN_VERBOSE_TIMESTAMP)", unit="oneDNN primitive executions",
+               names=("primitive implementation and ISA (jit_1x1:avx2)", "prop kind", "memory descriptors",
+                      "problem descriptor", "start time"),
+               launch_role=onednn_launch_role, confirms="ops that call oneDNN (mkldnn_*, and GEMMs it may serve)",
+               attributor="forensics.judge.cpu:attribute_onednn", matcher="forensics.judge.cpu:match",
+               algo_columns=("primitive", "implementation", "prop_kind", "dtypes")),
+    Instrument("mkl", CALLS, ("mkl.*.log", "mkl_*.log"), CPU, "mkl", "parsers.mkl_verbose:read_calls",
+               "oneMKL verbose log (MKL_VERBOSE, MKL_VERBOSE_OUTPUT_FILE)", unit="oneMKL calls",
+               names=("BLAS routine (SGEMM, DGEMM, SGEMV...)", "problem descriptor (m, n, k, transposes, ld)",
+                      "CNR mode", "threads", "library version"),
+               launch_role=mkl_launch_role, confirms="ops that call oneMKL (thnn convolution, BLAS GEMM/GEMV)",
+               attributor="forensics.judge.cpu:attribute_mkl", matcher="forensics.judge.cpu:match",
+               algo_columns=("routine", "cnr", "nthr")),
     # --- needs conversion first
     Instrument("nsys_rep", UNREAD, ("*.nsys-rep", "*.qdrep"), CUDA,
                label="Nsight Systems report (run `nsys export --type sqlite`)"),
@@ -176,6 +228,20 @@ def can_confirm(family: str, kernel: str | None) -> bool:
         if i.role == LAUNCHES or (i.role == CALLS and i.launch_role is not None and i.launch_role(kernel) is not None):
             return True
     return False
+
+
+def algo_columns() -> list[str]:
+    """Every call log's algo-descriptor columns, in registry order (compared across arms)."""
+    out: list[str] = []
+    for i in INSTRUMENTS:
+        out += [c for c in i.algo_columns if c not in out]
+    return out
+
+
+def device_of(name: str | None) -> str | None:
+    """The device of an instrument (cuda | cpu), None for context files and unknown names."""
+    inst = _BY_NAME.get(name) if isinstance(name, str) else None
+    return inst.device if inst else None
 
 
 def file_patterns() -> list[tuple[str, str]]:

@@ -211,3 +211,13 @@ def read_log(path: str | PathLike[str]) -> MklLog:
         if dtype != "object":
             df[col] = df[col].astype(dtype)
     return MklLog(p, df[list(COLUMNS)], versions, headers, notes)
+
+
+def read_calls(path: str | PathLike[str]) -> pd.DataFrame:
+    """The call frame of :func:`read_log` (the instrument registry's reader); what was dropped is in
+    ``attrs["problems"]`` and the library version in ``attrs["versions"]``."""
+    log = read_log(path)
+    df = log.calls.copy()
+    df.attrs["problems"] = list(log.notes)
+    df.attrs["versions"] = list(log.versions)
+    return df

@@ -235,3 +235,13 @@ def read_log(path: str | PathLike[str], foreign: str = "error") -> OnednnLog:
     info.pop("_component", None)
     return OnednnLog(p, _frame(execs, COLUMNS), _frame(creates, COLUMNS), _frame(others, OTHER_COLUMNS), info, notes,
                      n_foreign)
+
+
+def read_calls(path: str | PathLike[str]) -> pd.DataFrame:
+    """One row per primitive execution (``execs`` of :func:`read_log`), the instrument registry's
+    reader; notes in ``attrs["problems"]``, version/ISA facts in ``attrs["info"]``."""
+    log = read_log(path)
+    df = log.execs.copy()
+    df.attrs["problems"] = list(log.notes)
+    df.attrs["info"] = {k: v for k, v in log.info.items() if k != "lines"}
+    return df

@@ -81,20 +81,20 @@ def test_dynamic_without_gpu_says_so_in_one_line_and_keeps_the_static_result(tre
     import forensics.capture.passes
 
     monkeypatch.setattr(forensics.capture.passes, "cuda_status", lambda timeout_s=60: (False, "no CUDA device visible (test)"))
-    code = main(["knob", KNOB, "--path", str(tree), "--site", "gemm:NT:acc0:grad1", "--values", "0,1", "--",
-                 "python", str(_script(tmp_path))])
+    code = main(["knob", KNOB, "--path", str(tree), "--site", "gemm:NT:acc0:grad1", "--values", "0,1", "--device",
+                 "cuda", "--", "python", str(_script(tmp_path))])
     assert code == EXIT_UNAVAILABLE
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("forensics knob: dynamic scope needs a CUDA GPU")
+    assert len(err) == 1 and err[0].startswith("forensics knob: dynamic scope on --device cuda needs a CUDA GPU")
     assert "Python reads: 1" in captured.out and "scope gemm:NT:acc0:grad1" in captured.out
     assert "train.py:4 sets MY_DET_KNOB after CUDA is in use" in captured.out.replace("\n", "")
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU may be present: the real no-GPU path cannot be shown")
 def test_dynamic_on_this_cpu_machine_is_unavailable(tree, tmp_path, capsys):
-    code = main(["knob", KNOB, "--path", str(tree), "--site", "gemm:NT:acc0:grad1", "--values", ":0:0", "--",
-                 "python", str(_script(tmp_path))])
+    code = main(["knob", KNOB, "--path", str(tree), "--site", "gemm:NT:acc0:grad1", "--values", ":0:0", "--device",
+                 "cuda", "--", "python", str(_script(tmp_path))])
     assert code == EXIT_UNAVAILABLE
     assert "dynamic scope" in capsys.readouterr().err
 

@@ -240,13 +240,10 @@ def _report_missing(cap: Capture) -> None:
     if not cap.files:
         cap.missing.append("no instrument files found (empty capture)")
         return
-    cupti_family = present & {"cupti", "kineto", "nsys"}
-    if not cupti_family:
-        cap.missing.append("no CUPTI-family instrument (cupti.jsonl, kineto trace or nsys .sqlite)")
-    if "ncu" not in present and "ncu_csv" not in present:
-        cap.missing.append("no Nsight Compute report (.ncu-rep): the independent replay count is missing")
-    if "cublaslt" not in present:
-        cap.missing.append("no cuBLASLt log (CUBLASLT_LOG_LEVEL): no algo descriptor, no library-side call count")
+    # one line per counting family of the capture's device(s) with no member present (the registry's words)
+    from forensics import instruments as reg  # noqa: PLC0415
+
+    cap.missing.extend(reg.missing_families(present))
     if "sites" not in present:
         cap.missing.append("no site JSONL (sites.jsonl): no digests, kernels cannot be tied to site occurrences by id")
     if "nsys_rep" in present and "nsys" not in present:

@@ -1,7 +1,8 @@
 """`forensics knob NAME [--site SITE] [--path DIR ...] [--values 0,1] [--json F] [--no-cache] [-- CMD ...]`.
 
 Static scope always; dynamic scope (one arm per value through the capture path) when ``--values``
-and a command are given and a CUDA GPU is present. Exit 0: report written; 2: bad command line;
+and a command are given (on a CUDA GPU; on the CPU backend where none is present, or with ``--device cpu``).
+Exit 0: report written; 2: bad command line;
 3: bad input, including files or directories under the scanned paths that could not be read (the
 report is printed first and lists them); 4: dynamic scope asked for but unavailable here (the static
 report is still printed).
@@ -38,7 +39,8 @@ def register(app: typer.Typer) -> None:
         steps: str = typer.Option("1-2", "--steps", help="step window of the dynamic capture"),
         jobs: int | None = typer.Option(None, "--jobs", help="worker processes for the static scan (default: CPU count, max 8)"),
         device: str = typer.Option("auto", "--device", help="code path of the site: cuda, cpu or auto (cuda when Transformer Engine "
-                                   "is under the scanned paths, cpu when their torch is a CPU build, else cuda)"),
+                                   "is under the scanned paths, cpu when their torch is a CPU build, else cuda); also the capture "
+                                   "backend of the dynamic arms (auto: cuda when a GPU is present, else cpu)"),
     ) -> None:
         from forensics.knobs import check_knob_name, scan  # noqa: PLC0415
         from forensics.knobs.catalog import lookup  # noqa: PLC0415
@@ -80,7 +82,8 @@ def register(app: typer.Typer) -> None:
         if value_list:
             try:
                 report.dynamic = run_dynamic(name, str(parsed_site), value_list, list(command or []),
-                                             out=str(out) if out else None, steps=steps)
+                                             out=str(out) if out else None, steps=steps,
+                                             device=None if device == "auto" else device)
             except Unavailable as e:
                 report.dynamic_unavailable = str(e)
                 code = EXIT_UNAVAILABLE

@@ -207,6 +207,13 @@ def attribute_calls(calls: pd.DataFrame, sites: pd.DataFrame, lookahead: int = 6
     order take the next call whose (m, n) equals the occurrence's and whose k is one of its
     operand dimensions. Calls that match nothing stay unattributed (``site_label`` None).
     """
+    own = [i for i in reg.of_role(reg.CALLS) if i.attributor and "instrument" in calls.columns
+           and (calls["instrument"] == i.name).any()]
+    if own:  # logs with an attribution of their own (the CPU backend's: timestamps, file offsets)
+        mask = calls["instrument"].isin([i.name for i in own])
+        parts = [i.attribute(calls[calls["instrument"] == i.name], sites) for i in own]
+        rest = attribute_calls(calls[~mask], sites, lookahead) if (~mask).any() else None
+        return pd.concat(parts + ([rest] if rest is not None else []), sort=False).loc[calls.index]
     calls = calls.copy()
     calls["site_label"] = pd.Series([None] * len(calls), dtype="object", index=calls.index)
     if not len(sites):
@@ -385,6 +392,15 @@ def match_calls(lf: pd.DataFrame, cf: pd.DataFrame) -> tuple[dict[tuple, int], p
         ref_fam = next((f for f in launch_fams if len(here) and (here["family"] == f).any()), None)
         ref = _launch_order(here[here["family"] == ref_fam]) if ref_fam else here.iloc[0:0]
         calls = calls.sort_values(["file", "line"], kind="stable") if "line" in calls.columns else calls
+        if inst is not None and inst.matcher:  # a log whose calls are not one per launch group (CPU libraries)
+            res = inst.match(ref, calls)
+            for k, n in res["matched"].items():
+                matched[(arm, rank, scope, k, inst_name)] = matched.get((arm, rank, scope, k, inst_name), 0) + n
+            rows.append({"arm": arm, "rank": rank, "scope": scope, "family": reg.family_of(inst_name),
+                         "instrument": inst_name, "calls": res["calls"], "groups": res["groups"],
+                         "reference": ref["instrument"].iloc[0] if len(ref) else None,
+                         "detail": res.get("detail"), "implementation": res.get("implementation")})
+            continue
         n_calls = n_groups = 0
         for pid, pcalls, plaunches in _by_pid(calls, ref):
             groups = _groups(plaunches, role) if role is not None and len(plaunches) else []
@@ -430,6 +446,8 @@ def judge(counts: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
         sources: dict[str, str] = {}
         not_confirmable: list[str] = []
         uneven: list[str] = []
+        details: list[str] = []
+        implementation = None
         for fam in reg.counting_families():
             o = fams.get(fam)
             if o is None:
@@ -443,10 +461,18 @@ def judge(counts: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
                 if n_calls != n_groups:
                     uneven.append(f"{inst.label}: {n_calls} call(s) for {n_groups} launch group(s) "
                                   f"of its kernels in this scope (not one to one)")
+                if isinstance(o.get("detail"), str) and o["detail"]:
+                    details.append(o["detail"])
+                if isinstance(o.get("implementation"), str) and implementation is None:
+                    implementation = o["implementation"]
             value = r.get(inst.name)
             by_family[fam] = 0 if value is None or value is pd.NA else int(value)
             sources[fam] = inst.name
         verdict, reason = _rule(by_family, sources, not_confirmable, uneven, name)
+        if implementation and verdict == NAMED:
+            reason = f"{name} -> {implementation}: {reason}"
+        if details:
+            reason += " [" + "; ".join(details) + "]"
         cupti_src = sources.get("cupti")
         rows.append({
             "arm": r["arm"], "rank": r["rank"], "scope": r["scope"], "kernel": r["kernel"], "mangled": r["mangled"],
@@ -477,9 +503,13 @@ def _rule(by_family: dict[str, int], sources: dict[str, str], not_confirmable: l
         return DISAGREE, f"launch counts {text}; " + "; ".join(uneven)
     if len(values) == 1 and next(iter(values)) > 0:
         src = " + ".join(f"{f}:{sources[f]}" if sources.get(f) != f else f for f in by_family)
-        units = [reg.get(sources[f]).unit for f in by_family if reg.get(sources[f]) and reg.get(sources[f]).role == reg.CALLS]
+        call_logs = [reg.get(sources[f]) for f in by_family if reg.get(sources[f]) and reg.get(sources[f]).role == reg.CALLS]
+        counted = next((reg.get(sources[f]).unit for f in by_family
+                        if reg.get(sources[f]) and reg.get(sources[f]).role == reg.LAUNCHES), "kernel launches")
+        what = "launch(es)" if counted == "kernel launches" else counted
+        units = [i.unit for i in call_logs if not i.matcher]
         how = f" ({', '.join(units)} matched one to one to their launches in host order)" if units else ""
-        return NAMED, f"{src} agree on {next(iter(values))} launch(es){how}"
+        return NAMED, f"{src} agree on {next(iter(values))} {what}{how}"
     return DISAGREE, f"launch counts differ: {text}"
 
 

@@ -24,9 +24,9 @@ from forensics.kernel_names import kernel_family  # noqa: F401  (re-exported: ve
 LAUNCH_PREFERENCE = instruments.names_of_role(instruments.LAUNCHES)
 #: Call logs in order of preference (cuBLASLt over legacy cuBLAS).
 CALL_PREFERENCE = instruments.names_of_role(instruments.CALLS)
-#: Algo descriptor columns compared across arms (cuBLASLt log).
-ALGO_COLUMNS = ["algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme",
-                "cta_swizzling", "cluster_shape"]
+#: Algo descriptor columns compared across arms: every call log's, from the registry (cuBLASLt's algo
+#: id, tile, stages, ...; oneDNN's primitive implementation; oneMKL's routine, CNR mode and threads).
+ALGO_COLUMNS = instruments.algo_columns()
 
 
 @dataclass
@@ -83,7 +83,8 @@ _SLIM = {"instrument", "folder", "file", "line", "arm", "rank", "pid", "site_lab
          "short_name", "grid", "block", "start_ns", "end_ns", "correlation_id", "external_id", "m", "n", "k",
          "transa", "transb", "layout", "a_type", "b_type", "c_type", "d_type", "compute_type", "scale_type",
          "epilogue", "beta", "raw", "lda", "ldb", "ldc", "ldd", "algo_id", "tile", "stages", "custom_option",
-         "num_splits_k", "reduction_scheme", "cta_swizzling", "cluster_shape", "scheduling_mode", "inner_shape"}
+         "num_splits_k", "reduction_scheme", "cta_swizzling", "cluster_shape", "scheduling_mode", "inner_shape",
+         "tid", "input_dims", "problem_desc", "attributed_by", *ALGO_COLUMNS}
 
 
 def missing(v: Any) -> bool:

@@ -173,11 +173,37 @@ class DynamicResult:
     summary: list[str] = field(default_factory=list)
     passes: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    reach: list[str] = field(default_factory=list)  # one verdict line per toggle arm (reach_line)
+    device: str | None = None  # the capture backend the arms ran on (cuda | cpu)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "site": self.site, "values": self.values, "capture_dir": self.capture_dir,
-                "arms": self.arms, "toggles": self.toggles, "summary": self.summary, "passes": self.passes,
-                "error": self.error}
+                "arms": self.arms, "toggles": self.toggles, "summary": self.summary, "reach": self.reach,
+                "passes": self.passes, "error": self.error, "device": self.device}
+
+
+def reach_line(r: Any) -> str:
+    """One toggle arm's dynamic verdict: does flipping the knob change what runs at the site?
+
+    REACHES when the kernel (implementation) or its algo descriptor changed at the site; NOT SEEN
+    when both were captured and unchanged (a static scan or another site may still show it read);
+    UNKNOWN otherwise. A bit change alone is reported but proves reach only when the replica arms
+    are bit-identical (``baseline_run_to_run``).
+    """
+    knob = ", ".join(f"{k}={v}" for k, v in getattr(r, "toggle", {}).items())
+    kernel, algo = getattr(r, "kernel_changed", None), getattr(r, "algo_changed", None)
+    if not getattr(r, "comparable", True):
+        return f"{knob}: reach UNKNOWN (arms not comparable)"
+    changed = [w for w, v in (("kernel", kernel), ("algo descriptor", algo)) if v]
+    if changed:
+        return f"{knob}: REACHES the site ({' and '.join(changed)} changed at the site, from the captured records)"
+    run_to_run = getattr(r, "baseline_run_to_run", None)
+    replicas_equal = bool(run_to_run) and "bit-identical" in run_to_run
+    if getattr(r, "bits_changed", None) and replicas_equal:
+        return f"{knob}: REACHES the site (bits changed while the replica arms are bit-identical; kernel and algo unchanged)"
+    if kernel is False and algo is False:
+        return f"{knob}: change NOT SEEN at the site (kernel and algo descriptor unchanged)"
+    return f"{knob}: reach UNKNOWN (kernel/algo not captured at the site)"
 
 
 def env_arms(name: str, values: list[str]) -> dict[str, dict[str, str]]:
@@ -192,8 +218,11 @@ def env_arms(name: str, values: list[str]) -> dict[str, dict[str, str]]:
     return arms
 
 
-def check_available() -> None:
-    """Raise :class:`Unavailable` (one line) unless the capture path can run here."""
+def check_available(device: str | None = None) -> str:
+    """The capture backend to use (cuda | cpu); :class:`Unavailable` (one line) when it cannot run here.
+
+    ``device=None``: cuda when a CUDA device is present, else the CPU backend (docs/cpu-backend.md).
+    """
     try:
         from forensics.capture import kernel as _kernel  # noqa: F401, PLC0415
         from forensics.judge import verdicts as _verdicts  # noqa: F401, PLC0415
@@ -202,22 +231,27 @@ def check_available() -> None:
     try:
         from forensics.capture.passes import cuda_status  # noqa: PLC0415
     except ImportError:
-        return
+        return device or "cuda"
     ok, reason = cuda_status()
-    if not ok:
-        raise Unavailable(f"dynamic scope needs a CUDA GPU: {reason}; static result above")
+    if device in (None, "") and not ok:
+        return "cpu"
+    if device == "cuda" and not ok:
+        raise Unavailable(f"dynamic scope on --device cuda needs a CUDA GPU: {reason}; static result above")
+    return device or "cuda"
 
 
 def run_dynamic(name: str, site: str, values: list[str], command: list[str], *, out: str | None = None,
-                steps: str = "1-2", timeout_s: float = 1800, progress: bool = True) -> DynamicResult:
+                steps: str = "1-2", timeout_s: float = 1800, progress: bool = True,
+                device: str | None = None) -> DynamicResult:
     """Capture one arm per value (plus the baseline replicas) and report what changed at the site."""
-    check_available()
+    dev = check_available(device)
     from forensics.capture.kernel import run_kernel  # noqa: PLC0415
     from forensics.judge.verdicts import toggle_report  # noqa: PLC0415
 
     arms = env_arms(name, values)
-    kr = run_kernel(site, command, steps=steps, env_arms=arms, out=out, timeout_s=timeout_s, progress=progress)
-    result = DynamicResult(name, site, values, str(kr.capture_dir), arms,
+    kr = run_kernel(site, command, steps=steps, env_arms=arms, out=out, timeout_s=timeout_s, progress=progress,
+                    device=dev)
+    result = DynamicResult(name, site, values, str(kr.capture_dir), arms, device=dev,
                            passes=[{"name": p.name, "arm": p.arm, "status": p.status, "reason": p.reason} for p in kr.passes])
     try:
         report = toggle_report(kr.capture_dir, site=site, names=[name])
@@ -227,6 +261,7 @@ def run_dynamic(name: str, site: str, values: list[str], command: list[str], *, 
     for r in report.for_knob(name):
         result.toggles.append(r.to_dict())
         result.summary.append(r.summary())
+        result.reach.append(reach_line(r))
     if not result.toggles:
         result.error = "no arm with this knob's toggle was comparable at the site (see the capture's pass logs)"
     return result

@@ -134,6 +134,8 @@ def render(report: KnobReport, console: Console | None = None) -> None:
         _say(console, f"dynamic ({d.capture_dir}):", "bold")
         for line in d.summary or ["(no comparable toggle arm)"]:
             _say(console, f"  {line}")
+        for line in getattr(d, "reach", []):
+            _say(console, f"  {line}")
         if d.error:
             _say(console, f"  {d.error}")
     for note in report.notes:
@@ -247,7 +249,7 @@ def bundle_section(report: KnobReport) -> dict[str, Any]:
         lines += [f"- note: {_md(n)}" for n in v.notes]
     lines += [f"- warning: {_md(x.message)}" for x in report.late]
     if report.dynamic is not None:
-        lines += ["", "Dynamic (one arm per value):"] + [f"- {x}" for x in report.dynamic.summary]
+        lines += ["", "Dynamic (one arm per value):"] + [f"- {x}" for x in report.dynamic.summary + report.dynamic.reach]
     elif report.dynamic_unavailable:
         lines += ["", f"Dynamic: not run ({report.dynamic_unavailable})."]
     data["unreadable"] = [{"path": _rel(u["path"], s.paths), "reason": u["reason"]} for u in data["unreadable"]]

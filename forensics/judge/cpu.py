@@ -1,0 +1,188 @@
+"""The CPU backend's judging rules: which site occurrence a library log line belongs to, and how a
+scope's library calls confirm the implementation ops the profiler saw there.
+
+Called through the instrument registry (``Instrument.attribute`` and ``Instrument.matcher`` of the
+``onednn`` and ``mkl`` entries), so :mod:`forensics.judge.analysis` runs the same two-instrument
+rule on both backends.
+
+**Attribution** (:func:`attribute_onednn`, :func:`attribute_mkl`). The library logs carry no
+NVTX range and no correlation id; the site probe records, for every occurrence, what the logs can
+be compared with (``cpu`` in ``sites.jsonl``: ``t0_ns``/``t1_ns`` from ``time.time_ns()``
+around the call, the calling thread, and the size of the process's oneMKL log before and after
+the call). A oneDNN line belongs to the occurrence whose ``[t0_ns, t1_ns]`` holds its timestamp
+(``ONEDNN_VERBOSE_TIMESTAMP``: the primitive's start, same clock); a oneMKL line to the
+occurrence whose recorded byte range of ``mkl.<pid>.log`` holds it (oneMKL writes each line when
+the call returns). Only the same process's occurrences are considered (pid from the file name).
+Every call keeps ``attributed_by``; a line outside every occurrence stays unattributed.
+
+**Unit compared** (:func:`match`). One implementation op may issue several library calls (the
+thnn path of a 1x1 Conv1d over a batch of 4: four ``SGEMM`` under one
+``aten::_slow_conv2d_forward``; ``aten::mkldnn_convolution``: reorder, convolution, reorder).
+So the unit both instruments count is **implementation-op executions**: the profiler counts the
+op's events in the scope; the library log counts the executions its calls were issued under. With
+one confirmable execution in the scope, all the scope's calls of that library are its calls (one
+group). With several, the calls can be split only when there is one call per execution (then
+they pair in order); otherwise the log cannot say which execution issued which call and the
+scope is reported as not one to one (DISAGREE, with the counts). The verdict says the unit and
+how many library calls stood behind each execution.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from forensics.cpu_ops import LIBRARY
+
+
+# --------------------------------------------------------------------------- attribution
+def _occurrences(sites: pd.DataFrame) -> dict[tuple, list[dict[str, Any]]]:
+    """(folder, rank, pid) -> the site records that carry a ``cpu`` bracket, in record order."""
+    out: dict[tuple, list[dict[str, Any]]] = {}
+    if sites is None or not len(sites) or "cpu" not in sites.columns:
+        return out
+    for r in sites.to_dict("records"):
+        cpu = r.get("cpu")
+        if not isinstance(cpu, dict) or r.get("pid") is None or pd.isna(r.get("pid")):
+            continue
+        out.setdefault((r.get("folder"), int(r["rank"]) if pd.notna(r.get("rank")) else None, int(r["pid"])),
+                       []).append({"label": r["label"], **cpu})
+    return out
+
+
+def _frame_keys(calls: pd.DataFrame):
+    for (folder, rank, pid), g in calls.groupby(["folder", "rank", "pid"], dropna=False, sort=False):
+        yield (folder, None if pd.isna(rank) else int(rank), None if pd.isna(pid) else int(pid)), g
+
+
+def attribute_onednn(calls: pd.DataFrame, sites: pd.DataFrame) -> pd.DataFrame:
+    """``site_label`` and ``attributed_by`` for oneDNN primitive executions: timestamp inside an occurrence."""
+    calls = calls.copy()
+    labels = pd.Series([None] * len(calls), index=calls.index, dtype="object")
+    how = pd.Series([None] * len(calls), index=calls.index, dtype="object")
+    occ = _occurrences(sites)
+    for key, g in _frame_keys(calls):
+        spans = [(o["t0_ns"], o["t1_ns"], o["label"]) for o in occ.get(key, []) if o.get("t0_ns") and o.get("t1_ns")]
+        if not spans:
+            how.loc[g.index] = "unattributed: no site occurrence of this process recorded a time bracket"
+            continue
+        for idx, ts in zip(g.index, g["ts_ns"]):
+            if ts is None or pd.isna(ts):
+                how.at[idx] = "unattributed: the line has no timestamp (ONEDNN_VERBOSE_TIMESTAMP was off)"
+                continue
+            hit = [s for s in spans if s[0] <= int(ts) <= s[1]]
+            if len(hit) == 1:
+                labels.at[idx] = hit[0][2]
+                how.at[idx] = "timestamp within the occurrence's [t0, t1] (same process)"
+            else:
+                how.at[idx] = ("unattributed: timestamp outside every site occurrence" if not hit else
+                               f"unattributed: timestamp inside {len(hit)} overlapping occurrences")
+    calls["site_label"] = labels
+    calls["attributed_by"] = how
+    return calls
+
+
+def attribute_mkl(calls: pd.DataFrame, sites: pd.DataFrame) -> pd.DataFrame:
+    """``site_label`` and ``attributed_by`` for oneMKL calls: the line lies in the byte range the
+    occurrence recorded for the same file (its size before and after the call)."""
+    calls = calls.copy()
+    labels = pd.Series([None] * len(calls), index=calls.index, dtype="object")
+    how = pd.Series([None] * len(calls), index=calls.index, dtype="object")
+    occ = _occurrences(sites)
+    for key, g in _frame_keys(calls):
+        files = set(g["file"].map(lambda p: Path(str(p)).name))
+        spans = [(o["mkl_span"][0], o["mkl_span"][1], o["label"]) for o in occ.get(key, [])
+                 if isinstance(o.get("mkl_span"), list) and len(o["mkl_span"]) == 2 and None not in o["mkl_span"]
+                 and (o.get("mkl_file") is None or o.get("mkl_file") in files)]
+        if not spans:
+            how.loc[g.index] = "unattributed: no site occurrence of this process recorded the oneMKL file's size"
+            continue
+        for idx, start, end in zip(g.index, g["offset"], g["end_offset"]):
+            hit = [s for s in spans if s[0] <= int(start) and int(end) <= s[1]]
+            if len(hit) == 1:
+                labels.at[idx] = hit[0][2]
+                how.at[idx] = "file offset within the size the occurrence recorded before and after its call"
+            else:
+                how.at[idx] = "unattributed: written outside every site occurrence" if not hit else \
+                    f"unattributed: inside {len(hit)} overlapping occurrences"
+    calls["site_label"] = labels
+    calls["attributed_by"] = how
+    return calls
+
+
+# --------------------------------------------------------------------------- matching
+def describe_calls(calls: pd.DataFrame, instrument: str) -> str:
+    """``SGEMM(N,N,8,16,8) CNR:OFF NThr:1 x4`` / ``convolution jit_1x1:avx2 forward_training x1 + reorder jit:blk x2``."""
+    if not len(calls):
+        return "no calls"
+    items: Counter[str] = Counter()
+    for r in calls.to_dict("records"):
+        if instrument == "mkl":
+            desc = f"{r.get('routine')}"
+            if r.get("m") is not None and not pd.isna(r.get("m")):
+                t = ",".join(str(x) for x in (r.get("transa"), r.get("transb")) if isinstance(x, str))
+                dims = ",".join(str(int(r[x])) for x in ("m", "n", "k") if r.get(x) is not None and not pd.isna(r[x]))
+                desc += f"({t},{dims})" if t else f"({dims})"
+            desc += f" CNR:{r.get('cnr')} NThr:{r.get('nthr')}"
+        else:
+            desc = f"{r.get('primitive')} {r.get('implementation')}"
+            if r.get("prop_kind") not in (None, "undef") and not pd.isna(r.get("prop_kind")):
+                desc += f" {r.get('prop_kind')}"
+        items[desc] += 1
+    ordered = sorted(items.items(), key=lambda kv: (" reorder " in f" {kv[0]} ", -kv[1]))
+    return " + ".join(f"{d} x{n}" for d, n in ordered)
+
+
+def main_call(calls: pd.DataFrame, instrument: str) -> str | None:
+    """The library implementation a verdict names: oneMKL's routine, oneDNN's compute primitive (not a reorder)."""
+    if not len(calls):
+        return None
+    if instrument == "onednn":
+        compute = calls[calls["primitive"] != "reorder"]
+        row = (compute if len(compute) else calls).iloc[0]
+        return f"oneDNN {row['primitive']} {row['implementation']}"
+    row = calls.iloc[0]
+    return f"oneMKL {row['routine']}"
+
+
+def match(inst: Any, launches: pd.DataFrame, calls: pd.DataFrame) -> dict[str, Any]:
+    """Match one scope's library calls (host order) to the implementation-op executions the profiler saw.
+
+    ``launches``: the scope's launch-counter rows in launch order; ``calls``: the scope's calls of
+    ``inst``. Returns ``matched`` ({launch key: executions confirmed}), ``calls`` (call groups: one
+    per execution the calls were issued under), ``groups`` (confirmable executions) and ``detail``.
+    """
+    role = inst.launch_role
+    names = [k if not isinstance(n, str) or not n else n for k, n in zip(launches.get("key", []), launches.get("kernel", []))]
+    conf = [i for i, name in enumerate(names) if role is not None and role(name) is not None]
+    lib = LIBRARY.get(inst.name, inst.name)
+    n_calls = len(calls)
+    out: dict[str, Any] = {"matched": {}, "calls": 0, "groups": len(conf), "library_calls": n_calls, "detail": ""}
+    if not n_calls:
+        return out
+    how = ""
+    if "attributed_by" in calls.columns and calls["attributed_by"].notna().any():
+        how = f"; {lib} lines attributed by {calls['attributed_by'].dropna().iloc[0].split(' (')[0]}"
+    if len(conf) == 1:
+        key = launches["key"].iloc[conf[0]]
+        out["matched"] = {key: 1}
+        out["calls"] = 1
+        out["detail"] = (f"unit compared: implementation-op executions; {lib} issued {n_calls} call(s) under "
+                         f"{names[conf[0]]}: {describe_calls(calls, inst.name)}{how}")
+        out["implementation"] = main_call(calls, inst.name)
+        return out
+    if len(conf) > 1 and n_calls == len(conf):
+        for i in conf:
+            k = launches["key"].iloc[i]
+            out["matched"][k] = out["matched"].get(k, 0) + 1
+        out["calls"] = n_calls
+        out["detail"] = (f"unit compared: implementation-op executions; one {lib} call per execution, in order: "
+                         f"{describe_calls(calls, inst.name)}{how}")
+        out["implementation"] = main_call(calls, inst.name)
+        return out
+    out["calls"] = 1 if conf else n_calls
+    out["detail"] = (f"{lib} logged {n_calls} call(s) ({describe_calls(calls, inst.name)}) in a scope with "
+                     f"{len(conf)} execution(s) it can serve: the log cannot tell which execution issued which call")
+    return out
