@@ -10,7 +10,7 @@ run, and prints MB/s for both and the ratio (target: parser >= 1/3 of grep).
     python benchmarks/bench_cublaslt.py [--size-mb 1024] [--repeat-grep 3] [--keep] [--per-line]
 
 ``read_log`` takes the vectorised path (numpy/Arrow, a helper thread locating the next chunk);
-``--per-line`` also times the per-line fallback path (``_read_log``) on the same file, in a
+``--per-line`` also times the per-line path (``read_log_per_line``) on the same file, in a
 child process so that its peak memory is its own.
 
 Exit status is non-zero only on error (a slow parser is reported, not failed).
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from parsers._text import format_kv  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "_data"
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 # (transa, transb, A stored, B stored, C, types A B C D, extra computeDesc, algo) -- SYNTHETIC shapes
 _SHAPES = [
@@ -76,7 +76,7 @@ def _compute(rng: random.Random, ta: str, tb: str, extra: list) -> list:
 
 
 def synthetic_lines(rng: random.Random, pid: int, t0: int):
-    """Endless SYNTHETIC log lines in the real §1.3/§1.4 format (roughly 8 Trace : 1 Api : 1 Info)."""
+    """Endless SYNTHETIC log lines in cuBLAS 13.10's format strings (parsers/cublaslt_grammar.py; 8 Trace : 2 Api)."""
     sec = t0
     while True:
         sec += 1
@@ -88,7 +88,7 @@ def synthetic_lines(rng: random.Random, pid: int, t0: int):
             ("Adesc", _desc(types[0], a)), ("Bdesc", _desc(types[1], b)), ("Cdesc", _desc(types[2], c)),
             ("Ddesc", _desc(types[3], c)), ("preference", [("maxWavesCount", "0.0"), ("maxWorkspaceSizeinBytes", "33554432")]),
             ("computeDesc", compute)])
-        yield f"{head}[Info][cublasLtMatmulAlgoGetHeuristic] returnAlgoCount=1"
+        yield f"{head}[Api][cublasLtMatmulDescCreate] matmulDesc={_ptr(rng)} computeType=COMPUTE_32F scaleType=0"
         for _ in range(8):
             ta, tb, a, b, c, types, cextra, algo = rng.choice(_SHAPES)
             cp = _ptr(rng)
@@ -135,13 +135,13 @@ def time_grep(path: Path, repeat: int) -> tuple[float, float, int]:
 
 
 def time_per_line(path: Path) -> tuple[float, float, float]:
-    """Wall s, CPU s and peak RSS MiB of the per-line path (``_read_log``) in a child process."""
+    """Wall s, CPU s and peak RSS MiB of the per-line path (``read_log_per_line``) in a child process."""
     code = (
         "import resource, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from parsers.cublaslt import _read_log\n"
+        "from parsers.cublaslt import read_log_per_line\n"
         "t, c = time.perf_counter(), time.process_time()\n"
-        f"_read_log({str(path)!r}, False)\n"
+        f"read_log_per_line({str(path)!r}, False)\n"
         "print(time.perf_counter() - t, time.process_time() - c,"
         " resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
     )

@@ -50,7 +50,10 @@ RANGE_COLUMNS: dict[str, str] = {
 }
 
 #: Matmul-call frame: one row per cuBLASLt/cuBLAS matmul call (see parsers.cublaslt).
-CALL_KEY_COLUMNS = ["m", "n", "k", "transa", "transb", "a_type", "b_type", "c_type", "d_type"]
+#: ``order`` is part of the key: ORDER_ROW and ORDER_COL operands are different problems (defaults filled:
+#: an order the log does not print is ORDER_COL).
+CALL_KEY_COLUMNS = ["m", "n", "k", "transa", "transb", "a_type", "b_type", "c_type", "d_type",
+                    "a_order", "b_order", "c_order", "d_order"]
 
 
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:

@@ -1,9 +1,9 @@
-"""The vectorised cuBLASLt path (``parsers.cublaslt._fast_read``) against the per-line path.
+"""The vectorised cuBLASLt reader (``parsers.cublaslt_fast``) against the per-line path.
 
-Logs here mix REAL lines (tests/data/cublaslt/real_lines.log, verbatim from
-instrument-formats.md §1.3-1.4) with SYNTHETIC lines: the benchmark's generator
-(``benchmarks/bench_cublaslt.synthetic_lines``, §1.3/§1.4 grammar) and the hand-written
-SYNTHETIC level-5 fixture, plus SYNTHETIC program output and odd-but-legal lines.
+Logs here mix REAL lines (tests/data/cublaslt/real_lines.log, verbatim) with SYNTHETIC lines: the
+benchmark's generator (``benchmarks/bench_cublaslt.synthetic_lines``, in cuBLAS 13.10's format
+strings) and the level-5 fixture RENDERED from those format strings, plus SYNTHETIC program
+output and odd-but-legal lines.
 """
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ import pandas as pd
 import pytest
 
 from forensics.errors import BadInput
-from parsers import cublaslt
+from parsers import cublaslt, cublaslt_fast
 from parsers._text import iter_byte_chunks, spans_array
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "cublaslt"
 REAL = DATA / "real_lines.log"
-SYNTH = DATA / "synthetic_level5.log"
+RENDERED = DATA / "rendered_level5.log"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_cublaslt import synthetic_lines  # noqa: E402
 
@@ -34,18 +34,17 @@ def mixed_log_lines(n_generated: int = 400, seed: int = 7) -> list[str]:
     """SYNTHETIC generated lines interleaved with the REAL and SYNTHETIC fixture lines and odd cases."""
     rng = random.Random(seed)
     generated = synthetic_lines(rng, pid=4242, t0=1_790_000_000)
-    fixtures = REAL.read_text().splitlines() + SYNTH.read_text().splitlines()
+    fixtures = REAL.read_text().splitlines() + RENDERED.read_text().splitlines()
     odd = [
         "epoch 1 loss=0.5 ptr=0X1234",  # program output (skipped), with a pointer-looking value
         "",  # blank line
-        # SYNTHETIC: a hex-looking integer (rows=0x10) makes the line non-templatable
-        "[cublasLt][1][Trace][cublasLtMatmul] A=0X5 Adesc=[type=R_32F rows=0x10 cols=3 ld=16] "
-        "Cdesc=[type=R_32F rows=16 cols=2 ld=16] stream=0X0",
-        # SYNTHETIC: no timestamp, lower-case pointers in a nested block, a different pid width
+        # SYNTHETIC: no timestamp, lower-case pointers, a different pid width, an unknown key in a block
         "[cublasLt][77][Trace][cublasLtMatmul] A=0x7f00 Adesc=[type=R_16F rows=8 cols=4 ld=8] "
-        "Bdesc=[type=R_16F rows=4 cols=2 ld=4] Cdesc=[type=R_16F rows=8 cols=2 ld=8] "
-        "computeDesc=[computeType=COMPUTE_32F future=[p=0xdead q=1]] stream=0X0",
-        "[2026-01-01 00:00:00][cublasLt][123456789][Info][cublasLtMatmulAlgoGetHeuristic] returnAlgoCount=3",
+        "B=0x7f40 Bdesc=[type=R_16F rows=4 cols=2 ld=4] C=0x7f80 Cdesc=[type=R_16F rows=8 cols=2 ld=8] "
+        "D=0x7f80 Ddesc=[type=R_16F rows=8 cols=2 ld=8] computeDesc=[computeType=COMPUTE_32F scaleType=R_32F "
+        "future=0xdead] algo=[algoId=21] workSpace=0X0 workSpaceSizeInBytes=0 beta=0 outOfPlace=0 stream=0X0",
+        "[2026-01-01 00:00:00][cublasLt][123456789][Info][cublasLtMatmulAlgoGetHeuristic] free text, then k=3",
+        # SYNTHETIC: the hipBLASLt-style "[out]" key of older fixtures: not cuBLASLt's format (noted, kept)
         "[2026-01-01 00:00:01][cublasLt][5][Api][cublasLtMatmulDescCreate] matmulDesc[out]=0X7FFD00001000 computeType=COMPUTE_32F",
     ]
     out: list[str] = []
@@ -78,18 +77,18 @@ def assert_same_log(fast: cublaslt.CublasLtLog, slow: cublaslt.CublasLtLog) -> N
 @pytest.mark.parametrize("chunk_bytes", [64 << 20, 4096, 1500])
 def test_fast_path_equals_per_line_path_row_by_row(tmp_path, monkeypatch, chunk_bytes):
     p = write(tmp_path, mixed_log_lines())
-    monkeypatch.setattr(cublaslt, "FAST_CHUNK_BYTES", chunk_bytes)  # 1500: lines straddle most chunks
-    fast = cublaslt._fast_read(p, False)  # raises _Fallback if the vectorised path gave up
-    slow = cublaslt._read_log(p, False)
+    monkeypatch.setattr(cublaslt_fast, "FAST_CHUNK_BYTES", chunk_bytes)  # 1500: lines straddle most chunks
+    fast = cublaslt_fast.fast_read(p, False)  # raises _Fallback if the vectorised path gave up
+    slow = cublaslt.read_log_per_line(p, False)
     assert_same_log(fast, slow)
-    assert len(fast.calls) > 350 and len(fast.heuristics) > 40 and fast.skipped_lines >= 1
+    assert len(fast.calls) > 340 and len(fast.heuristics) > 40 and fast.skipped_lines >= 1
     assert fast.calls.pointer_a.notna().all()
-    row = fast.calls[fast.calls.a_rows == 16].iloc[0]  # the non-templatable line, parsed on its own
-    assert row.pointer_a == "0X5" and row.m == 16
+    row = fast.calls[fast.calls.pid == 77].iloc[0]
+    assert row.pointer_a == "0x7f00" and row.m == 8 and row.extra["computeDesc.future"] == "0xdead"
 
 
 def test_fast_path_rows_own_their_dicts(tmp_path):
-    log = cublaslt._fast_read(write(tmp_path, mixed_log_lines(60)), False)
+    log = cublaslt_fast.fast_read(write(tmp_path, mixed_log_lines(60)), False)
     extra = log.calls.extra
     assert len({id(d) for d in extra}) == len(extra)
     before = extra[1].copy()
@@ -100,7 +99,7 @@ def test_fast_path_rows_own_their_dicts(tmp_path):
 def test_read_log_uses_the_fast_path_and_falls_back(tmp_path, monkeypatch):
     p = write(tmp_path, mixed_log_lines(50))
     calls = []
-    monkeypatch.setattr(cublaslt, "_read_log", lambda *a: calls.append(a) or "slow")
+    monkeypatch.setattr(cublaslt, "read_log_per_line", lambda *a: calls.append(a) or "slow")
     assert isinstance(cublaslt.read_log(p), cublaslt.CublasLtLog) and not calls
     crlf = tmp_path / "crlf.log"
     crlf.write_bytes(p.read_bytes().replace(b"\n", b"\r\n"))
@@ -116,9 +115,9 @@ def test_damage_gives_the_per_line_error(tmp_path, damage):
         text = text.rstrip("\n")[:-30]
         n = len(lines) - 1
     elif damage == "unterminated":
-        lines[n] = lines[n].split("] ", 1)[0] + "] A=0X1 Adesc=[type=R_32F rows=3"
+        lines[n] = "[cublasLt][7][Trace][cublasLtMatmul] A=0X1 Adesc=[type=R_32F rows=3"
     elif damage == "bad_int":
-        lines[n] = lines[n].split("] ", 1)[0] + "] A=0X1 Adesc=[type=R_32F rows=three cols=3 ld=3]"
+        lines[n] = "[cublasLt][7][Trace][cublasLtMatmul] A=0X1 Adesc=[type=R_32F rows=three cols=3 ld=3]"
     elif damage == "header":
         lines[n] = "[cublasLt][12x][Trace][cublasLtMatmul] A=0X0"
     elif damage == "legacy":
@@ -135,7 +134,7 @@ def test_damage_gives_the_per_line_error(tmp_path, damage):
     with pytest.raises(BadInput) as fast_err:
         cublaslt.read_log(p)
     with pytest.raises(BadInput) as slow_err:
-        cublaslt._read_log(p, False)
+        cublaslt.read_log_per_line(p, False)
     assert str(fast_err.value) == str(slow_err.value)
     assert fast_err.value.line == n + 1 and "\n" not in str(fast_err.value)
 
@@ -143,23 +142,23 @@ def test_damage_gives_the_per_line_error(tmp_path, damage):
 def test_cut_tail_is_handled_without_the_per_line_path(tmp_path):
     p = tmp_path / "cut.log"
     p.write_bytes(("\n".join(mixed_log_lines(30)) + "\n").encode()[:-40])
-    assert_same_log(cublaslt._fast_read(p, True), cublaslt._read_log(p, True))  # tolerated: dropped, noted
-    with pytest.raises(cublaslt._Final) as fast:
-        cublaslt._fast_read(p, False)
+    assert_same_log(cublaslt_fast.fast_read(p, True), cublaslt.read_log_per_line(p, True))  # tolerated: dropped, noted
+    with pytest.raises(cublaslt_fast.Final) as fast:
+        cublaslt_fast.fast_read(p, False)
     with pytest.raises(BadInput) as slow:
-        cublaslt._read_log(p, False)
+        cublaslt.read_log_per_line(p, False)
     assert str(fast.value.error) == str(slow.value) and "cut short" in str(slow.value)
 
 
 def test_helper_thread_stops_when_parsing_gives_up(tmp_path, monkeypatch):
     lines = mixed_log_lines(200)
-    lines[150] = lines[150].replace("outOfPlace=0", "outOfPlace=0 note=\x01", 1)  # the template step refuses \x01
+    lines[150] = lines[150].replace("stream=0X0", "stream=0X0 note=\x01", 1)  # the template step refuses \x01
     p = write(tmp_path, lines)
-    monkeypatch.setattr(cublaslt, "FAST_CHUNK_BYTES", 2048)
-    with pytest.raises(cublaslt._Fallback):
-        cublaslt._fast_read(p, False)
+    monkeypatch.setattr(cublaslt_fast, "FAST_CHUNK_BYTES", 2048)
+    with pytest.raises(cublaslt_fast.Fallback):
+        cublaslt_fast.fast_read(p, False)
     assert not [t for t in threading.enumerate() if t.name == "cublaslt-locate"]
-    assert_same_log(cublaslt.read_log(p), cublaslt._read_log(p, False))
+    assert_same_log(cublaslt.read_log(p), cublaslt.read_log_per_line(p, False))
 
 
 # --- byte helpers in parsers._text ---------------------------------------------------------------

@@ -18,7 +18,7 @@ from parsers._text import TokenError, flat_pairs, format_kv, tokenize_kv
 
 DATA = Path(__file__).parent / "data" / "cublaslt"
 REAL_LT = (DATA / "real_lines.log").read_bytes()
-SYNTH_LT = (DATA / "synthetic_level5.log").read_bytes()
+SYNTH_LT = (DATA / "rendered_level5.log").read_bytes()  # RENDERED from the 13.10 format strings
 LEGACY = (DATA / "synthetic_legacy_gemmex.log").read_bytes()
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

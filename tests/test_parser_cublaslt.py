@@ -1,7 +1,7 @@
-"""parsers.cublaslt: real lines (instrument-formats.md §1), SYNTHETIC lines, derivation, bad input.
+"""parsers.cublaslt: real lines, lines RENDERED from cuBLAS 13.10's format strings, derivation, bad input.
 
 Fixtures live in tests/data/cublaslt/ (README there says which lines are verbatim real output and
-which are SYNTHETIC). Lines built inside a test are SYNTHETIC and follow the §1.3 grammar.
+which are rendered). Lines built inside a test are SYNTHETIC and follow the Trace format string.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from parsers.cublaslt import CALL_COLUMNS, algo_key, iter_calls, problem_key, re
 
 DATA = Path(__file__).parent / "data" / "cublaslt"
 REAL = DATA / "real_lines.log"
-SYNTH = DATA / "synthetic_level5.log"
+RENDERED = DATA / "rendered_level5.log"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 
 
@@ -108,36 +108,43 @@ def test_frame_columns_follow_the_contract():
     assert set(CALL_KEY_COLUMNS) <= set(c.columns)
 
 
-# --- SYNTHETIC level-5 log ---------------------------------------------------------------------
+# --- level-5 log RENDERED from the 13.10 format strings ----------------------------------------
 
-def test_synthetic_level5_calls_and_buckets():
-    log = read_log(SYNTH)
+def test_rendered_level5_calls_and_buckets():
+    log = read_log(RENDERED)
     c = log.calls
-    # the [Api][cublasLtMatmul] line (7) is not a second call: calls come from [Trace] only
-    assert list(c.line) == [8, 9, 10, 11, 13, 14]
+    # the [Api][cublasLtMatmul] line (10) is not a second call: calls come from [Trace] only
+    assert list(c.line) == [11, 12, 13, 14, 16, 17]
     assert c[["m", "n", "k"]].values.tolist() == [
         [256, 512, 1024], [768, 3072, 4096], [32, 16, 64], [128, 32, 64], [32, 64, 16], [32, 64, 16]]
     assert list(c.layout) == ["TN", "NT", "TT", "NN", "NN", "NN"]
-    assert c.consistent.tolist() == [True, True, True, True, True, False]  # line 14: A k=16, B k=32
+    assert c.consistent.tolist() == [True, True, True, True, True, False]  # line 17: A k=16, B k=32
     nt = c.iloc[1]
     assert (nt.num_splits_k, nt.reduction_scheme, nt.cta_swizzling) == (4, "REDUCTION_SCHEME_INPLACE", "1")
     assert (nt.workspace_size, nt.beta, nt.c_type) == (4194304, "1", "R_32F")
     batched = c.iloc[3]
-    assert (batched.batch_count, batched.stride_a, batched.stride_b, batched.stride_c) == (8, 8192, 2048, 4096)
+    assert (batched.type_hint, batched.batch_count, batched.stride_a, batched.stride_b, batched.stride_c) == (
+        "SSS", 8, 8192, 2048, 4096)
     tst = c.iloc[4]
     assert (tst.type_hint, tst.epilogue, tst.sm_count_target, tst.inner_shape) == ("TST", "EPILOGUE_BIAS", 14, "MATMUL_INNER_SHAPE_MMA16816")
-    assert tst.extra == {"alpha": "1", "computeDesc.biasPointer": "0x7f0001200000", "algo.futureKnob": "7",
-                         "workSpace": "0X0", "newTopLevelField": "abc"}
-    assert list(log.api.function) == ["cublasLtCreate", "cublasLtMatmulDescCreate", "cublasLtMatmulDescSetAttribute",
-                                      "cublasLtMatrixLayoutCreate", "cublasLtMatmul"]
-    assert log.api.params[1]["matmulDesc[out]"] == "0X7FFD00001000"
+    assert (tst.a_order, tst.b_order) == ("ORDER_ROW", "ORDER_COL")  # issue 12 defect 10
+    assert tst.extra == {"computeDesc.biasPointer": "0x7f0001200000", "workSpace": "0X0"}
+    assert c.timestamp.isna().tolist() == [False, False, True, False, False, False]
+    assert list(log.api.function) == [
+        "cublasLtCreate", "cublasLtMatmulDescCreate", "cublasLtMatmulDescSetAttribute", "cublasLtMatrixLayoutCreate",
+        "cublasLtMatrixLayoutCreate", "cublasLtMatrixLayoutCreate", "cublasLtMatmulPreferenceSetAttribute",
+        "cublasLtMatmul", "cublasLtMatmulDescDestroy", "cublasLtDestroy"]
+    assert log.api.params[1] == {"matmulDesc": "0X7FFD00001000", "computeType": "COMPUTE_32F", "scaleType": "0"}
     h = log.heuristics.iloc[0]
-    assert (h.function, h.transa, h.requested_algo_count, h.max_workspace_bytes) == (
-        "cublasLtMatmulAlgoGetHeuristicForStream", "T", 1, 4194304)
-    assert h.preference["minBytesAlignmentA"] == "16"
-    assert log.info.params[0] == {"returnAlgoCount": "1", "algo.algoId": "66", "algo.tile": "MATMUL_TILE_128x128"}
-    assert log.hints.message[0].startswith("Pointer alignment of A")
+    assert (h.function, h.m, h.n, h.k, h.layout, h.a_type, h.max_workspace_bytes) == (
+        "cublasLtMatmulAlgoGetHeuristic", 256, 512, 1024, "TN", "R_16BF", 4194304)
+    assert problem_key(h) == problem_key(c.iloc[0])  # the query joins its call
+    assert log.facts == [{"pid": 4242, "line": 2, "library_version": "13.10", "device": 0, "sm_count": 132,
+                          "max_shared_mem_per_block": 49152, "max_shared_mem_per_block_optin": 232448}]
+    assert log.info.message[1].startswith("Unsupported M dimension for FP8")
+    assert log.hints.message[0].startswith("The minimum buffer alignment of matrix A (16)")
     assert log.errors.function.tolist() == ["cublasLtMatmul"]
+    assert log.problems == []
 
 
 @pytest.mark.parametrize(
@@ -180,7 +187,7 @@ def test_problem_and_algo_keys(tmp_path):
              synthetic_trace((5, 3), (3, 7), (5, 7), algo=[("algoId", "6"), ("numSplitsK", "2")])]
     c = read_log(write(tmp_path, "\n".join(lines) + "\n")).calls
     keys = [problem_key(r) for _, r in c.iterrows()]
-    assert keys[0] == (5, 7, 3, "N", "N", "R_32F", "R_32F", "R_32F", "R_32F") and len(set(keys)) == 1
+    assert keys[0] == (5, 7, 3, "N", "N") + ("R_32F",) * 4 + ("ORDER_COL",) * 4 and len(set(keys)) == 1
     algos = [algo_key(r) for _, r in c.iterrows()]
     assert algos[0] == algos[1] != algos[2]
     assert algos[2][:5] == (6, None, None, None, 2)
@@ -188,17 +195,17 @@ def test_problem_and_algo_keys(tmp_path):
 
 
 def test_iter_calls_streams_the_same_rows():
-    streamed = list(iter_calls(SYNTH))
-    frame = read_log(SYNTH).calls
+    streamed = list(iter_calls(RENDERED))
+    frame = read_log(RENDERED).calls
     assert [r["line"] for r in streamed] == list(frame.line)
     assert [r["k"] for r in streamed] == list(frame.k)
 
 
 def test_chunked_reading_and_frame_building_match(monkeypatch):
-    whole = read_log(SYNTH).calls
+    whole = read_log(RENDERED).calls
     monkeypatch.setattr(text_mod, "CHUNK_BYTES", 97)  # lines longer than a chunk, many chunks
     monkeypatch.setattr(cublaslt, "ROWS_PER_CHUNK", 2)
-    pieces = read_log(SYNTH).calls
+    pieces = read_log(RENDERED).calls
     pd.testing.assert_frame_equal(whole.drop(columns=["extra"]), pieces.drop(columns=["extra"]))
     assert list(whole.extra) == list(pieces.extra)
 
@@ -240,11 +247,18 @@ def test_tokenizer_errors_say_where(bad, column):
         flat_pairs(bad)
 
 
-def test_nested_block_in_trace_line_is_flattened(tmp_path):
-    line = synthetic_trace((5, 3), (3, 7), (5, 7), compute=[("future", [("x", "1"), ("y", [("z", "2")])])])
-    row = read_log(write(tmp_path, line + "\n")).calls.iloc[0]
-    assert row.extra["computeDesc.future.x"] == "1" and row.extra["computeDesc.future.y.z"] == "2"
-    assert row.m == 5
+def test_nested_block_is_damage_and_unknown_keys_are_kept_and_noted(tmp_path):
+    """cuBLASLt's formats have no nested blocks: one is damage (file:line). A key outside the 13.10
+    tables (a newer library) is kept and said once."""
+    line = synthetic_trace((5, 3), (3, 7), (5, 7), compute=[("future", [("x", "1")])])
+    err = _bad(write(tmp_path, line + "\n"))
+    assert err.line == 1 and "nested" in err.message
+    line = synthetic_trace((5, 3), (3, 7), (5, 7), compute=[("futureKnob", "7")]) + " newTopLevelField=abc"
+    log = read_log(write(tmp_path, line + "\n" + line + "\n", "ok.log"))
+    row = log.calls.iloc[0]
+    assert row.extra["computeDesc.futureKnob"] == "7" and row.extra["newTopLevelField"] == "abc" and row.m == 5
+    assert log.problems == ["line 1: not in cuBLAS 13.10's tables, kept as printed: field newTopLevelField",
+                            "line 1: not in cuBLAS 13.10's tables, kept as printed: field computeDesc.futureKnob"]
 
 
 # --- bad input: one BadInput naming file and line ------------------------------------------------
@@ -349,26 +363,23 @@ def test_fast_path_matches_per_line_parse(tmp_path):
         compute = [(k, v.format(0x7000 + 16 * i)) for k, v in scale] if shape == 1 else [("transa", "OP_T")] * (shape == 2)
         line = synthetic_trace((5, 3) if shape != 2 else (3, 5), (3, 7), (5, 7), compute=compute)
         lines.append(line.replace("0X1000", f"0X{0x1000 + i:X}").replace("0X3000", f"0X{0x9000 + i:X}"))
-    lines.insert(5, "[cublasLt][1][Trace][cublasLtMatmul] A=0X5 Adesc=[type=R_32F rows=0x10 cols=3 ld=16] "
-                    "Cdesc=[type=R_32F rows=16 cols=2 ld=16] stream=0X0")  # hex-looking integer: no template
     p = write(tmp_path, "\n".join(lines) + "\n")
     frame = read_log(p).calls
     reference = _slow_rows(p)
-    assert len(frame) == len(reference) == 13
+    assert len(frame) == len(reference) == 12
     for (_, row), ref in zip(frame.iterrows(), reference):
         for col in CALL_COLUMNS:
             got, want = row[col], ref.get(col)
             assert (pd.isna(got) and want is None) or got == want, (col, got, want)
     assert frame.pointer_a.tolist()[:3] == ["0X1000", "0X1001", "0X1002"]
-    assert frame.a_rows[5] == 16 and frame.consistent[5] is pd.NA
     frame.extra[1]["computeDesc.aScalePointer"] = "changed"  # each row owns its extra dict
-    assert frame.extra[6]["computeDesc.aScalePointer"] == "0x7050"
+    assert frame.extra[5]["computeDesc.aScalePointer"] == "0x7050"
     streamed = [r["pointer_c"] for r in iter_calls(p)]
-    assert streamed[5] is None and pd.Series(streamed, dtype="string").equals(frame.pointer_c)
+    assert pd.Series(streamed, dtype="string").equals(frame.pointer_c)
 
 
 def test_crlf_line_endings(tmp_path):
-    crlf = read_log(write(tmp_path, SYNTH.read_bytes().replace(b"\n", b"\r\n")))
-    plain = read_log(SYNTH)
+    crlf = read_log(write(tmp_path, RENDERED.read_bytes().replace(b"\n", b"\r\n")))
+    plain = read_log(RENDERED)
     pd.testing.assert_frame_equal(crlf.calls.drop(columns=["extra"]), plain.calls.drop(columns=["extra"]))
     assert not crlf.calls.raw.str.endswith("\r").any()

@@ -48,6 +48,9 @@ class Analysis:
     verdicts: pd.DataFrame
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: What instruments say about the library and device (cuBLASLt's [Info] line: version, SM count),
+    #: one dict per line with arm, rank and file: the facts NOT COMPARABLE checks read.
+    facts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def named(self) -> pd.DataFrame:
@@ -67,6 +70,7 @@ class Analysis:
             "instruments": sorted(self.capture.instruments()),
             "missing": self.missing,
             "notes": self.notes,
+            "facts": self.facts,
             "verdicts": rows(self.verdicts),
             "counts": rows(self.counts),
             "files": [
@@ -122,9 +126,12 @@ def _losses(f: InstrumentFile, df: pd.DataFrame) -> list[str]:
     return [f"{f.path}: {p}" for p in (df.attrs.get("problems") or [])]
 
 
-def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Read every instrument file of a capture: (launches, calls, sites)."""
+def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
+         facts: list[dict[str, Any]] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Read every instrument file of a capture: (launches, calls, sites); what readers lost goes to
+    ``notes``, what they say about library and device to ``facts``."""
     notes = [] if notes is None else notes
+    facts = [] if facts is None else facts
     sites = _sites_of(cap)
     pid_rank = _pid_ranks(sites)
     launch_frames, call_frames = [], []
@@ -145,6 +152,8 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None)
         if inst is None:
             continue
         notes.extend(_losses(f, df))
+        facts.extend({**fact, "arm": cap.arm_of(f.arm), "rank": rank, "instrument": f.instrument, "file": str(f.path)}
+                     for fact in df.attrs.get("facts") or [])
         df = df.assign(folder=f.arm, arm=cap.arm_of(f.arm), rank=rank, instrument=f.instrument, file=str(f.path))
         if inst.role == reg.LAUNCHES:
             launch_frames.append(df)
@@ -520,14 +529,15 @@ def analyze(capture: str | Path | Capture, site: str | None = None, keep_going: 
     if site:
         parse_site_or_occurrence(site)  # fail early on a malformed site
     notes: list[str] = []
-    launches, calls, sites = load(cap, keep_going=keep_going, notes=notes)
+    facts: list[dict[str, Any]] = []
+    launches, calls, sites = load(cap, keep_going=keep_going, notes=notes, facts=facts)
     counts, observed = count_launches(launches, calls, site)
     verdicts = judge(counts, observed)
     missing = list(cap.missing)
     if site and not len(verdicts):
         labels = sorted(set(launches["site_label"].dropna()) | set(sites.get("label", pd.Series(dtype=str)).dropna()))
         missing.append(f"no launch attributed to site {site} (sites seen: {', '.join(labels[:8]) or 'none'})")
-    return Analysis(cap, site, launches, calls, sites, counts, verdicts, missing, notes)
+    return Analysis(cap, site, launches, calls, sites, counts, verdicts, missing, notes, facts)
 
 
 def site_launches(analysis: Analysis, arm: str, rank: int, label: str) -> pd.DataFrame:

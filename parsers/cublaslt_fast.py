@@ -1,0 +1,606 @@
+"""The vectorised cuBLASLt reader: the frames of :func:`parsers.cublaslt.read_log_per_line`, fast.
+
+numpy finds the lines, headers and pointer values of a chunk of bytes; lines that differ only in
+timestamp, pid and pointer values share one *template*, parsed once by the per-line row builders
+(so the grammar is :mod:`parsers.cublaslt_grammar`, in one place); each bucket's rows are then
+gathered column by column. Anything unusual (NUL/CR bytes, invalid UTF-8, a header the probe
+cannot read, damage) raises :class:`Fallback` and the per-line path reads the file instead, so
+errors are always the per-line path's. tests/test_cublaslt_fastpath.py proves the two equal.
+"""
+from __future__ import annotations
+
+import queue
+import re
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from itertools import repeat
+from operator import setitem
+from os import PathLike
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.lib.stride_tricks import sliding_window_view
+
+from forensics.errors import BadInput
+from parsers._text import iter_byte_chunks, spans_array
+from parsers.cublaslt import (
+    CALL_COLUMNS, HEADER_RE, HEURISTIC_COLUMNS, MESSAGE_COLUMNS, ROWS_PER_CHUNK, WHAT, CublasLtLog, _bucket,
+    _call_row, _concat, _frame, _heuristic_row, _Line, _message_row, _objects, _Reader, _result,
+)
+
+# --- fast path: lines that differ only in pointer values share one parsed template -------------
+
+#: A pointer value (``A=0X7F..``, ``aScalePointer=0x7f..``): the part of a line that changes per call.
+_POINTER = re.compile(r"=(0[xX][0-9a-fA-F]+)")
+_SENTINEL = re.compile("\x01(\\d+)\x01")
+_PER_LINE = ("line", "pid", "timestamp", "raw")
+#: Templates kept before the cache is reset (bounds memory on logs with endless distinct shapes).
+MAX_TEMPLATES = 20_000
+
+
+@dataclass
+class _Template:
+    """A parsed row with its pointer values lifted out: ``ptr_cols``/``ptr_dicts`` say where they go."""
+
+    static: dict[str, Any]
+    ptr_cols: list[tuple[str, int]]  # (column, pointer index)
+    ptr_dicts: list[tuple[str, str, int]]  # (dict column, key, pointer index)
+
+    def row(self, ptrs: list[str], line: int, ts: str | None, pid: int, raw: str) -> dict[str, Any]:
+        row = {c: (v.copy() if isinstance(v, dict) else v) for c, v in self.static.items()}
+        for col, i in self.ptr_cols:
+            row[col] = ptrs[i]
+        for col, key, i in self.ptr_dicts:
+            row[col][key] = ptrs[i]
+        row.update(line=line, timestamp=ts, pid=pid, raw=raw)
+        return row
+
+
+def _template_of(row: dict[str, Any], n_pointers: int) -> _Template | None:
+    """Lift the pointer sentinels out of a row parsed from a marked line (None: not templatable)."""
+    static: dict[str, Any] = {}
+    cols: list[tuple[str, int]] = []
+    dicts: list[tuple[str, str, int]] = []
+    for col, value in row.items():
+        if col in _PER_LINE:
+            continue
+        if isinstance(value, str) and "\x01" in value:
+            m = _SENTINEL.fullmatch(value)
+            if m is None:
+                return None
+            cols.append((col, int(m[1])))
+            static[col] = None
+        elif isinstance(value, dict):
+            d: dict[str, Any] = {}
+            for key, v in value.items():
+                if "\x01" in key:
+                    return None
+                if isinstance(v, str) and "\x01" in v:
+                    m = _SENTINEL.fullmatch(v)
+                    if m is None:
+                        return None
+                    dicts.append((col, key, int(m[1])))
+                    d[key] = None
+                else:
+                    d[key] = v
+            static[col] = d
+        else:
+            static[col] = value
+    if len(cols) + len(dicts) != n_pointers:
+        return None
+    return _Template(static, cols, dicts)
+
+
+class _Templated:
+    """Rows of a templated bucket (calls, heuristics), kept columnar and framed in chunks."""
+
+    def __init__(self, contract: dict[str, str], parse) -> None:
+        self.contract = contract
+        self.parse = parse  # (reader, _Line) -> row dict
+        self.cache: dict[tuple[str, str, str], int | None] = {}
+        self.templates: list[_Template] = []
+        self.parts: list[pd.DataFrame] = []
+        self._new_chunk()
+
+    def _new_chunk(self) -> None:
+        self.rows: list[tuple[int, list[str], int, int, str | None, str]] = []  # tid, ptrs, line, pid, ts, raw
+
+    def _template(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
+                  rest: str, raw: str) -> tuple[int, list[str]]:
+        parts = _POINTER.split(rest)
+        key = (level, function, "\x01".join(parts[::2]))
+        tid = self.cache.get(key, -1) if "\x01" not in rest else None
+        if tid == -1:
+            marked = "".join(p if i % 2 == 0 else f"=\x01{i // 2}\x01" for i, p in enumerate(parts))
+            try:
+                tpl = _template_of(self.parse(reader, _Line(lineno, ts, pid, level, function, marked, raw)),
+                                   len(parts) // 2)
+            except BadInput:
+                tpl = None
+            if tpl is not None:
+                tid = len(self.templates)
+                self.templates.append(tpl)
+            self.cache[key] = tid = tid if tpl is not None else None
+        if tid is None:  # not templatable: this row is its own template
+            row = self.parse(reader, _Line(lineno, ts, pid, level, function, rest, raw))
+            tid = len(self.templates)
+            self.templates.append(_Template(row, [], []))
+            return tid, []
+        return tid, parts[1::2]
+
+    def row(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
+            rest: str, raw: str) -> dict[str, Any]:
+        tid, ptrs = self._template(reader, lineno, ts, pid, level, function, rest, raw)
+        row = self.templates[tid].row(ptrs, lineno, ts, pid, raw)
+        self._trim()
+        return row
+
+    def add(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
+            rest: str, raw: str) -> None:
+        parts = _POINTER.split(rest)  # fast path: a known template, only the pointers are new
+        tid = self.cache.get((level, function, "\x01".join(parts[::2])), -1) if "\x01" not in rest else -1
+        if tid is None or tid < 0:
+            tid, ptrs = self._template(reader, lineno, ts, pid, level, function, rest, raw)
+        else:
+            ptrs = parts[1::2]
+        self.rows.append((tid, ptrs, lineno, pid, ts, raw))
+        if len(self.rows) >= ROWS_PER_CHUNK:
+            self._flush()
+
+    def _trim(self) -> None:
+        if len(self.templates) > MAX_TEMPLATES:
+            self.cache.clear()
+            self.templates.clear()
+
+    def _flush(self) -> None:
+        if self.rows:
+            self.parts.append(self._chunk_frame())
+        self._new_chunk()
+        self._trim()
+
+    def frame(self) -> pd.DataFrame:
+        self._flush()
+        return _concat(self.parts, self.contract)
+
+    def _chunk_frame(self) -> pd.DataFrame:
+        """Static columns by gathering template rows, then the per-line and pointer columns."""
+        contract = self.contract
+        tids, all_ptrs, lines, pids, tss, raws = zip(*self.rows)
+        used, inverse = np.unique(np.asarray(tids, dtype=np.intp), return_inverse=True)
+        templates = [self.templates[u] for u in used]
+        df = _frame([t.static for t in templates], contract).take(inverse).reset_index(drop=True)
+        df["line"] = pd.array(lines, dtype="Int64")
+        df["pid"] = pd.array(pids, dtype="Int64")
+        df["timestamp"] = pd.array(tss, dtype="string")
+        df["raw"] = pd.array(raws, dtype="string")
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
+        filled: dict[str, np.ndarray] = {}
+        for j, tpl in enumerate(templates):
+            group = order[bounds[j]:bounds[j + 1]]
+            dict_cols = [c for c, v in tpl.static.items() if isinstance(v, dict)]
+            if not (tpl.ptr_cols or dict_cols):
+                continue
+            by_index = list(zip(*[all_ptrs[r] for r in group.tolist()]))  # pointer index -> values
+            for col, i in tpl.ptr_cols:
+                if col not in filled:
+                    filled[col] = df[col].to_numpy(dtype=object, na_value=None)
+                filled[col][group] = _objects(by_index[i])
+            for col in dict_cols:
+                if col not in filled:
+                    filled[col] = np.empty(len(df), dtype=object)
+                base = tpl.static[col]
+                entries = [(k, i) for c, k, i in tpl.ptr_dicts if c == col]
+                if entries:
+                    keys = [k for k, _ in entries]
+                    values = [{**base, **dict(zip(keys, v))} for v in zip(*(by_index[i] for _, i in entries))]
+                else:
+                    values = list(map(dict.copy, repeat(base, len(group))))
+                filled[col][group] = _objects(values)
+        for col, values in filled.items():
+            dtype = contract[col]
+            df[col] = values if dtype == "object" else pd.array(values, dtype=dtype)
+        return df
+
+
+# --- vectorised path: numpy finds lines, headers and pointers; each template is parsed once ----
+
+#: Bytes per chunk of the vectorised path (whole lines; the last one is cut at a newline).
+FAST_CHUNK_BYTES = 64 << 20
+_PAD = 64  # zero bytes after a chunk, so fixed-offset header probes never index past its end
+_HEX = np.zeros(256, dtype=bool)
+_HEX[list(b"0123456789abcdefABCDEF")] = True
+_DIGIT = np.zeros(256, dtype=bool)
+_DIGIT[list(b"0123456789")] = True
+_NOT_TS = np.zeros(256, dtype=bool)
+_NOT_TS[list(b"[]\n")] = True
+_TAG = np.frombuffer(b"[cublasLt][", dtype=np.uint8)
+_MAX_HEX = 24  # hex digits probed per pointer value
+_TS_WIDTH = 19  # "YYYY-MM-DD HH:MM:SS"
+_MAX_SEGMENTS = 256
+_SEGMENT_MIX = np.random.default_rng(0x5EED).integers(1, 2**63, size=_MAX_SEGMENTS + 2, dtype=np.uint64) | np.uint64(1)
+
+
+class Fallback(Exception):
+    """The vectorised path does not take this file; the per-line path reads it (and finds any error)."""
+
+
+def _message_static(reader: _Reader, ln: _Line) -> dict[str, Any]:
+    """A message row without ``message`` (the vectorised path slices that from the line)."""
+    row = _message_row(reader, ln)
+    del row["message"]
+    return row
+
+
+@dataclass
+class _Chunk:
+    """One chunk of whole lines, located by numpy: line spans, header fields and pointer spans."""
+
+    first: int  # line number of the first line
+    body: bytearray  # reused for the next chunk: frames hold copies only
+    starts: np.ndarray  # line start offsets (lines that passed the header probe)
+    ends: np.ndarray  # line end offsets (the newline)
+    has_ts: np.ndarray
+    pid: np.ndarray
+    pid_end: np.ndarray  # offset of the "]" closing the pid
+    n_ptr: np.ndarray
+    first_ptr: np.ndarray  # index of the line's first pointer in ptr_start/ptr_end
+    lines: np.ndarray  # index of each header line among all lines of the chunk (line number - first)
+    ptr_start: np.ndarray
+    ptr_end: np.ndarray
+    groups: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    _ptr_values: pa.LargeStringArray | None = None
+
+    @property
+    def ptr_values(self) -> pa.LargeStringArray:
+        if self._ptr_values is None:
+            self._ptr_values = spans_array(self.body, self.ptr_start, self.ptr_end)
+        return self._ptr_values
+
+    def raw(self, i: int) -> str:
+        return self.body[self.starts[i]:self.ends[i]].decode("utf-8")
+
+
+def _locate(reader: _Reader, first: int, body: bytearray, length: int, scratch: list[np.ndarray] | None = None) -> _Chunk:
+    """Find the lines, header fields and pointer values of a chunk without a Python loop per line.
+
+    ``scratch`` (a list, filled on first use) keeps two chunk-sized work arrays between calls.
+    """
+    if body.find(b"\x00", 0, length) >= 0 or body.find(b"\r", 0, length) >= 0:
+        raise Fallback("NUL or CR bytes")
+    try:
+        pa.LargeStringArray.from_buffers(1, pa.py_buffer(np.array([0, length], dtype=np.int64)),
+                                         pa.py_buffer(body)).validate(full=True)
+    except pa.ArrowInvalid:
+        raise Fallback("not UTF-8") from None
+    a = np.frombuffer(body, dtype=np.uint8)
+    if scratch is None:
+        scratch = []
+    if not scratch or len(scratch[0]) < length:
+        scratch[:] = [np.empty(length, dtype=np.uint8), np.empty(length, dtype=bool)]
+    work, hits = scratch[0][:length], scratch[1][:length]
+    ends = np.flatnonzero(np.equal(a[:length], 10, out=hits))
+    starts = np.empty_like(ends)
+    starts[:1] = 0
+    starts[1:] = ends[:-1] + 1
+    # "[<19-char timestamp>][cublasLt][<pid>]" or "[cublasLt][<pid>]": probed on each line's first bytes
+    head = sliding_window_view(a, _PAD)[starts]
+    ts_end = 1 + _TS_WIDTH
+    has_ts = (head[:, 0] == 91) & (head[:, ts_end] == 93) & ~_NOT_TS[head[:, 1:ts_end]].any(axis=1)
+    has_ts &= (head[:, ts_end + 1:ts_end + 1 + len(_TAG)] == _TAG).all(axis=1)
+    plain = (head[:, :len(_TAG)] == _TAG).all(axis=1)
+    ok = has_ts | plain
+    pid_at = np.where(has_ts, ts_end + 1 + len(_TAG), len(_TAG))
+    at = pid_at[:, None] + np.arange(20)
+    pid_bytes = head[np.arange(len(starts))[:, None], at]
+    n_digits = np.argmin(_DIGIT[pid_bytes], axis=1)  # 0 also when all 20 are digits: not taken
+    pid_end = starts + pid_at + n_digits
+    ok &= (n_digits > 0) & (n_digits <= 18) & (a[pid_end] == 93)
+    pid = np.zeros(len(starts), dtype=np.int64)
+    for j in range(int(n_digits[ok].max()) if ok.any() else 0):
+        use = j < n_digits
+        pid[use] = pid[use] * 10 + (pid_bytes[use, j] - 48)
+    for i in np.flatnonzero(~ok).tolist():  # not a cuBLASLt header: program output (rare)
+        raw = body[starts[i]:ends[i]].decode("utf-8")
+        if "[cublasLt]" in raw:
+            raise Fallback("an unusual header")
+        reader._foreign(first + i, raw)
+    lines = np.flatnonzero(ok)
+    # pointer values: "=0X<hex>" / "=0x<hex>" (what _POINTER matches), the value without the "="
+    x = np.flatnonzero(np.equal(np.bitwise_or(a[:length], 32, out=work), 120, out=hits))  # 'x' / 'X'
+    x = x[x >= 2]
+    eq = x[(a[x - 1] == 48) & (a[x - 2] == 61) & _HEX[a[x + 1]]] - 2
+    run = np.argmin(_HEX[sliding_window_view(a, _MAX_HEX)[eq + 3]], axis=1)  # the first digit is known hex
+    if (run == 0).any():  # argmin 0: all _MAX_HEX bytes are hex digits
+        raise Fallback("a very long pointer value")
+    ptr_end = eq + 3 + run
+    line_of = np.searchsorted(ends, eq)  # index among all lines
+    keep = ok[line_of]
+    eq, ptr_end, line_of = eq[keep], ptr_end[keep], line_of[keep]
+    if (eq < pid_end[line_of]).any():
+        raise Fallback("pointer-like text in a header")
+    n_ptr = np.bincount(line_of, minlength=len(starts))[lines]
+    first_ptr = np.zeros(len(lines), dtype=np.int64)
+    np.cumsum(n_ptr[:-1], out=first_ptr[1:])
+    return _Chunk(first, body, starts[lines], ends[lines], has_ts[lines], pid[lines], pid_end[lines],
+                  n_ptr, first_ptr, lines, eq + 1, ptr_end)
+
+
+def _line_groups(ch: _Chunk) -> tuple[np.ndarray, np.ndarray]:
+    """Group lines that differ only in timestamp, pid and pointer values: (group of each line, first line of each group)."""
+    n = len(ch.starts)
+    n_seg = ch.n_ptr + 1
+    if n and n_seg.max() > _MAX_SEGMENTS:
+        raise Fallback("too many pointers on one line")
+    seg_first = np.zeros(n, dtype=np.int64)
+    np.cumsum(n_seg[:-1], out=seg_first[1:])
+    total = int(n_seg.sum())
+    seg_line = np.repeat(np.arange(n), n_seg)
+    j = np.arange(total) - seg_first[seg_line]  # segment position in its line
+    last = j == ch.n_ptr[seg_line]
+    ptr = ch.first_ptr[seg_line] + j  # the pointer that ends this segment (unless last)
+    seg_start = np.where(j == 0, ch.pid_end[seg_line], ch.ptr_end[np.maximum(ptr - 1, 0)] if len(ch.ptr_end) else 0)
+    seg_end = np.where(last, ch.ends[seg_line], ch.ptr_start[np.minimum(ptr, len(ch.ptr_start) - 1)] if len(ch.ptr_start) else 0)
+    codes = pc.dictionary_encode(spans_array(ch.body, seg_start, seg_end)).indices
+    codes = codes.to_numpy().astype(np.int64)
+    mixed = codes.astype(np.uint64) * _SEGMENT_MIX[j]
+    key = np.add.reduceat(mixed, seg_first) if total else np.zeros(0, dtype=np.uint64)
+    key += ch.has_ts.astype(np.uint64) * _SEGMENT_MIX[-1] + n_seg.astype(np.uint64) * _SEGMENT_MIX[-2]
+    _, firsts, group = np.unique(key, return_index=True, return_inverse=True)
+    rep = firsts[group]  # verify exactly: same shape and same segment codes as the group's first line
+    same = (n_seg[rep] == n_seg) & (ch.has_ts[rep] == ch.has_ts)
+    if not same.all() or not (codes[seg_first[rep][seg_line] + j] == codes).all():
+        raise Fallback("template hash collision")
+    return group.ravel(), firsts
+
+
+class _FastState:
+    """Buckets and template caches of one vectorised read."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[str, _Templated] = {
+            "calls": _Templated(CALL_COLUMNS, _call_row),
+            "heuristics": _Templated(HEURISTIC_COLUMNS, _heuristic_row),
+            **{name: _Templated(MESSAGE_COLUMNS, _message_static) for name in ("api", "info", "hints", "errors")},
+        }
+        self.names = list(self.buckets)
+        self.targets: dict[tuple[str, str], int] = {}
+        self.parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.buckets}
+
+    def target(self, level: str, function: str) -> int:
+        t = self.targets.get((level, function))
+        if t is None:
+            t = self.targets[(level, function)] = self.names.index(_bucket(level, function))
+        return t
+
+
+def _fast_chunk(reader: _Reader, st: _FastState, ch: _Chunk) -> None:
+    """Parse one template per line group, then build each bucket's rows for the chunk by gathering."""
+    n = len(ch.starts)
+    if not n:
+        return
+    group, firsts = ch.groups
+    bucket_of = np.empty(n, dtype=np.int8)
+    tid_of = np.empty(n, dtype=np.int64)
+    hdr_end = np.empty(n, dtype=np.int64)  # where the message (text after the header) starts
+    counts = np.bincount(group, minlength=len(firsts))
+    members = np.split(np.argsort(group, kind="stable"), np.cumsum(counts)[:-1])
+    order = np.argsort(firsts, kind="stable")
+    for g in order.tolist():
+        r = int(firsts[g])
+        raw = ch.raw(r)
+        m = HEADER_RE.match(raw)
+        if (m is None or (m["ts"] is None) == bool(ch.has_ts[r])
+                or m.end("pid") != ch.pid_end[r] - ch.starts[r]):
+            raise Fallback("header probe disagrees with HEADER_RE")
+        ts, _, level, function = m.groups()
+        rest = raw[m.end():]
+        n_regex = len(_POINTER.findall(rest))
+        if n_regex != ch.n_ptr[r] or "\x01" in rest:
+            raise Fallback("pointer probe disagrees with _POINTER")
+        b = st.target(level, function)
+        bucket = st.buckets[st.names[b]]
+        lineno = ch.first + int(ch.lines[r])
+        tid, _ = bucket._template(reader, lineno, ts, int(ch.pid[r]), level, function, rest, raw)
+        reader.level_counts[level] = reader.level_counts.get(level, 0) + int(counts[g])
+        rows = members[g]
+        bucket_of[rows] = b
+        hdr_end[rows] = ch.pid_end[rows] + (m.end() - m.end("pid"))
+        parts = _POINTER.split(rest)
+        if bucket.cache.get((level, function, "\x01".join(parts[::2]))) is None and len(rows) > 1:
+            for i in rows.tolist():  # not templatable: every line is its own template (rare)
+                raw_i = ch.raw(i)
+                m_i = HEADER_RE.match(raw_i)
+                tid_of[i], _ = bucket._template(reader, ch.first + int(ch.lines[i]), m_i["ts"], int(ch.pid[i]),
+                                                level, function, raw_i[m_i.end():], raw_i)
+        else:
+            tid_of[rows] = tid
+    for b, name in enumerate(st.names):
+        sel = np.flatnonzero(bucket_of == b)
+        if len(sel):
+            st.parts[name].append(_gather_frame(st.buckets[name], ch, sel, tid_of[sel], hdr_end))
+    for bucket in st.buckets.values():
+        if len(bucket.templates) > MAX_TEMPLATES:
+            bucket.cache.clear()
+            bucket.templates.clear()
+
+
+def _string(values: pa.Array) -> pd.arrays.ArrowStringArray:
+    return pd.arrays.ArrowStringArray(values)
+
+
+def _static_column(values: list[Any], dtype: str, inverse: np.ndarray, take: pa.Array) -> Any:
+    """One column of template values, gathered to the rows (``inverse``: template of each row)."""
+    missing = np.array([v is None for v in values], dtype=bool)
+    if dtype == "Int64":
+        data = np.array([0 if v is None else v for v in values], dtype=np.int64)
+        return pd.arrays.IntegerArray(data[inverse], missing[inverse])
+    if dtype == "boolean":
+        data = np.array([bool(v) for v in values], dtype=bool)
+        return pd.arrays.BooleanArray(data[inverse], missing[inverse])
+    if dtype == "string":
+        return _string(pa.array(values, type=pa.large_string()).take(take))
+    return _objects(values)[inverse]
+
+
+def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndarray, hdr_end: np.ndarray) -> pd.DataFrame:
+    """The rows ``sel`` of a chunk: template columns gathered, per-line columns sliced from the bytes."""
+    contract = bucket.contract
+    used, inverse = np.unique(tids, return_inverse=True)
+    inverse = inverse.ravel()
+    templates = [bucket.templates[u] for u in used.tolist()]
+    n = len(sel)
+    starts, ends, has_ts = ch.starts[sel], ch.ends[sel], ch.has_ts[sel]
+    cols: dict[str, Any] = {
+        "line": pd.arrays.IntegerArray(ch.first + ch.lines[sel], np.zeros(n, dtype=bool)),
+        "pid": pd.arrays.IntegerArray(ch.pid[sel], np.zeros(n, dtype=bool)),
+        "timestamp": _string(spans_array(ch.body, np.where(has_ts, starts + 1, starts),
+                                         np.where(has_ts, starts + 1 + _TS_WIDTH, starts), has_ts)),
+    }
+    if "raw" in contract:
+        cols["raw"] = _string(spans_array(ch.body, starts, ends))
+    if "message" in contract:
+        cols["message"] = _string(spans_array(ch.body, hdr_end[sel], ends))
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
+    ptr_index: dict[str, np.ndarray] = {}
+    for j, tpl in enumerate(templates):
+        group = order[bounds[j]:bounds[j + 1]]
+        first_ptr = ch.first_ptr[sel[group]]
+        for col, i in tpl.ptr_cols:
+            if col not in ptr_index:
+                ptr_index[col] = np.full(n, -1, dtype=np.int64)
+            ptr_index[col][group] = first_ptr + i
+        for col, base in tpl.static.items():
+            if not isinstance(base, dict):
+                continue
+            if col not in cols:
+                cols[col] = np.empty(n, dtype=object)
+            values = list(map(dict.copy, repeat(base, len(group))))  # C loops; keys keep the template's order
+            for c, key, i in tpl.ptr_dicts:
+                if c == col:
+                    deque(map(setitem, values, repeat(key), ch.ptr_values.take(pa.array(first_ptr + i)).to_pylist()), 0)
+            cols[col][group] = _objects(values)
+    take = pa.array(inverse)
+    try:
+        for col, dtype in contract.items():
+            if col not in cols:
+                cols[col] = _static_column([t.static.get(col) for t in templates], dtype, inverse, take)
+    except (OverflowError, TypeError, ValueError) as e:
+        raise Fallback(f"template value does not fit its column: {e}") from None
+    for col, idx in ptr_index.items():
+        if contract[col] != "string":
+            raise Fallback(f"pointer value in non-string column {col}")
+        valid = idx >= 0
+        taken = ch.ptr_values.take(pa.array(idx, mask=~valid))
+        cols[col] = _string(pc.if_else(pa.array(valid), taken, cols[col]._pa_array.combine_chunks()))
+    return pd.DataFrame({c: cols[c] for c in contract}, copy=False)
+
+
+@dataclass
+class _CutTail:
+    """The last line of a file without a final newline (a log cut mid-line)."""
+
+    line: int
+    raw: bytes
+
+
+def _located_chunks(reader: _Reader, path: str | PathLike[str]) -> Iterator[_Chunk | _CutTail]:
+    """Chunks located one ahead by a helper thread (numpy and Arrow release the GIL while they work)."""
+    ready: queue.Queue = queue.Queue(maxsize=1)  # with 3 buffers: one parsed, one queued, one being read
+    stop = threading.Event()
+
+    def offer(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def produce() -> None:
+        scratch: list[np.ndarray] = []
+        try:
+            for first, body, length, cut_tail in iter_byte_chunks(path, WHAT, FAST_CHUNK_BYTES, pad=_PAD, buffers=3):
+                if cut_tail:  # the whole chunk is the one cut line
+                    item: object = _CutTail(first, bytes(body[:length]))
+                else:
+                    item = _locate(reader, first, body, length, scratch)
+                    item.groups = _line_groups(item)
+                if not offer(item):
+                    return
+            offer(None)
+        except BaseException as e:  # handed to the parsing thread
+            offer(e)
+
+    worker = threading.Thread(target=produce, name="cublaslt-locate", daemon=True)
+    worker.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+class Final(Exception):
+    """A ``BadInput`` the vectorised path is sure of (the per-line path would raise the same)."""
+
+    def __init__(self, error: BadInput):
+        super().__init__(str(error))
+        self.error = error
+
+
+def fast_read(path: str | PathLike[str], tolerate_truncated_tail: bool) -> CublasLtLog:
+    """The vectorised read; raises ``Fallback`` for anything it does not take (damage included)."""
+    reader = _Reader(path, tolerate_truncated_tail)
+    st = _FastState()
+    cut: _CutTail | None = None
+    with closing(_located_chunks(reader, path)) as chunks:  # stops the helper thread on any exit
+        for ch in chunks:
+            if isinstance(ch, _CutTail):
+                cut = ch
+            else:
+                _fast_chunk(reader, st, ch)
+    if not sum(reader.level_counts.values()):
+        raise Fallback("no cuBLASLt line")
+    if cut is not None:  # every earlier line parsed: the cut line is the first damage
+        if b"\x00" in cut.raw or b"\r" in cut.raw:
+            raise Fallback("NUL or CR in the cut line")
+        try:
+            raw = cut.raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Fallback("cut line is not UTF-8") from None
+        try:
+            reader._cut_tail(cut.line, raw)
+        except BadInput as e:
+            raise Final(e) from None
+    reader.finish()
+    frames = {name: _concat_columns(parts, st.buckets[name].contract) for name, parts in st.parts.items()}
+    return _result(reader, frames)
+
+
+def _concat_columns(parts: list[pd.DataFrame], contract: dict[str, str]) -> pd.DataFrame:
+    """Concatenate chunk frames column by column, releasing each part's column once copied.
+
+    Peak memory is the result plus one column, not twice the frame (Arrow string columns are
+    joined as chunks, without copying their text).
+    """
+    if len(parts) <= 1:
+        return _concat(parts, contract)
+    columns: dict[str, Any] = {}
+    for col in contract:
+        columns[col] = pd.concat([p[col] for p in parts], ignore_index=True).array
+        for p in parts:
+            del p[col]
+    parts.clear()
+    return pd.DataFrame(columns, copy=False)
