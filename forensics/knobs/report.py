@@ -252,10 +252,25 @@ def bundle_section(report: KnobReport) -> dict[str, Any]:
         lines += ["", "Dynamic (one arm per value):"] + [f"- {x}" for x in report.dynamic.summary + report.dynamic.reach]
     elif report.dynamic_unavailable:
         lines += ["", f"Dynamic: not run ({report.dynamic_unavailable})."]
-    data["unreadable"] = [{"path": _rel(u["path"], s.paths), "reason": u["reason"]} for u in data["unreadable"]]
+    data = _relative(data, s.paths)  # no absolute path of the machine that scanned leaves in a bundle
     for path_key in ("paths",):
         data[path_key] = [os.path.basename(p.rstrip("/")) or p for p in data[path_key]]
     return {"title": f"Knob scope: {report.name}", "markdown": "\n".join(lines) + "\n", "data": data}
+
+
+def _relative(value: Any, roots: list[str]) -> Any:
+    """Every string that is a path under a scanned root (or holds one, as ``path:line``) made relative."""
+    if isinstance(value, dict):
+        return {k: _relative(v, roots) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relative(v, roots) for v in value]
+    if isinstance(value, str):
+        for root in roots:
+            prefix = root.rstrip("/") + "/"
+            if prefix in value:
+                value = value.replace(prefix, "")
+        return value
+    return value
 
 
 def _md(text: str) -> str:
