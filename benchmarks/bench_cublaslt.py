@@ -1,7 +1,7 @@
 """Benchmark: cuBLASLt log parse throughput as a ratio to ``grep -c cublasLt`` on the same file.
 
 Generates (once, cached under benchmarks/_data/, git-ignored) a SYNTHETIC log of ``--size-mb``
-megabytes in the real line format of instrument-formats.md §1.3-1.4: a mix of ``[Trace]`` matmul
+megabytes in the real line format (tests/data/cublaslt/real_lines.log): a mix of ``[Trace]`` matmul
 lines (fp32/bf16/FP8/NVFP4, NN/NT/TN/TT, split-K, batched, epilogue, SM carve-out), ``[Api]``
 heuristic queries and ``[Info]`` lines, with fresh pointers and advancing timestamps. Then times
 ``grep -c cublasLt FILE`` and ``parsers.cublaslt.read_log(FILE)`` (full frame build) in the same

@@ -1,6 +1,6 @@
 """Legacy cuBLAS API log (``CUBLAS_LOGINFO_DBG=1``, ``CUBLAS_LOGDEST_DBG``) -> one row per call.
 
-Multi-line records (instrument-formats.md §1.6)::
+Multi-line records (cuBLAS docs, cublasLoggerConfigure(); real cuBLAS 13.4.1 output in tests/data/cublaslt/)::
 
     I! cuBLAS (v13.4.1) function cublasStatus_t cublasSgemm_v2(cublasHandle_t, ...) called:
     i!  transa: type=cublasOperation_t; val=CUBLAS_OP_T(1)

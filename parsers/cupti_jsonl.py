@@ -1,6 +1,6 @@
 """CUPTI JSONL: one CUPTI activity record per line (the project's own format).
 
-Written by ``cupti-python`` activity callbacks (``../shared/device/campaign.py`` and our probes):
+Written by ``cupti-python`` activity callbacks (our probes, and the project's device campaign script):
 every public scalar field of the record under cupti-python's snake_case name, plus ``kind_name``
 (``cupti.ActivityKind(kind).name``, e.g. ``CONCURRENT_KERNEL``) and, for RUNTIME/DRIVER records,
 ``api_name``. Optional first line ``{"event": "header", "schema": "forensics.cupti", "version": 1}``,

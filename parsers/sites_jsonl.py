@@ -1,6 +1,7 @@
 """Site JSONL: one record per site occurrence with input/output digests (the project's own format).
 
-Written by the site recorder (``../shared/device/campaign.py``'s ``Recorder`` and our probes).
+Written by the site recorder (our probes, and the ``Recorder`` of the project's device campaign script,
+``campaign.py``, kept outside the repository).
 Every line is a JSON object with an ``event``: ``site`` records (one per occurrence), and others
 (``iteration`` markers, ``cupti_unavailable``... meta records, an optional first
 ``{"event": "header", "schema": "forensics.sites", "version": 1}`` and last ``summary``).

@@ -1,9 +1,9 @@
 """CUPTI activity collection (cupti-python) into ``<out_dir>/rank<R>/cupti.jsonl``.
 
 File format: a header line ``{"event":"header","schema":"forensics.cupti","version":1,"rank":R,
-"pid":P,...}``, then one line per CUPTI activity record exactly as ``../shared/device/campaign.py``
-writes them (every public scalar field by name, ``kind_name``, ``api_name`` for runtime/driver
-records), then ``{"event":"summary","dropped":N,"records":M}``. Without CUDA or cupti-python the
+"pid":P,...}``, then one line per CUPTI activity record exactly as the project's device campaign
+script (``campaign.py``, kept outside the repository) writes them (every public scalar field by
+name, ``kind_name``, ``api_name`` for runtime/driver records), then ``{"event":"summary","dropped":N,"records":M}``. Without CUDA or cupti-python the
 file holds the header, ``{"event":"unavailable","reason":...}`` and the summary, and one line goes
 to stderr; the user's program is never stopped by this probe.
 

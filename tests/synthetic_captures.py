@@ -1,10 +1,10 @@
 """SYNTHETIC capture directories for verdict/bundle tests (no GPU was involved in making them).
 
 Every file follows a format seen in real output: ``sites.jsonl`` is the site-record format of
-/work/shared/device/campaign.py (``Recorder.site``) after a ``forensics.sites`` header line;
-``cupti.jsonl`` is campaign.py's ``_record_to_dict`` shape (CONCURRENT_KERNEL / RUNTIME /
+docs/parsers/sites-jsonl.md after a ``forensics.sites`` header line;
+``cupti.jsonl`` is the docs/parsers/cupti-jsonl.md record shape (CONCURRENT_KERNEL / RUNTIME /
 EXTERNAL_CORRELATION records); ``cublaslt.<pid>.log`` lines follow the ``[Trace]`` and ``[Api]``
-grammar of reference/instrument-formats.md §1.3-1.4. Kernel names are spelled like real cuBLAS
+grammar of the real lines in tests/data/cublaslt/real_lines.log. Kernel names are spelled like real cuBLAS
 (``sm90_xmma_...``, unmangled) and CUTLASS/cuBLASLt (Itanium-mangled) symbols. The manifest says
 ``synthetic: true`` and a README.txt in the directory says so too. The values are made up.
 """

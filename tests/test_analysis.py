@@ -1,8 +1,8 @@
 """The two-instrument rule on the real corpus and on SYNTHETIC captures in the real formats.
 
 The synthetic captures below are hand-built: sites.jsonl and cupti.jsonl follow the records
-written by ../shared/device/campaign.py, the cuBLASLt lines follow the [Trace] grammar of
-../shared/reference/instrument-formats.md §1.3. They are labelled synthetic in their manifests.
+documented in docs/parsers/, the cuBLASLt lines follow the [Trace] grammar of the real lines in
+tests/data/cublaslt/real_lines.log. They are labelled synthetic in their manifests.
 """
 from __future__ import annotations
 

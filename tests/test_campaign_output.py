@@ -1,6 +1,7 @@
 """Verdicts and bundle on site records written by the real campaign writer (no GPU, no CUPTI).
 
-/work/shared/device/campaign.py ``workload --cpu-dry-run`` runs the campaign's own ``Recorder``
+``../shared/device/campaign.py workload --cpu-dry-run`` (the project's device campaign script, kept
+outside the repository) runs the campaign's own ``Recorder``
 on the CPU: its sites.jsonl is real writer output (no header line, flat arm folders, eight sites
 per iteration incl. index_add, torch.hash_tensor digests), with no CUPTI or cuBLASLt files. Two
 separate processes make two arms. Skipped when the shared reference tree is absent.

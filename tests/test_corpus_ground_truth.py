@@ -3,8 +3,8 @@
 One test per file (nsys, ncu, Kineto, legacy cuBLAS here; the cuBLASLt logs and the logger's
 format strings in tests/test_cublaslt_grammar.py). The expected values are copied from the
 .source.txt files (computed there independently of this project: sqlite3, ncu_report, grep);
-where a .source.txt states only provenance, the values come from ../shared/reference/
-instrument-formats.md §8 and are marked so. Skipped with a reason when ../shared is absent.
+where a .source.txt states only provenance, the values were counted in the file itself (the HTA
+test traces of facebookresearch/HolisticTraceAnalysis) and are marked so. Skipped with a reason when ../shared is absent.
 """
 from __future__ import annotations
 
@@ -268,14 +268,14 @@ def test_resnet50_2021_trace(corpus):
 
 
 def test_hta_event_sync_trace(corpus):
-    """(instrument-formats.md §8) multi-stream, ampere_sgemm_128x64_nn x3, each launched by aten::mm."""
+    """(counted in the trace) multi-stream, ampere_sgemm_128x64_nn x3, each launched by aten::mm."""
     t = kineto.read_trace(corpus / "kineto" / "hta_critical_path__cuda_event_sync_multi_stream__event_sync_trace.json.gz")
     assert t.kernels["kernel"].tolist() == ["ampere_sgemm_128x64_nn"] * 3
     assert t.kernels["stream_id"].nunique() == 3 and set(t.kernels["op_name"]) == {"aten::mm"}
 
 
 def test_hta_simple_add_trace(corpus):
-    """(instrument-formats.md §8) 79 kernels incl. ampere_sgemm_32x32_sliced1x4_tn, ampere_gcgemm_64x64_nt,
+    """(counted in the trace) 79 kernels incl. ampere_sgemm_32x32_sliced1x4_tn, ampere_gcgemm_64x64_nt,
     cuDNN xmma, epilogue::impl::globalKernel; memcpy/memset events."""
     t = kineto.read_trace(corpus / "kineto" / "hta_critical_path__simple_add__benchmark_result_493459_1694039959_trace.json.gz")
     names = set(t.kernels["short_name"])
@@ -287,7 +287,7 @@ def test_hta_simple_add_trace(corpus):
 
 
 def test_hta_triton_trace(corpus):
-    """(instrument-formats.md §8) minimal modern trace: one Triton kernel, a cpu_op with input shapes."""
+    """(counted in the trace) minimal modern trace: one Triton kernel, a cpu_op with input shapes."""
     t = kineto.read_trace(corpus / "kineto" / "hta_triton_example__triton_example.json.gz")
     assert t.kernels["kernel"].tolist() == ["triton_poi_fused_add_cos_sin_0"]
     op = t.cpu_ops[t.cpu_ops["name"] == "triton_poi_fused_add_cos_sin_0"].iloc[0]

@@ -33,7 +33,7 @@ def test_non_mangled_names_come_back_unchanged(name):
 @pytest.mark.parametrize(
     "demangled,short",
     [
-        # demangled names as nsys/Kineto print them (reference/instrument-formats.md, HTA corpus)
+        # demangled names as nsys/Kineto print them (HolisticTraceAnalysis test traces, facebookresearch/HolisticTraceAnalysis)
         ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
          "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
          "vectorized_elementwise_kernel"),

@@ -1,6 +1,6 @@
 """Discriminator tables on SYNTHETIC capture directories (tests/synthetic_captures.py).
 
-The worked example of /work/shared/seeds/method-first-divergence.txt: the break lives in the
+A worked example of the method (docs/method.md): the break lives in the
 fp32-output wgrad GEMM. The synthetic scenario keeps every other axis MIXED so the separating
 axis is known in advance: ``output dtype``.
 """

@@ -1,7 +1,7 @@
 """Hypothesis fuzzing of the text parsers (cuBLASLt log, legacy cuBLAS log, key=value tokenizer).
 
 Contract: a parser returns rows or raises BadInput (never any other exception); values written
-into a SYNTHETIC line in the §1.3 grammar come back out of the parser unchanged.
+into a SYNTHETIC line in the real [Trace] format come back out of the parser unchanged.
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ dim = st.integers(min_value=1, max_value=1 << 20)
 
 @st.composite
 def trace_call(draw):
-    """Random field values and the SYNTHETIC [Trace] line (§1.3 grammar) that prints them."""
+    """Random field values and the SYNTHETIC [Trace] line (the real [Trace] format) that prints them."""
     m, n, k = draw(dim), draw(dim), draw(dim)
     ta, tb = draw(st.sampled_from("NT")), draw(st.sampled_from("NT"))
     types = [draw(st.sampled_from(TYPES)) for _ in range(4)]

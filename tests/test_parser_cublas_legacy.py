@@ -1,7 +1,7 @@
-"""parsers.cublas_legacy: the CUBLAS_LOGINFO_DBG multi-line format (instrument-formats.md §1.6).
+"""parsers.cublas_legacy: the CUBLAS_LOGINFO_DBG multi-line format (cuBLAS docs, cublasLoggerConfigure()).
 
-real_legacy_sgemm_excerpt.log holds the verbatim lines of the real cuBLAS 13.4.1 record quoted in
-§1.6 (the quote elides A/lda/B/ldb/beta/C, so those are absent); synthetic_legacy_gemmex.log is
+real_legacy_sgemm_excerpt.log holds the verbatim lines of a real cuBLAS 13.4.1 record quoted from a
+public repository file (the quote elides A/lda/B/ldb/beta/C, so those are absent); synthetic_legacy_gemmex.log is
 SYNTHETIC (cublasGemmEx + strided batched records in the same shape).
 """
 from __future__ import annotations

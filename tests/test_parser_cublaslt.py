@@ -34,7 +34,7 @@ def _corpus(rel: str) -> Path:
 
 def synthetic_trace(a: tuple[int, int], b: tuple[int, int], c: tuple[int, int], compute: list | None = None,
                     algo: list | None = None, header: str = "[cublasLt][1][Trace][cublasLtMatmul]") -> str:
-    """SYNTHETIC [Trace] line in the §1.3 grammar from stored (rows, cols) of A, B, C (= D)."""
+    """SYNTHETIC [Trace] line in the real [Trace] format from stored (rows, cols) of A, B, C (= D)."""
     def desc(rc: tuple[int, int]) -> list:
         return [("type", "R_32F"), ("rows", str(rc[0])), ("cols", str(rc[1])), ("ld", str(rc[0]))]
     pairs = [("A", "0X1000"), ("Adesc", desc(a)), ("B", "0X2000"), ("Bdesc", desc(b)),
@@ -51,7 +51,7 @@ def write(tmp_path: Path, text: str | bytes, name: str = "cublaslt.1.log") -> Pa
     return p
 
 
-# --- real lines (verbatim from instrument-formats.md §1.2-1.4) ----------------------------------
+# --- real lines (verbatim, tests/data/cublaslt/real_lines.log) -----------------------------------
 
 def test_real_trace_lines_problem_and_algo_descriptors():
     log = read_log(REAL)

@@ -1,5 +1,5 @@
 """parsers.ncu: the real .ncu-rep in ../shared/corpus/ncu (read in place) and SYNTHETIC CSV
-fixtures in tests/data/ncu (formats of reference/instrument-formats.md §3.2-3.3)."""
+fixtures in tests/data/ncu (formats of real ncu CSV exports, see tests/data/ncu/README.md)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -2,8 +2,8 @@
 
 cupti-python is not installed on the development machine and there is no GPU, so the collecting
 path is exercised with a SYNTHETIC stand-in for the ``cupti`` module (clearly named below): it
-hands the collector activity objects shaped like cupti-python's (snake_case fields, per
-../shared/reference/instrument-formats.md §4.1), so the real buffer, budget and summary code runs.
+hands the collector activity objects shaped like cupti-python's (snake_case fields, as in
+the type stubs cupti.pyi of the PyPI package cupti-python), so the real buffer, budget and summary code runs.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from tests.synthetic_captures import Gemm, operand_shapes
 
 
 def _site_row(g: Gemm) -> dict:
-    """SYNTHETIC site record digests for one GEMM, in campaign.py's digest shape."""
+    """SYNTHETIC site record digests for one GEMM, in the site-record digest shape (docs/parsers/sites-jsonl.md)."""
     a, b, d = operand_shapes(g)
     ins = [{"shape": list(a), "dtype": g.a_type, "numel": a[0] * a[1], "hash": 1},
            {"shape": list(b), "dtype": g.a_type, "numel": b[0] * b[1], "hash": 2}]

@@ -1,6 +1,6 @@
 """Arm comparison and toggle report on SYNTHETIC capture directories (tests/synthetic_captures.py).
 
-Every capture here is synthetic: real formats (campaign.py site/CUPTI records, cuBLASLt lines),
+Every capture here is synthetic: real formats (site/CUPTI records as docs/parsers/ describes them, cuBLASLt lines),
 made-up values, labelled ``synthetic: true`` in its manifest and README.txt.
 """
 from __future__ import annotations

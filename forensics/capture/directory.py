@@ -122,7 +122,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
 
 
 def _manifest_from_campaign(summary: Path) -> dict[str, Any]:
-    """A manifest for a directory written by ../shared/device/campaign.py."""
+    """A manifest for a directory written by the project's device campaign script (campaign.py, kept outside the repository)."""
     try:
         data = json.loads(summary.read_text())
     except json.JSONDecodeError as e:
