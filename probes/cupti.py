@@ -30,6 +30,10 @@ BUFFER_BYTES = 8 * 1024 * 1024
 KIND_NAMES = ("CONCURRENT_KERNEL", "RUNTIME", "DRIVER", "EXTERNAL_CORRELATION", "MARKER", "MARKER_DATA",
               "MEMCPY", "MEMSET", "NAME")
 
+#: File stem when CUPTI cannot collect (no CUDA, no cupti-python): the header, the reason and the summary
+#: go there, under a name the capture loader does not count as a CUPTI record.
+UNAVAILABLE_STEM = "no-cupti"
+
 _active: "CuptiCollector | None" = None
 
 
@@ -112,12 +116,12 @@ class CuptiCollector:
         window.on_exit.append(self._exit)
 
     # ------------------------------------------------------------------ output
-    def _open(self) -> None:
+    def _open(self, stem: str = "cupti") -> None:
         if self.file is not None:
             return
         from probes.sites import open_exclusive  # noqa: PLC0415
 
-        self.file = open_exclusive(self.out_dir, "cupti", ".jsonl")
+        self.file = open_exclusive(self.out_dir, stem, ".jsonl")
         header = {"event": "header", "schema": SCHEMA, "version": VERSION, "rank": self.rank, "pid": self.pid,
                   "arm": self.cfg.arm, "steps": self.cfg.steps, "max_records": self.cfg.max_records,
                   "kinds": list(KIND_NAMES), "host": os.uname().nodename}
@@ -129,9 +133,10 @@ class CuptiCollector:
     # ------------------------------------------------------------------ window
     def _enter(self, step: int) -> None:
         global _active
-        self._open()
         if self.unavailable is None:
             self.unavailable = cuda_reason()
+        # a CUPTI that cannot collect leaves no-cupti.jsonl: never a file the capture counts as a CUPTI record
+        self._open(UNAVAILABLE_STEM if self.unavailable is not None else "cupti")
         if self.unavailable is not None:
             self._write({"event": "unavailable", "reason": self.unavailable})
             self.file.flush()
@@ -154,12 +159,24 @@ class CuptiCollector:
             self.unavailable = f"CUPTI setup failed ({type(e).__name__}: {e})"
             self._write({"event": "unavailable", "reason": self.unavailable})
             sys.stderr.write(f"forensics: CUPTI collection unavailable on rank {self.rank}: {self.unavailable}\n")
+            self._rename_unavailable()
             return
         self.collecting = True
         _active = self
 
     def _exit(self, step: int) -> None:
         self.stop()
+
+    def _rename_unavailable(self) -> None:
+        """cupti[.pid].jsonl -> no-cupti[.pid].jsonl once CUPTI turned out unable to collect (never over a file)."""
+        path = Path(self.file.name)
+        target = path.with_name(UNAVAILABLE_STEM + path.name[len("cupti"):])
+        self.file.flush()
+        try:
+            os.link(path, target)
+            os.unlink(path)
+        except OSError:
+            pass
 
     # ------------------------------------------------------------------ CUPTI callbacks
     def _buffer_requested(self):  # noqa: ANN202

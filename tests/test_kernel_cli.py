@@ -116,10 +116,15 @@ def test_real_capture_of_the_example_on_cpu(tmp_path, capsys):
         assert [r["label"] for r in sites] == [f"{SITE}#1", f"{SITE}#2"]  # one plain wgrad per step, steps 1-2
         assert all(r["meta"]["m"] == 32 and r["meta"]["n"] == 32 and r["meta"]["k"] == 64 for r in sites)
         digests[arm] = [(r["in"], r["out"]) for r in sites]
-        cupti = lines(out / arm / "rank0" / "cupti.jsonl")
+        assert not (out / arm / "rank0" / "cupti.jsonl").exists()
+        cupti = lines(out / arm / "rank0" / "no-cupti.jsonl")
         assert cupti[0]["event"] == "header" and cupti[1]["event"] == "unavailable"
         assert (out / "passes" / f"{arm}.log").exists()
     assert digests["a1"] == digests["a2"]  # CPU GEMMs are deterministic: identical arms agree bit for bit
+    from forensics.capture.directory import load_capture
+
+    cap = load_capture(out)  # CUPTI said it could not collect: the capture does not list it as present
+    assert "cupti" not in cap.instruments() and any("no CUPTI-family instrument" in m for m in cap.missing)
 
 
 def test_library_run_never_overwrites_and_redacts(tmp_path, monkeypatch):

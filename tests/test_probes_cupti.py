@@ -31,7 +31,8 @@ def test_missing_cupti_writes_header_unavailable_and_summary(tmp_path, capsys):
     window.advance()
     window.advance()  # leaves the window: summary written
     col.close()
-    recs = lines(tmp_path / "rank0" / "cupti.jsonl")
+    assert not (tmp_path / "rank0" / "cupti.jsonl").exists()  # never a file the capture counts as CUPTI's
+    recs = lines(tmp_path / "rank0" / "no-cupti.jsonl")
     assert recs[0]["event"] == "header" and recs[0]["schema"] == "forensics.cupti" and recs[0]["version"] == 1
     assert recs[0]["rank"] == 0 and isinstance(recs[0]["pid"], int)
     assert recs[1]["event"] == "unavailable" and recs[1]["reason"]
@@ -41,8 +42,31 @@ def test_missing_cupti_writes_header_unavailable_and_summary(tmp_path, capsys):
     assert probe_cupti.active() is None
     from parsers import cupti_jsonl
 
-    assert len(cupti_jsonl.read_kernels(tmp_path / "rank0" / "cupti.jsonl")) == 0  # readable, just empty
-    assert cupti_jsonl.dropped(tmp_path / "rank0" / "cupti.jsonl") == 0
+    assert len(cupti_jsonl.read_kernels(tmp_path / "rank0" / "no-cupti.jsonl")) == 0  # readable, just empty
+    assert cupti_jsonl.dropped(tmp_path / "rank0" / "no-cupti.jsonl") == 0
+    from forensics.capture.directory import classify
+
+    assert classify("no-cupti.jsonl") is None and classify("no-cupti.4242.jsonl") is None
+
+
+def test_cupti_setup_failure_renames_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(probe_cupti, "cuda_reason", lambda: None)
+
+    class Broken:
+        class ActivityKind:
+            pass
+
+        def activity_register_callbacks(self, *a):  # noqa: ANN002
+            raise RuntimeError("no driver (test)")
+
+    cfg = ProbeConfig(out_dir=str(tmp_path), probes=["cupti"], steps="0")
+    window = StepWindow(parse_steps("0"))
+    col = probe_cupti.CuptiCollector(cfg, window, tmp_path / "rank0", 0, cupti=Broken())
+    window.start()
+    col.close()
+    assert not (tmp_path / "rank0" / "cupti.jsonl").exists()
+    recs = lines(tmp_path / "rank0" / "no-cupti.jsonl")
+    assert recs[1]["event"] == "unavailable" and "no driver (test)" in recs[1]["reason"] and recs[-1]["event"] == "summary"
 
 
 def test_reason_names_what_is_missing():
