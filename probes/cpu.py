@@ -172,6 +172,9 @@ class CpuCollector:
                 self._unavailable("mkl", f"{type(e).__name__}: {e}")
         if "torch_profiler" in self.instruments:
             try:
+                if _profiler_running(torch):
+                    raise RuntimeError("the program runs its own torch.profiler (one per process): "
+                                       "ours is not started, theirs is left alone")
                 self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
                 self.prof.__enter__()
             except Exception as e:  # noqa: BLE001  (e.g. the program runs its own profiler: one per process)
@@ -305,6 +308,19 @@ class CpuCollector:
         self.stop()
         if self.file is not None and not self.file.closed:
             self.file.close()
+
+
+def _profiler_running(torch: Any) -> bool:
+    """True when a torch.profiler / autograd profiler session is already active in this process."""
+    for probe in (lambda: torch.autograd.profiler._is_profiler_enabled,
+                  lambda: torch._C._autograd._profiler_enabled()):
+        try:
+            v = probe()
+            if isinstance(v, bool):
+                return v
+        except Exception:  # noqa: BLE001
+            continue
+    return False
 
 
 def _size(path: Path) -> int:

@@ -54,10 +54,11 @@ def main() -> None:
         model = MLP()
         x, target = torch.randn(16, 32), torch.randn(16, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    for _ in range(a.steps):
+    for step in range(a.steps):
         loss = torch.nn.functional.mse_loss(model(x), target)
         opt.zero_grad()
         loss.backward()
+        print(f"step {step} loss={loss.item():.10f}", flush=True)
         opt.step()
     print(f"model={a.model} threads={torch.get_num_threads()} loss={loss.item():.10f}")
 

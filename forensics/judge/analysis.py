@@ -465,6 +465,8 @@ def judge(counts: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
             if inst.role == reg.CALLS:
                 if inst.launch_role is None or inst.launch_role(name) is None:
                     not_confirmable.append(inst.confirms or "its own kernels only")
+                    if o.get("detail") and not int(o.get("groups") or 0) and int(o.get("calls") or 0):
+                        details.append(o["detail"])  # its calls in this scope that no launch seen here explains
                     continue
                 n_calls, n_groups = int(o.get("calls") or 0), int(o.get("groups") or 0)
                 if n_calls != n_groups:

@@ -183,6 +183,10 @@ def match(inst: Any, launches: pd.DataFrame, calls: pd.DataFrame) -> dict[str, A
         out["implementation"] = main_call(calls, inst.name)
         return out
     out["calls"] = 1 if conf else n_calls
+    if not conf:
+        out["detail"] = (f"{lib} also logged {n_calls} call(s) in this scope ({describe_calls(calls, inst.name)}) that "
+                         f"no implementation op the profiler saw here calls{how}")
+        return out
     out["detail"] = (f"{lib} logged {n_calls} call(s) ({describe_calls(calls, inst.name)}) in a scope with "
                      f"{len(conf)} execution(s) it can serve: the log cannot tell which execution issued which call")
     return out

@@ -1,0 +1,274 @@
+"""The CPU backend of `forensics kernel`, for real: torch.profiler + oneDNN / oneMKL verbose logs.
+
+Offline tests read the real captures committed under tests/fixtures/cpu/ (PROVENANCE.md there);
+the ``slow`` tests run the backend on this machine's torch CPU wheel (small windows, a few seconds
+per pass) and assert exact implementation names and counts. Expected values were read off the
+captures' own files (sites.jsonl, mkl.<pid>.log, onednn.<pid>.log, the profiler trace).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from forensics.cli import main
+from forensics.judge.analysis import DISAGREE, NAMED, SINGLE, analyze
+from forensics.judge.verdicts import compare_arms, toggle_report
+
+REPO = Path(__file__).resolve().parents[1]
+FIX = REPO / "tests" / "fixtures" / "cpu"
+TRAIN = REPO / "examples" / "cpu-backend" / "train.py"
+CONV, MM = "aten.convolution.default", "aten.mm.default"
+
+
+def _verdicts(an) -> dict[tuple[str, str], tuple[str, str, dict]]:
+    return {(r.arm, r.scope): (r.verdict, r.kernel, dict(r.counts)) for r in an.verdicts.itertuples()}
+
+
+def _attributed(an, arm: str) -> pd.DataFrame:
+    c = an.calls
+    return c[(c["arm"] == arm) & c["site_label"].notna()]
+
+
+# --------------------------------------------------------------------------- case 1: 1x1 Conv1d, 1 vs 2 threads
+def test_conv1d_threads_capture_names_thnn_with_mkl_and_onednn_with_profiler():
+    an = analyze(FIX / "conv1d-threads", site=CONV)
+    v = _verdicts(an)
+    thnn = (NAMED, "aten::_slow_conv2d_forward", {"torch_profiler": 1, "mkl": 1})
+    mkldnn = (NAMED, "aten::mkldnn_convolution", {"torch_profiler": 1, "onednn": 1})
+    assert v == {("a1", f"{CONV}#1"): thnn, ("a1", f"{CONV}#2"): thnn, ("a2", f"{CONV}#1"): thnn,
+                 ("a2", f"{CONV}#2"): thnn, ("t1-omp_num_threads", f"{CONV}#1"): mkldnn,
+                 ("t1-omp_num_threads", f"{CONV}#2"): mkldnn}
+    reason = an.verdicts.set_index(["arm", "scope"]).loc[("a1", f"{CONV}#1"), "reason"]
+    assert reason.startswith("aten::_slow_conv2d_forward -> oneMKL SGEMM: torch_profiler + mkl agree on 1 "
+                             "implementation-op execution(s)")
+    assert "unit compared: implementation-op executions" in reason and "SGEMM(N,N,8,16,8) CNR:OFF NThr:1 x4" in reason
+    other = an.verdicts.set_index(["arm", "scope"]).loc[("t1-omp_num_threads", f"{CONV}#1"), "reason"]
+    assert other.startswith("aten::mkldnn_convolution -> oneDNN convolution jit_1x1:avx2:")
+    # the thnn path: one SGEMM per sample of the batch of 4, attributed by the oneMKL file's offsets
+    for arm in ("a1", "a2"):
+        calls = _attributed(an, arm)
+        got = calls.groupby(["site_label", "routine", "transa", "transb", "m", "n", "k"]).size().to_dict()
+        assert got == {(f"{CONV}#1", "SGEMM", "N", "N", 8, 16, 8): 4, (f"{CONV}#2", "SGEMM", "N", "N", 8, 4, 16): 4}
+        assert set(calls["attributed_by"]) == {"file offset within the size the occurrence recorded before and after its call"}
+        assert set(calls["nthr"]) == {1} and set(calls["cnr"]) == {"OFF"}
+    # the oneDNN path: per occurrence one convolution primitive (plus its reorders), by timestamp
+    calls = _attributed(an, "t1-omp_num_threads")
+    conv = calls[calls["primitive"] == "convolution"]
+    assert list(conv["implementation"]) == ["jit_1x1:avx2", "jit_1x1:avx2"]
+    assert list(conv["problem_desc"]) == ["mb4_ic8oc16_ih1oh1kh1sh1dh0ph0_iw8ow8kw1sw1dw0pw0",
+                                          "mb4_ic16oc4_ih1oh1kh1sh1dh0ph0_iw8ow8kw1sw1dw0pw0"]
+    assert len(calls) == 8 and set(calls["attributed_by"]) == {"timestamp within the occurrence's [t0, t1] (same process)"}
+    # lines outside every occurrence (the backward pass of step 0) stay unattributed, and say so
+    rest = an.calls[an.calls["site_label"].isna()]
+    assert len(rest) == 12 + 12 + 14 and rest["attributed_by"].str.startswith("unattributed:").all()
+
+
+def test_conv1d_threads_compare_says_the_selection_differs(capsys):
+    cmp = compare_arms(FIX / "conv1d-threads", site=CONV)
+    assert cmp.pair("a2").counts() == {"IDENTICAL": 2}
+    t1 = cmp.pair("t1-omp_num_threads")
+    fd = t1.first_divergence[0]
+    assert (fd["label"], fd["classification"], fd["role"]) == (f"{CONV}#1", "SELECTION DIFFERS", "origin")
+    assert fd["kernel_baseline"] == "aten::_slow_conv2d_forward" and fd["kernel_arm"] == "aten::mkldnn_convolution"
+    tog = toggle_report(FIX / "conv1d-threads", site=CONV).results[0]
+    assert (tog.kernel_changed, tog.algo_changed, tog.bits_changed) == (True, True, True)
+    assert main(["compare", str(FIX / "conv1d-threads"), "--site", CONV]) == 1
+    out = capsys.readouterr().out
+    assert f"first divergence {CONV}#1: SELECTION DIFFERS (origin)" in out
+
+
+# --------------------------------------------------------------------------- case 2: aten.mm, MKL_CBWR
+def test_mm_cbwr_capture_toggle_arm_shows_the_cnr_mode():
+    an = analyze(FIX / "mm-cbwr", site=MM)
+    assert len(an.verdicts) == 15 and set(an.verdicts["verdict"]) == {NAMED}
+    assert set(an.verdicts["kernel"]) == {"aten::mm"}
+    for arm, cnr in (("a1", "OFF"), ("a2", "OFF"), ("t1-mkl_cbwr", "COMPATIBLE")):
+        calls = _attributed(an, arm)
+        assert len(calls) == 5 and set(calls["cnr"]) == {cnr} and set(calls["routine"]) == {"SGEMM"}
+        assert sorted(calls["site_label"]) == [f"{MM}#{i}" for i in range(1, 6)]
+    tog = toggle_report(FIX / "mm-cbwr", site=MM).results[0]
+    assert tog.toggle == {"MKL_CBWR": "COMPATIBLE"}
+    assert (tog.kernel_changed, tog.algo_changed) == (False, True)
+    first = tog.occurrences.iloc[0]
+    assert "cnr=OFF" in first["algo_baseline"] and "cnr=COMPATIBLE" in first["algo_arm"]
+    fd = compare_arms(FIX / "mm-cbwr", site=MM).pair("t1-mkl_cbwr").first_divergence[0]
+    assert (fd["label"], fd["classification"]) == (f"{MM}#1", "SELECTION DIFFERS")
+
+
+# --------------------------------------------------------------------------- case 3: the shipped example, twice
+def test_example_capture_identical_arms_nothing_over_claimed(capsys):
+    an = analyze(FIX / "example")
+    assert _verdicts(an) == {(arm, f"gemm:NT:acc0:grad1#{i}"): (NAMED, "aten::mm", {"torch_profiler": 1, "mkl": 1})
+                             for arm in ("a1", "a2") for i in (1, 2)}
+    calls = _attributed(an, "a1")
+    assert list(calls[["transa", "transb", "m", "n", "k"]].itertuples(index=False, name=None)) == [("N", "T", 32, 32, 64)] * 2
+    assert main(["compare", str(FIX / "example")]) == 0
+    out = capsys.readouterr().out
+    assert "a2 (replica) vs a1: IDENTICAL 2" in out and "first divergence" not in out
+
+
+def test_analyze_cli_on_the_committed_capture(tmp_path, capsys):
+    code = main(["analyze", str(FIX / "conv1d-threads"), "--out", str(tmp_path / "an")])
+    out = capsys.readouterr().out
+    assert code == 0 and "6 of 6 (scope, kernel) pairs NAMED" in out
+    assert "Nsight" not in out and "CUPTI" not in out  # a CPU capture is not told the GPU instruments are missing
+    data = json.loads((tmp_path / "an" / "analysis.json").read_text())
+    assert {v["kernel"] for v in data["verdicts"]} == {"aten::_slow_conv2d_forward", "aten::mkldnn_convolution"}
+
+
+# --------------------------------------------------------------------------- what is missing or wrong
+def _copy(name: str, tmp_path: Path) -> Path:
+    dst = tmp_path / name
+    shutil.copytree(FIX / name, dst)
+    return dst
+
+
+def test_without_the_library_log_single_source_names_what_is_missing(tmp_path):
+    cap = _copy("mm-cbwr", tmp_path)
+    for f in cap.glob("*/rank0/mkl.*.log"):
+        f.unlink()
+    an = analyze(cap, site=MM)
+    assert set(an.verdicts["verdict"]) == {SINGLE}
+    reason = an.verdicts["reason"].iloc[0]
+    assert reason.startswith("only torch.profiler (CPU ops) saw this scope; missing: oneDNN verbose log, oneMKL verbose log")
+    assert any(m.startswith("no oneMKL verbose log") for m in an.missing)
+
+
+def test_a_library_log_the_profiler_does_not_explain_is_reported(tmp_path):
+    """oneDNN lines inside a thnn scope (real lines of the 2-thread arm, re-stamped into a1's occurrence #1:
+    a doctored copy, made here) are said in the verdict, never silently dropped."""
+    cap = _copy("conv1d-threads", tmp_path)
+    recs = [json.loads(x) for x in (cap / "a1" / "rank0" / "sites.jsonl").read_text().splitlines()]
+    first = next(r for r in recs if r.get("event") == "site")
+    mid = (first["cpu"]["t0_ns"] + first["cpu"]["t1_ns"]) // 2
+    src = next((cap / "t1-omp_num_threads" / "rank0").glob("onednn.*.log")).read_text().splitlines()
+    execs = [ln for ln in src if ",primitive,exec," in ln][:4]
+    stamped = [ln.replace(ln.split(",")[2], f"{mid // 1_000_000}.{mid % 1_000_000:06d}", 1) for ln in execs]
+    (cap / "a1" / "rank0" / f"onednn.{first['pid']}.log").write_text("\n".join(stamped) + "\n")
+    an = analyze(cap, site=CONV)
+    row = an.verdicts.set_index(["arm", "scope"]).loc[("a1", f"{CONV}#1")]
+    assert row["verdict"] == NAMED and row["kernel"] == "aten::_slow_conv2d_forward"
+    assert "oneDNN also logged 4 call(s) in this scope" in row["reason"]
+    assert "no implementation op the profiler saw here calls" in row["reason"]
+
+
+def test_matcher_many_ops_and_calls_not_one_to_one_is_disagree():
+    from forensics import instruments as reg
+    from forensics.judge.cpu import match
+
+    inst = reg.get("mkl")
+    launches = pd.DataFrame({"key": ["aten::mm", "aten::mm"], "kernel": ["aten::mm", "aten::mm"]})
+    calls = pd.DataFrame({"routine": ["SGEMM"] * 3, "transa": ["N"] * 3, "transb": ["N"] * 3, "m": [4] * 3,
+                          "n": [4] * 3, "k": [4] * 3, "cnr": ["OFF"] * 3, "nthr": [1] * 3})
+    res = match(inst, launches, calls)
+    assert (res["calls"], res["groups"], res["matched"]) == (1, 2, {})
+    assert "cannot tell which execution issued which call" in res["detail"]
+    two = match(inst, launches, calls.iloc[:2])
+    assert (two["calls"], two["groups"], two["matched"]) == (2, 2, {"aten::mm": 2})
+
+
+def test_a_malformed_library_line_is_one_error_naming_file_and_line(tmp_path, capsys):
+    cap = _copy("conv1d-threads", tmp_path)
+    log = next((cap / "a1" / "rank0").glob("mkl.*.log"))
+    lines = log.read_text().splitlines()
+    lines[3] = lines[3].replace(") ", " ", 1)
+    log.write_text("\n".join(lines) + "\n")
+    assert main(["analyze", str(cap), "--out", str(tmp_path / "an")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{log}:4:" in err[0] and "malformed oneMKL call line" in err[0]
+
+
+def test_split_onednn_keeps_program_output_apart():
+    from probes.cpu import split_onednn
+
+    raw = (b"epoch 1\nonednn_verbose,v1,info,oneDNN v3.12.0\npartial line onednn_verbose,v1,primitive,exec,x\n"
+           b"tail without newline")
+    ours, theirs = split_onednn(raw)
+    assert ours == b"onednn_verbose,v1,info,oneDNN v3.12.0\nonednn_verbose,v1,primitive,exec,x\n"
+    assert theirs == b"epoch 1\npartial line tail without newline"
+
+
+# --------------------------------------------------------------------------- for real, on this machine
+@pytest.mark.slow
+def test_kernel_cpu_backend_runs_for_real(tmp_path, capsys, monkeypatch):
+    """Case 1 live: one arm at 1 intra-op thread, the toggle arm at 2 (pytorch/pytorch#116369)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "cap"
+    code = main(["kernel", "--device", "cpu", "--site", CONV, "--steps", "0", "--arms", "1", "--toggle",
+                 "OMP_NUM_THREADS=2", "--out", str(out), "-q", "--timeout", "300", "--",
+                 sys.executable, str(TRAIN), "--model", "conv1d", "--steps", "2"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert f"capture: {out.resolve()}  (device: cpu)" in text and "verdict: 2 implementation(s) NAMED" in text
+    an = analyze(out, site=CONV)
+    v = _verdicts(an)
+    assert {k: (x[0], x[1]) for k, x in v.items()} == {
+        ("a1", f"{CONV}#1"): (NAMED, "aten::_slow_conv2d_forward"), ("a1", f"{CONV}#2"): (NAMED, "aten::_slow_conv2d_forward"),
+        ("t1-omp_num_threads", f"{CONV}#1"): (NAMED, "aten::mkldnn_convolution"),
+        ("t1-omp_num_threads", f"{CONV}#2"): (NAMED, "aten::mkldnn_convolution")}
+    sgemm = _attributed(an, "a1").groupby(["site_label", "routine", "m", "n", "k"]).size().to_dict()
+    assert sgemm == {(f"{CONV}#1", "SGEMM", 8, 16, 8): 4, (f"{CONV}#2", "SGEMM", 8, 4, 16): 4}
+    conv = _attributed(an, "t1-omp_num_threads")
+    conv = conv[conv["primitive"] == "convolution"]
+    assert len(conv) == 2 and all(re.fullmatch(r"[\w]+:\w+", i) for i in conv["implementation"])
+    fd = compare_arms(out, site=CONV).pair("t1-omp_num_threads").first_divergence[0]
+    assert (fd["label"], fd["classification"]) == (f"{CONV}#1", "SELECTION DIFFERS")
+    # the program's own stdout inside the window reached its stdout (the pass log), not the oneDNN log
+    log = (out / "passes" / "t1-omp_num_threads.log").read_text()
+    assert "step 0 loss=" in log and "onednn_verbose" not in log
+    onednn = next((out / "t1-omp_num_threads" / "rank0").glob("onednn.*.log")).read_text()
+    assert "step 0" not in onednn and onednn.startswith("onednn_verbose,")
+    probe = [json.loads(x) for x in next((out / "a1" / "rank0").glob("cpuprobe*.jsonl")).read_text().splitlines()]
+    assert probe[0]["instruments"] == ["torch_profiler", "onednn", "mkl"] and probe[-1]["unavailable"] == {}
+    assert not list(out.glob("*/rank0/onednn-window.*.raw"))  # the stdout capture file is gone
+
+
+@pytest.mark.slow
+def test_knob_dynamic_on_the_cpu_backend_reaches(tmp_path, capsys):
+    """Case 2 live: `forensics knob MKL_CBWR --values COMPATIBLE` (dynamic) on an aten.mm site."""
+    code = main(["knob", "MKL_CBWR", "--site", MM, "--steps", "0", "--values", "COMPATIBLE", "--out",
+                 str(tmp_path / "cap"), "--json", str(tmp_path / "k.json"), "--", sys.executable, str(TRAIN),
+                 "--model", "mm", "--steps", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    data = json.loads((tmp_path / "k.json").read_text())
+    dyn = data["dynamic"]
+    assert dyn["device"] == "cpu" and dyn["summary"] == [
+        "MKL_CBWR=COMPATIBLE: kernel unchanged, algo CHANGED, bits CHANGED (vs a1)"]
+    assert dyn["reach"] == ["MKL_CBWR=COMPATIBLE: REACHES the site (algo descriptor changed at the site, "
+                            "from the captured records)"]
+    assert "REACHES the site" in out
+    an = analyze(tmp_path / "cap", site=MM)
+    cnr = {a: set(g) for a, g in an.calls[an.calls["site_label"].notna()].groupby("arm")["cnr"]}
+    assert cnr == {"a1": {"OFF"}, "a2": {"OFF"}, "k1-COMPATIBLE": {"COMPATIBLE"}}
+
+
+@pytest.mark.slow
+def test_probe_never_breaks_the_program_when_the_profiler_is_taken(tmp_path):
+    """A program that runs its own torch.profiler over the window: ours says unavailable, the run goes on."""
+    script = tmp_path / "own_profiler.py"
+    script.write_text(
+        "import torch\n"
+        "m = torch.nn.Linear(8, 8); opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):\n"
+        "    for _ in range(3):\n"
+        "        m(torch.randn(4, 8)).sum().backward(); opt.step()\n"
+        "print('done')\n")
+    from forensics.capture.kernel import run_kernel
+
+    res = run_kernel("aten.addmm.default", [sys.executable, str(script)], device="cpu", arms=1, out=tmp_path / "c",
+                     progress=False, timeout_s=300)
+    assert [(p.name, p.status) for p in res.passes] == [("a1", "ok")]
+    log = (res.capture_dir / "passes" / "a1.log").read_text()
+    assert "done" in log and "no active profiling session" not in log  # their profiler was left alone
+    probe = [json.loads(x) for x in next((res.capture_dir / "a1" / "rank0").glob("cpuprobe*.jsonl")).read_text().splitlines()]
+    reasons = [r for r in probe if r.get("event") == "unavailable"]
+    assert [r["instrument"] for r in reasons] == ["torch_profiler"]
+    assert os.path.exists(res.capture_dir / "a1" / "rank0" / "sites.jsonl")
