@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import secrets
 import sys
 import tempfile
 import traceback
@@ -93,8 +94,8 @@ def _details(exc: BaseException, command: str, argv: list[str]) -> str:
 def write_details(exc: BaseException, command: str, argv: list[str]) -> tuple[Path | None, str]:
     """Write the details file; returns (path or None, the text written or to be shown)."""
     text = _details(exc, command, argv)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    name = f"forensics-{command or 'cli'}-{stamp}-{os.getpid()}.txt"
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    name = f"forensics-{command or 'cli'}-{stamp}-{os.getpid()}-{secrets.token_hex(3)}.txt"
     for folder in crash_dirs():
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -42,7 +42,13 @@ def _read_text(path: Path) -> str:
             raise BadInput(path, f"truncated or corrupt gzip: {e}") from None
     if raw.startswith(b"SQLite format 3\x00"):
         raise BadInput(path, "is an SQLite database (an nsys export?), not a JSONL file")
-    return raw.decode("utf-8", errors="replace")
+    from forensics.inputs import decode_utf8  # noqa: PLC0415 - our formats are UTF-8: a bad byte is corruption
+
+    return decode_utf8(raw, path)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def read_jsonl(path: str | PathLike[str], schema: str, what: str) -> JsonlFile:
@@ -55,7 +61,7 @@ def read_jsonl(path: str | PathLike[str], schema: str, what: str) -> JsonlFile:
     if not text.strip():
         raise BadInput(path, f"empty file: expected a {what} (one JSON object per line)")
     out = JsonlFile(path)
-    decode = json.JSONDecoder().decode
+    decode = json.JSONDecoder(parse_constant=_not_json).decode  # NaN/Infinity are not JSON
     all_lines = text.split("\n")
     last = len(all_lines)
     for number, line in enumerate(all_lines, start=1):
@@ -65,8 +71,12 @@ def read_jsonl(path: str | PathLike[str], schema: str, what: str) -> JsonlFile:
             obj = decode(line)
         except json.JSONDecodeError as e:
             cut = number == last and not text.endswith("\n")
-            hint = "truncated last line" if cut else "malformed JSON"
+            hint = "truncated last line" if cut else ("trailing data after the JSON object" if e.msg == "Extra data"
+                                                      else "malformed JSON")
             raise BadInput(path, f"{hint} in {what}: {e.msg} (column {e.colno})", number) from None
+        except (ValueError, RecursionError) as e:  # NaN/Infinity, or nesting deeper than Python reads
+            why = str(e) if isinstance(e, ValueError) else "JSON nested too deeply"
+            raise BadInput(path, f"{why} in {what}", number) from None
         if not isinstance(obj, dict):
             raise BadInput(path, f"not a {what}: line is a JSON {type(obj).__name__}, not an object", number)
         if obj.get("event") == "header":

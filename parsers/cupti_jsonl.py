@@ -16,6 +16,7 @@ import pandas as pd
 
 from forensics.errors import BadInput
 from forensics.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
+from parsers._types import check_cupti_record
 from parsers._jsonl import read_jsonl, records_frame
 from parsers.demangle import demangle, short_name
 
@@ -62,6 +63,7 @@ def _load(path: str | PathLike[str]):
         kind = _kind_name(obj)
         if kind is None:
             raise BadInput(f.path, f"not a {WHAT}: record has neither kind_name nor kind", number)
+        check_cupti_record(obj, f.path, number)  # wrong-typed values are bad input (forensics faults)
         rec = dict(obj)
         rec["kind_name"] = kind
         rec["line"] = number

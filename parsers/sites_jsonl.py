@@ -20,6 +20,7 @@ import pandas as pd
 
 from forensics.errors import BadInput
 from parsers._jsonl import read_jsonl, records_frame
+from parsers._types import check_site_record
 
 SCHEMA = "forensics.sites"
 WHAT = "site JSONL"
@@ -64,6 +65,7 @@ def _load(path: str | PathLike[str]):
     f = read_jsonl(path, SCHEMA, WHAT)
     sites, events = [], []
     for number, obj in f.lines:
+        check_site_record(obj, f.path, number)  # wrong-typed values are bad input (forensics faults)
         event = obj.get("event")
         if not isinstance(event, str):
             hint = " (a CUPTI JSONL?)" if "kind_name" in obj or "kind" in obj else ""

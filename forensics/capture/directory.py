@@ -100,38 +100,217 @@ def classify(name: str) -> str | None:
     return None
 
 
+class _ManifestLoader(yaml.SafeLoader):
+    """Safe YAML that keeps timestamps as text (an impossible date is not a crash) and counts nodes."""
+
+
+_ManifestLoader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
+
+#: Largest manifest.yaml read (a real one is a few KiB) and most YAML nodes after alias expansion.
+MANIFEST_LIMIT = 8 << 20
+MAX_MANIFEST_NODES = 200_000
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Never writes anchors/aliases (a reader refuses alias bombs; ours never need them)."""
+
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002
+        return True
+
+
+def dump_manifest(manifest: dict[str, Any]) -> str:
+    return yaml.dump(manifest, Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True)
+
+
+def _expanded_nodes(root: yaml.Node, limit: int) -> int:
+    """Nodes of the document with every alias expanded (memoised, iterative); stops past ``limit``."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = ([c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode)
+                    else list(node.value) if isinstance(node, yaml.SequenceNode) else [])
+        if not done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+            continue
+        sizes[id(node)] = min(limit + 1, 1 + sum(sizes.get(id(c), 1) for c in children))
+    return sizes.get(id(root), 1)
+
+
+def _node_line(root: yaml.Node | None, where: tuple[Any, ...]) -> int | None:
+    """1-based line of the value at ``where`` (keys and indices), or of the nearest enclosing node."""
+    node = root
+    for step in where:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(step)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value):
+            nxt = node.value[step]
+        else:
+            nxt = None
+        if nxt is None:
+            break
+        node = nxt
+    return node.start_mark.line + 1 if node is not None else None
+
+
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _kinds(v: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "text", bool: "true/false", type(None): "empty"}.get(
+        type(v), "a number" if isinstance(v, (int, float)) else type(v).__name__)
+
+
+#: What the code reads from a manifest, by key: (predicate, what it must be). Unknown keys are kept unread.
+_TOP_KEYS: dict[str, tuple[Any, str]] = {
+    "schema": (_is_int, "an integer"),
+    "command": (lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, _SCALAR) for x in v)),
+                "text or a list of arguments"),
+    "site": (lambda v: isinstance(v, str), "text"),
+    "steps": (lambda v: isinstance(v, (str, int)) and not isinstance(v, bool), "text such as 1-2"),
+    "ranks": (lambda v: isinstance(v, (str, int)) and not isinstance(v, bool), "text such as all or 0,1"),
+    "instruments": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of names"),
+    "arms": (lambda v: isinstance(v, list), "a list of arm entries"),
+    "files": (lambda v: isinstance(v, list), "a list of file entries"),
+    "knobs": (lambda v: isinstance(v, dict), "a mapping NAME: VALUE"),
+    "env": (lambda v: isinstance(v, dict), "a mapping NAME: VALUE"),
+    "environment": (lambda v: isinstance(v, dict), "a mapping"),
+    "synthetic": (lambda v: isinstance(v, bool), "true or false"),
+    "source": (lambda v: isinstance(v, str), "text"),
+    "world_size": (lambda v: v is None or _is_int(v), "an integer"),
+}
+_ARM_KEYS: dict[str, tuple[Any, str]] = {
+    "name": (lambda v: isinstance(v, str) and bool(v), "non-empty text"),
+    "role": (lambda v: v in ("arm", "pass"), "arm or pass"),
+    "of": (lambda v: isinstance(v, str), "an arm name"),
+    "env": (lambda v: isinstance(v, dict), "a mapping NAME: VALUE"),
+    "knobs": (lambda v: isinstance(v, dict), "a mapping NAME: VALUE"),
+    "toggle": (lambda v: isinstance(v, dict), "a mapping NAME: VALUE"),
+    "versions": (lambda v: isinstance(v, dict), "a mapping"),
+    "command": (lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, _SCALAR) for x in v)),
+                "text or a list of arguments"),
+    "world_size": (lambda v: v is None or _is_int(v), "an integer"),
+    "rc": (lambda v: v is None or _is_int(v), "an integer exit status"),
+    "baseline": (lambda v: isinstance(v, bool), "true or false"),
+}
+_FILE_KEYS: dict[str, tuple[Any, str]] = {
+    "path": (lambda v: isinstance(v, str) and bool(v) and "\x00" not in v, "a path (text)"),
+    "instrument": (lambda v: v is None or isinstance(v, str), "an instrument name"),
+    "arm": (lambda v: isinstance(v, str) and bool(v), "an arm name"),
+    "rank": (lambda v: v is None or (_is_int(v) and v >= 0), "a rank (integer >= 0)"),
+    "pid": (lambda v: v is None or (_is_int(v) and v >= 0), "a process id (integer)"),
+}
+
+
+def check_manifest(data: dict[str, Any], path: Path, root: yaml.Node | None = None) -> None:
+    """Every key the code reads has the type it needs; else BadInput naming the key and its line."""
+    def bad(where: tuple[Any, ...], what: str, value: Any) -> BadInput:
+        name = "".join(f"[{w}]" if isinstance(w, int) else (f".{w}" if i else str(w)) for i, w in enumerate(where))
+        return BadInput(path, f"{name} must be {what}, not {_kinds(value)}", _node_line(root, where))
+
+    def check(obj: dict[str, Any], spec: dict[str, tuple[Any, str]], where: tuple[Any, ...]) -> None:
+        for key, (ok, what) in spec.items():
+            if key in obj and not ok(obj[key]):
+                raise bad((*where, key), what, obj[key])
+        for key in ("env", "knobs", "toggle", "versions"):
+            if isinstance(obj.get(key), dict) and key in spec:
+                for k, v in obj[key].items():
+                    if not isinstance(k, str) or not isinstance(v, _SCALAR):
+                        raise bad((*where, key, k), "a plain value (text or number)", v)
+
+    check(data, _TOP_KEYS, ())
+    names: set[str] = set()
+    for i, arm in enumerate(data.get("arms") or []):
+        if not isinstance(arm, dict):
+            raise bad(("arms", i), "a mapping {name, role, ...}", arm)
+        if "name" not in arm:
+            raise BadInput(path, f"arms[{i}] has no name", _node_line(root, ("arms", i)))
+        check(arm, _ARM_KEYS, ("arms", i))
+        if arm["name"] in names:
+            raise BadInput(path, f"arms[{i}].name {arm['name']!r} appears twice", _node_line(root, ("arms", i, "name")))
+        names.add(arm["name"])
+    for i, entry in enumerate(data.get("files") or []):
+        if not isinstance(entry, dict):
+            raise bad(("files", i), "a mapping {path, instrument, arm, rank}", entry)
+        if "path" not in entry:
+            raise BadInput(path, f"files[{i}] has no path", _node_line(root, ("files", i)))
+        check(entry, _FILE_KEYS, ("files", i))
+
+
 def read_manifest(root: Path) -> dict[str, Any]:
-    """Read ``manifest.yaml`` (or synthesize one from a campaign ``summary.json``)."""
+    """Read ``manifest.yaml`` (or synthesize one from a campaign ``summary.json``).
+
+    Anything unusable is one BadInput naming the file and line: not a regular file (a directory,
+    a FIFO, a link loop), not UTF-8, not YAML, an alias bomb, nesting too deep, a foreign schema,
+    a key of the wrong type or an arm without a name.
+    """
+    from forensics.inputs import decode_utf8, read_bytes  # noqa: PLC0415
+
     path = root / MANIFEST
-    if path.exists():
+    if os.path.lexists(path):
+        text = decode_utf8(read_bytes(path, MANIFEST_LIMIT, "manifest"), path)
+        loader = None
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            loader = _ManifestLoader(text)  # its reader refuses control characters (a YAMLError)
+            node = loader.get_single_node()
+            if node is not None and _expanded_nodes(node, MAX_MANIFEST_NODES) > MAX_MANIFEST_NODES:
+                raise BadInput(path, f"more than {MAX_MANIFEST_NODES} YAML nodes once aliases are expanded "
+                                     "(an alias bomb?): not a manifest")
+            data = loader.construct_document(node) if node is not None else {}
         except yaml.YAMLError as e:
-            line = getattr(getattr(e, "problem_mark", None), "line", None)
-            raise BadInput(path, f"not valid YAML: {getattr(e, 'problem', e)}", None if line is None else line + 1)
+            mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+            line = getattr(mark, "line", None)
+            raise BadInput(path, f"not valid YAML: {' '.join(str(getattr(e, 'problem', None) or e).split())}",
+                           None if line is None else line + 1) from None
+        except RecursionError:
+            raise BadInput(path, "YAML nested too deeply to be a manifest") from None
+        except ValueError as e:  # a constructor's own check (e.g. a bad !!binary or !!float)
+            raise BadInput(path, f"not a valid YAML value: {e}") from None
+        finally:
+            if loader is not None:
+                loader.dispose()
+        data = data if data is not None else {}
         if not isinstance(data, dict):
-            raise BadInput(path, "manifest must be a mapping")
+            raise BadInput(path, f"manifest must be a mapping, not {_kinds(data)}", 1)
         schema = data.get("schema", MANIFEST_SCHEMA)
         if schema != MANIFEST_SCHEMA:
-            raise BadInput(path, f"manifest schema {schema!r} is not supported (this forensics reads {MANIFEST_SCHEMA})")
+            raise BadInput(path, f"manifest schema {schema!r} is not supported (this forensics reads {MANIFEST_SCHEMA})",
+                           _node_line(node, ("schema",)))
+        check_manifest(data, path, node)
         return data
     summary = root / "summary.json"
-    if summary.exists():
+    if os.path.lexists(summary):
         return _manifest_from_campaign(summary)
     return {}
 
 
 def _manifest_from_campaign(summary: Path) -> dict[str, Any]:
     """A manifest for a directory written by the project's device campaign script (campaign.py, kept outside the repository)."""
-    try:
-        data = json.loads(summary.read_text())
-    except json.JSONDecodeError as e:
-        raise BadInput(summary, f"not valid JSON: {e.msg}", e.lineno)
+    from forensics.inputs import read_json  # noqa: PLC0415
+
+    data = read_json(summary, what="campaign summary.json")
+    if not isinstance(data, dict):
+        raise BadInput(summary, "a campaign summary.json is a JSON object")
     env = data.get("environment", {})
+    if not isinstance(env, dict):
+        raise BadInput(summary, "environment must be a JSON object")
     arms = []
     knobs = {"ws0": {"CUBLAS_WORKSPACE_CONFIG": ":0:0"}, "lt1": {"TORCH_BLAS_PREFER_CUBLASLT": "1"}}
-    for name, rc, _secs, _files in data.get("arms", []):
-        entry: dict[str, Any] = {"name": name, "rc": rc}
+    rows = data.get("arms", [])
+    if not isinstance(rows, list):
+        raise BadInput(summary, "arms must be a list of [name, rc, seconds, files]")
+    for i, row in enumerate(rows):
+        if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], str) and row[0]):
+            raise BadInput(summary, f"arms[{i}] must be [name, rc, seconds, files]")
+        name, rc = row[0], row[1]
+        entry: dict[str, Any] = {"name": name, "rc": rc if _is_int(rc) else None}
         if name in ("a1", "a2"):
             entry["role"] = "arm"
         elif name in knobs:
@@ -165,11 +344,14 @@ def load_capture(root: str | os.PathLike[str]) -> Capture:
     cap = Capture(root=root, manifest=manifest)
     listed = manifest.get("files")
     if listed:
+        from forensics.inputs import regular_file  # noqa: PLC0415
+
         for i, entry in enumerate(listed):
-            p = (root / entry["path"]).resolve()
-            if not p.exists():
+            p = root / entry["path"]
+            if not os.path.lexists(p):
                 cap.missing.append(f"{entry['path']}: listed in the manifest but not found")
                 continue
+            p = Path(os.path.realpath(regular_file(p, "instrument file")))
             cap.files.append(
                 InstrumentFile(entry.get("instrument") or classify(p.name) or "unknown", p,
                                entry.get("arm", "a1"), entry.get("rank"), entry.get("pid"))
@@ -216,6 +398,8 @@ def not_a_capture(root: Path, quick: bool = False) -> str | None:
 
 
 def _discover_arm(cap: Capture, arm_dir: Path) -> None:
+    from forensics.inputs import regular_file  # noqa: PLC0415
+
     for dirpath, dirnames, filenames in os.walk(arm_dir):
         dirnames.sort()
         rel = Path(dirpath).relative_to(arm_dir)
@@ -228,6 +412,7 @@ def _discover_arm(cap: Capture, arm_dir: Path) -> None:
             instrument = classify(name)
             if instrument is None:
                 continue
+            regular_file(Path(dirpath) / name, "instrument file")  # a FIFO would hang its reader
             pid_m = _PID.search(name)
             cap.files.append(
                 InstrumentFile(instrument, Path(dirpath) / name, arm_dir.name,
@@ -268,7 +453,7 @@ def write_manifest(root: Path, manifest: dict[str, Any], overwrite: bool = False
     path = Path(root) / MANIFEST
     if os.path.lexists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; a capture is never overwritten")
-    return write_atomic(path, yaml.safe_dump(manifest, sort_keys=False), overwrite=overwrite, what="manifest")
+    return write_atomic(path, dump_manifest(manifest), overwrite=overwrite, what="manifest")
 
 
 def fresh_dir(base: str | os.PathLike[str]) -> Path:

@@ -46,6 +46,38 @@ def redact_obj(obj: Any) -> Any:
     return _redact_obj(obj)
 
 
+#: Keys of environment.json compared across arms or printed in bundles: plain values only.
+VERSION_FIELDS = ("python", "platform", "torch", "cuda", "cudnn", "cublas", "cublaslt", "driver", "device",
+                  "transformer_engine", "sm_count", "capability", "cuda_available", "nvtx", "cupti", "ncu_report",
+                  "command", "world_size", "seed")
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def check_environment(data: Any, path: Any) -> None:
+    """An ``environment.json`` the verdicts can read: an object, plain version values, ``env`` NAME -> value.
+
+    Raises :class:`forensics.errors.BadInput` naming the file and the key (a list where a version
+    belongs would otherwise read as "versions differ" and make arms NOT COMPARABLE).
+    """
+    from forensics.errors import BadInput  # noqa: PLC0415
+
+    if not isinstance(data, dict):
+        raise BadInput(path, "environment.json must be a JSON object")
+    for key in VERSION_FIELDS:
+        v = data.get(key)
+        if key == "command" and isinstance(v, list) and all(isinstance(x, _PLAIN) for x in v):
+            continue
+        if not isinstance(v, _PLAIN) or (isinstance(v, float) and v != v):
+            raise BadInput(path, f"{key} must be a plain value (text or number), not a {type(v).__name__}")
+    env = data.get("env")
+    if env is not None:
+        if not isinstance(env, dict):
+            raise BadInput(path, f"env must be an object NAME: VALUE, not a {type(env).__name__}")
+        for k, v in env.items():
+            if not isinstance(v, _PLAIN):
+                raise BadInput(path, f"env.{k} must be a plain value, not a {type(v).__name__}")
+
+
 def describe(probe_torch: bool = True) -> dict[str, Any]:
     """Versions and devices: python, platform, torch/CUDA/cuDNN, GPU, driver, TE, cuBLAS."""
     info: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform()}

@@ -7,7 +7,6 @@ a pass folder's repeat of an arm (ncu, nsys, kineto passes), is never counted tw
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,9 @@ import pandas as pd
 
 from forensics.capture.directory import Capture, load_capture
 from forensics import instruments
+from forensics.capture.environment import check_environment
 from forensics.errors import BadInput
+from forensics.inputs import read_json
 from forensics.kernel_names import kernel_family  # noqa: F401  (re-exported: verdicts, bundle, plots)
 
 #: Launch sources in order of preference for "which kernel ran": the registry's launch counters in
@@ -163,12 +164,9 @@ def read_environments(cap: Capture | None) -> dict[str, dict[str, Any]]:
         arm = cap.arm_of(f.arm)
         if arm in envs:
             continue
-        try:
-            data = json.loads(f.path.read_text())
-        except json.JSONDecodeError as e:
-            raise BadInput(f.path, f"not valid JSON: {e.msg}", e.lineno) from None
-        if isinstance(data, dict):
-            envs[arm] = data
+        data = read_json(f.path, what="environment.json")  # strict: UTF-8, no NaN, bounded depth
+        check_environment(data, f.path)  # wrong-typed versions are bad input, not a comparability difference
+        envs[arm] = data
     return envs
 
 

@@ -1,0 +1,130 @@
+"""Reading input files defensively: one :class:`~forensics.errors.BadInput` line, never a hang or a traceback.
+
+* :func:`regular_file` refuses what would hang or mislead a reader: a FIFO (``open`` blocks
+  forever), a socket, a device, a directory, a symbolic-link loop, a missing file.
+* :func:`read_bytes` / :func:`read_utf8` add a size limit and strict UTF-8 (the line of the
+  first bad byte is named).
+* :func:`loads_json` / :func:`read_json` are strict JSON: no ``NaN``/``Infinity`` (not JSON,
+  and they poison counts and comparisons), a nesting limit (deep nesting is refused, not a
+  RecursionError), and messages that tell a truncated document from trailing data.
+* :func:`json_error` turns a ``JSONDecodeError`` into that message for readers of their own.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import BadInput
+
+#: Deepest JSON nesting accepted (real instrument records nest a few levels).
+MAX_JSON_DEPTH = 64
+#: Default size limit for whole-file reads of small structured files (manifests, environment.json).
+SMALL_FILE_LIMIT = 64 << 20
+
+
+def regular_file(path: str | os.PathLike[str], what: str = "file") -> Path:
+    """``path`` if it is a readable regular file (links followed), else BadInput saying what it is."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise BadInput(path, f"dangling symbolic link (the {what} it points at does not exist)") from None
+        raise BadInput(path, f"no such {what}") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BadInput(path, "symbolic link loop (it points back at itself)") from None
+        raise BadInput(path, f"cannot read: {e.strerror}") from None
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        raise BadInput(path, f"is a directory, not a {what}")
+    if stat.S_ISFIFO(mode):
+        raise BadInput(path, f"is a FIFO (named pipe), not a {what}: reading it would wait forever")
+    if stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise BadInput(path, f"is a socket or device, not a {what}")
+    if not stat.S_ISREG(mode):
+        raise BadInput(path, f"is not a regular file, not a {what}")
+    return path
+
+
+def read_bytes(path: str | os.PathLike[str], limit: int = SMALL_FILE_LIMIT, what: str = "file") -> bytes:
+    path = regular_file(path, what)
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise BadInput(path, f"{size} bytes: larger than the {limit >> 20} MiB a {what} may have")
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as e:
+        raise BadInput(path, f"cannot read: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise BadInput(path, f"larger than the {limit >> 20} MiB a {what} may have")
+    return data
+
+
+def decode_utf8(data: bytes, path: str | os.PathLike[str]) -> str:
+    """Strict UTF-8 (a leading BOM is dropped); BadInput names the line of the first bad byte."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise BadInput(path, f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})", line) from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_utf8(path: str | os.PathLike[str], limit: int = SMALL_FILE_LIMIT, what: str = "file") -> str:
+    return decode_utf8(read_bytes(path, limit, what), path)
+
+
+def json_error(e: json.JSONDecodeError, text: str) -> str:
+    """What went wrong, in words: truncated, trailing data, or malformed (with the column)."""
+    if e.msg == "Extra data":
+        return f"trailing data after the JSON value (column {e.colno})"
+    if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
+        return f"truncated JSON: {e.msg} (column {e.colno})"
+    return f"malformed JSON: {e.msg} (column {e.colno})"
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (NaN and Infinity are refused)")
+
+
+def depth(obj: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """Nesting depth of a parsed JSON value, stopping at ``limit + 1`` (iterative: no recursion)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, (dict, list)):
+            deepest = max(deepest, d)
+            if deepest > limit:
+                return deepest
+            stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+    return deepest
+
+
+def loads_json(text: str, path: str | os.PathLike[str], line: int | None = None,
+               max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Strict ``json.loads``: BadInput(path, reason, line) for anything that is not plain JSON."""
+    try:
+        obj = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        where = (line if line is not None else e.lineno)
+        raise BadInput(path, json_error(e, text), where) from None
+    except ValueError as e:  # NaN / Infinity
+        raise BadInput(path, str(e), line) from None
+    except RecursionError:
+        raise BadInput(path, f"JSON nested deeper than Python can read (limit {max_depth} levels)", line) from None
+    if depth(obj, max_depth) > max_depth:
+        raise BadInput(path, f"JSON nested deeper than {max_depth} levels", line)
+    return obj
+
+
+def read_json(path: str | os.PathLike[str], limit: int = SMALL_FILE_LIMIT, what: str = "JSON file") -> Any:
+    text = read_utf8(path, limit, what)
+    if not text.strip():
+        raise BadInput(path, f"empty file: expected a {what}")
+    return loads_json(text, path)
