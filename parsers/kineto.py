@@ -84,9 +84,11 @@ def _load_json(path: Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        cut = e.pos >= len(text.rstrip()) - 1 or e.msg.startswith("Unterminated string")
-        what = "truncated JSON" if cut else "malformed JSON"
-        raise BadInput(path, f"{what}: {e.msg} (column {e.colno})", e.lineno) from None
+        from forensics.inputs import json_error  # noqa: PLC0415 - truncated vs trailing data vs malformed
+
+        raise BadInput(path, json_error(e, text), e.lineno) from None
+    except RecursionError:
+        raise BadInput(path, "JSON nested too deeply to be a Kineto trace") from None
 
 
 def _events(doc: Any, path: Path) -> tuple[list[dict], dict]:

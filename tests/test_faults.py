@@ -228,3 +228,31 @@ def test_analyze_refuses_a_directory_that_is_not_a_capture(tmp_path, capsys, kin
             assert "forensics diff" in err[0]
     assert _listing(d) == before  # nothing written into it
     assert not (tmp_path / "b.tgz").exists()
+
+
+# --------------------------------------------------------------------------- real processes: nothing before the one line
+@pytest.mark.parametrize("damage", ["site numel", "cupti id", "manifest arms", "cupti cut"])
+def test_bad_input_in_a_real_process_is_exactly_one_line(capture, tmp_path, damage):
+    """No warning (pandas FutureWarning, ...) precedes the one line: stderr holds that line only."""
+    import shutil
+
+    cap = tmp_path / "cap"
+    shutil.copytree(capture, cap)
+    if damage == "site numel":
+        f = cap / "a2" / "rank0" / "sites.jsonl"
+        f.write_text(f.read_text().replace('"numel": ', '"numel": 1.5, "n0": ', 1))
+    elif damage == "cupti id":
+        f = cap / "a1" / "rank0" / "cupti.jsonl"
+        f.write_text(f.read_text().replace('"correlation_id": 901', '"correlation_id": "901"', 1))
+    elif damage == "manifest arms":
+        f = cap / "manifest.yaml"
+        f.write_text(f.read_text().replace("- name: a2", "- name: [a2]", 1))
+    else:
+        f = cap / "a1" / "rank0" / "cupti.jsonl"
+        f.write_bytes(f.read_bytes()[:-30])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "default"}
+    for command in (["analyze", str(cap), "-q", "--out", str(tmp_path / "an")], ["compare", str(cap)]):
+        r = subprocess.run([sys.executable, "-m", "forensics", *command], capture_output=True, text=True, env=env,
+                           timeout=300)
+        assert r.returncode == EXIT_BAD_INPUT, r.stderr
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("forensics: bad input: "), r.stderr

@@ -46,36 +46,51 @@ def redact_obj(obj: Any) -> Any:
     return _redact_obj(obj)
 
 
-#: Keys of environment.json compared across arms or printed in bundles: plain values only.
-VERSION_FIELDS = ("python", "platform", "torch", "cuda", "cudnn", "cublas", "cublaslt", "driver", "device",
-                  "transformer_engine", "sm_count", "capability", "cuda_available", "nvtx", "cupti", "ncu_report",
-                  "command", "world_size", "seed")
+#: Keys of environment.json compared across arms or printed in bundles, and the types they may have.
+_TEXT = (str, type(None))
+_TEXT_OR_NUMBER = (str, int, float, type(None))
+VERSION_FIELDS: dict[str, tuple[type, ...]] = {
+    "python": _TEXT, "platform": _TEXT, "torch": _TEXT, "cuda": _TEXT_OR_NUMBER, "cudnn": _TEXT_OR_NUMBER,
+    "cublas": _TEXT_OR_NUMBER, "cublaslt": _TEXT_OR_NUMBER, "driver": _TEXT_OR_NUMBER, "device": _TEXT,
+    "transformer_engine": _TEXT, "sm_count": (int, type(None)), "capability": _TEXT_OR_NUMBER,
+    "cuda_available": (bool, type(None)), "nvtx": _TEXT, "cupti": _TEXT, "ncu_report": _TEXT,
+    "world_size": (int, type(None)), "seed": _TEXT_OR_NUMBER,
+}
 _PLAIN = (str, int, float, bool, type(None))
 
 
 def check_environment(data: Any, path: Any) -> None:
-    """An ``environment.json`` the verdicts can read: an object, plain version values, ``env`` NAME -> value.
+    """An ``environment.json`` the verdicts can read: an object, version values of their types, ``env`` NAME -> value.
 
-    Raises :class:`forensics.errors.BadInput` naming the file and the key (a list where a version
-    belongs would otherwise read as "versions differ" and make arms NOT COMPARABLE).
+    Raises :class:`forensics.errors.BadInput` naming the file and the key (a list or a number where a
+    device name belongs would otherwise read as "versions differ" and make arms NOT COMPARABLE).
     """
     from forensics.errors import BadInput  # noqa: PLC0415
 
+    def kind(v: Any) -> str:
+        return {str: "text", bool: "true/false", list: "a list", dict: "an object"}.get(
+            type(v), "a number" if isinstance(v, (int, float)) else type(v).__name__)
+
     if not isinstance(data, dict):
         raise BadInput(path, "environment.json must be a JSON object")
-    for key in VERSION_FIELDS:
+    for key, types in VERSION_FIELDS.items():
         v = data.get(key)
-        if key == "command" and isinstance(v, list) and all(isinstance(x, _PLAIN) for x in v):
-            continue
-        if not isinstance(v, _PLAIN) or (isinstance(v, float) and v != v):
-            raise BadInput(path, f"{key} must be a plain value (text or number), not a {type(v).__name__}")
+        bad_bool = isinstance(v, bool) and bool not in types
+        if not isinstance(v, types) or bad_bool or (isinstance(v, float) and v != v):
+            want = "text" if types == _TEXT else ("an integer" if int in types and str not in types
+                                                   else "true/false" if bool in types else "text or a number")
+            raise BadInput(path, f"{key} must be {want}, not {kind(v)}")
+    command = data.get("command")
+    if command is not None and not (isinstance(command, str) or (
+            isinstance(command, list) and all(isinstance(x, _PLAIN) for x in command))):
+        raise BadInput(path, f"command must be text or a list of arguments, not {kind(command)}")
     env = data.get("env")
     if env is not None:
         if not isinstance(env, dict):
-            raise BadInput(path, f"env must be an object NAME: VALUE, not a {type(env).__name__}")
+            raise BadInput(path, f"env must be an object NAME: VALUE, not {kind(env)}")
         for k, v in env.items():
             if not isinstance(v, _PLAIN):
-                raise BadInput(path, f"env.{k} must be a plain value, not a {type(v).__name__}")
+                raise BadInput(path, f"env.{k} must be a plain value, not {kind(v)}")
 
 
 def describe(probe_torch: bool = True) -> dict[str, Any]:

@@ -77,8 +77,10 @@ def load_run_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise BadInput(path, "no such run config file")
+    from forensics.inputs import read_utf8  # noqa: PLC0415 - strict UTF-8, size-bounded, no FIFO
+
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_utf8(path, 1 << 20, "run config"))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise BadInput(path, f"not valid YAML: {getattr(e, 'problem', e)}", None if mark is None else mark.line + 1)
@@ -103,7 +105,41 @@ def load_run_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     for key in ("steps", "ranks"):
         if key in data:
             data[key] = str(data[key])
+    data = {k: v for k, v in data.items() if v is not None}  # `key:` with no value means not given
+    _check_config_types(data, path)
     return data
+
+
+def _check_config_types(data: dict[str, Any], path: Path) -> None:
+    """Each run-config value has the type its flag takes: else one BadInput naming the key (never a traceback)."""
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    checks = {
+        "site": (lambda v: isinstance(v, str), "text such as gemm:NT:acc0:grad1"),
+        "command": (lambda v: isinstance(v, list) and all(isinstance(x, (str, int, float)) and not isinstance(x, bool)
+                                                          for x in v), "a command line (text or a list)"),
+        "arms": (lambda v: is_int(v) and v >= 1, "a whole number >= 1"),
+        "instruments": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of names"),
+        "toggles": (lambda v: isinstance(v, list) and all(isinstance(x, str) and "=" in x for x in v),
+                    "a list of NAME=VALUE"),
+        "out": (lambda v: isinstance(v, str) and bool(v), "a directory path"),
+        "timeout_s": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf"),
+                      "a number of seconds > 0"),
+        "ncu_mode": (lambda v: isinstance(v, str), "window or nvtx"),
+        "max_records": (lambda v: is_int(v) and v >= 1, "a whole number >= 1"),
+        "device": (lambda v: isinstance(v, str), "cuda or cpu"),
+    }
+    for key, (ok, what) in checks.items():
+        if key in data and data[key] is not None and not ok(data[key]):
+            raise BadInput(path, f"{key} must be {what}, not {type(data[key]).__name__} {data[key]!r}"[:300])
+    for arm, env in (data.get("env_arms") or {}).items():
+        if not isinstance(arm, str) or not isinstance(env, dict) or not all(
+                isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                for k, v in env.items()):
+            raise BadInput(path, f"env_arms.{arm} must map NAME: VALUE (plain values)")
+    if isinstance(data.get("command"), list):
+        data["command"] = [str(x) for x in data["command"]]
 
 
 # --------------------------------------------------------------------------- running
