@@ -203,6 +203,11 @@ def read_matmul_calls(path: str | PathLike[str]) -> pd.DataFrame:
     out = df[keep.to_numpy()].reset_index(drop=True)
     out.attrs.update(df.attrs)
     out.attrs["other_calls"] = int((~keep).sum())
+    others = df.loc[~keep.to_numpy(), "function"].value_counts()
+    if len(others):  # said, so that a damaged GEMM record never disappears from the count unseen
+        listed = ", ".join(f"{name} x{n}" for name, n in others.items())
+        out.attrs["problems"] = list(df.attrs.get("problems", [])) + [f"records that are not GEMM calls (not counted): {listed}"]
+    out.attrs["losses"] = [p for p in out.attrs.get("problems", []) if "dropped" in p or "skipped" in p]
     out["pid"] = out["process"]
     return out
 

@@ -14,6 +14,7 @@ logs vectorised and gives the same frames (tests/test_cublaslt_fastpath.py). doc
 from __future__ import annotations
 
 import gc
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -146,6 +147,8 @@ _INT_COLUMNS = {c for c, t in CALL_COLUMNS.items() if t == "Int64"} | {"rows", "
 
 #: Rows per frame chunk (bounded memory while parsing; the frame is concatenated at the end).
 ROWS_PER_CHUNK = 100_000
+#: Logs smaller than this are read by the per-line path (same frames; less setup).
+FAST_MIN_BYTES = 1 << 20
 
 
 @dataclass
@@ -509,6 +512,12 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
     """
     from parsers import cublaslt_fast as fast  # noqa: PLC0415
 
+    try:
+        small = os.path.getsize(path) < FAST_MIN_BYTES
+    except OSError:
+        small = True  # the per-line path says why it cannot read the file
+    if small:  # the vectorised reader's setup (a helper thread, numpy buffers) does not pay off
+        return read_log_per_line(path, tolerate_truncated_tail)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of small acyclic objects: cyclic GC passes only cost time here
     try:
@@ -530,6 +539,8 @@ def read_calls(path: str | PathLike[str]) -> pd.DataFrame:
     log = read_log(path)
     calls = log.calls
     calls.attrs["problems"] = list(log.problems)
+    calls.attrs["losses"] = [p for p in log.problems if "dropped" in p or "not cuBLASLt log lines" in p
+                             or "kept as text" in p]
     calls.attrs["facts"] = log.facts
     return calls
 

@@ -138,10 +138,13 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
     EXTERNAL_CORRELATION records; ``launch_ns``, ``pid``, ``tid``, ``api_name`` from the
     RUNTIME/DRIVER record of the same ``correlation_id``. Other record fields are kept.
     """
-    f, records, _ = _load(path)
+    f, records, meta = _load(path)
+    losses = _losses(f, meta)
     kernels = _of_kind(records, KERNEL_KINDS)
     if not kernels:
-        return conform(empty_frame(LAUNCH_COLUMNS), LAUNCH_COLUMNS)
+        df = conform(empty_frame(LAUNCH_COLUMNS), LAUNCH_COLUMNS)
+        df.attrs["losses"] = df.attrs["problems"] = losses
+        return df
     ext, launch = _external_ids(records), _launches(records)
     rows = []
     for r in kernels:
@@ -164,7 +167,24 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
     df = records_frame(rows)
     df["instrument"] = "cupti"
     df["file"] = str(f.path)
-    return conform(df, LAUNCH_COLUMNS)
+    df = conform(df, LAUNCH_COLUMNS)
+    df.attrs["losses"] = df.attrs["problems"] = losses
+    return df
+
+
+def _losses(f, meta: list) -> list[str]:
+    """What the file says was not recorded: CUPTI's (and the probe's budget's) dropped records, or a
+    file that stops without its summary line (the traced run was killed)."""
+    summary = next((o for _, o in meta if o.get("event") == "summary"), None)
+    drops = [o for _, o in meta if o.get("event") == "dropped"]
+    n = summary.get("dropped") if summary is not None else None
+    if not isinstance(n, int):
+        n = sum(int(o.get("dropped") or o.get("count") or 0) for o in drops if isinstance(o.get("dropped") or o.get("count") or 0, int))
+    out = [f"CUPTI dropped {n} activity record(s): launch counts from this file may be low"] if n else []
+    if summary is None and f.header is not None:
+        out.append("no summary line: the traced run stopped before the probe closed its file; "
+                   "launch counts from this file may be low")
+    return out
 
 
 def read_runtime(path: str | PathLike[str]) -> pd.DataFrame:

@@ -149,6 +149,18 @@ def _time_ns(action, name: str) -> int | None:
     return None if factor is None else int(round(float(m.value()) * factor))
 
 
+def _text(path: Path, action: int, name: str | None) -> str | None:
+    """A name from the report, None when empty; text that is not valid Unicode (a damaged report:
+    ncu_report hands undecodable bytes over as surrogates) is BadInput."""
+    if not name:
+        return None
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(path, f"profiled action {action} has a kernel name that is not valid text: a damaged report") from None
+    return name
+
+
 def _int_or_none(v):
     try:
         return None if v is None else int(v)
@@ -206,8 +218,10 @@ def read_report(path: str | PathLike[str], pattern: str | re.Pattern | None = No
         rng = ctx.range_by_idx(ri)
         for ai in range(rng.num_actions()):
             a = rng.action_by_idx(ai)
-            mangled = a.name(ncu_report.IAction.NameBase_MANGLED) or None
-            demangled = a.name(ncu_report.IAction.NameBase_DEMANGLED) or None
+            mangled = _text(path, ai, a.name(ncu_report.IAction.NameBase_MANGLED))
+            demangled = _text(path, ai, a.name(ncu_report.IAction.NameBase_DEMANGLED))
+            if mangled is None and demangled is None:
+                raise BadInput(path, f"profiled action {ai} of range {ri} has no kernel name: a damaged report")
             dims = [_int_or_none(_metric(a, f"launch__{w}_dim_{c}")) for w in ("grid", "block") for c in "xyz"]
             nvtx = _nvtx(a)
             hits = [n for _, _, n in nvtx if matches(n)]
@@ -215,7 +229,7 @@ def read_report(path: str | PathLike[str], pattern: str | re.Pattern | None = No
             row = {
                 "kernel": canonical_kernel(mangled, demangled),
                 "mangled": mangled,
-                "short_name": a.name(ncu_report.IAction.NameBase_FUNCTION) or None,
+                "short_name": _text(path, ai, a.name(ncu_report.IAction.NameBase_FUNCTION)),
                 "demangled_ncu": demangled,
                 "grid": dim3(*dims[:3]) if None not in dims[:3] else None,
                 "block": dim3(*dims[3:]) if None not in dims[3:] else None,
@@ -370,6 +384,16 @@ def _launch_row(fixed: dict[str, str], metrics: dict[str, tuple[str, object]], m
 _FIXED_DETAILS_END = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 
 
+#: Columns every row of one launch repeats on the details page.
+_SAME_IN_A_LAUNCH = ("Process ID", "Kernel Name")
+
+
+def _check_id(path: Path, value: str, line: int) -> None:
+    """ncu numbers launches 0, 1, 2...: an ID that is no such number is a damaged row."""
+    if not value.strip().isdigit():
+        raise BadInput(path, f"launch ID {value!r} is not a number (a damaged export?)", line)
+
+
 def read_csv(path: str | PathLike[str], pattern: str | re.Pattern | None = None) -> pd.DataFrame:
     """Launch frame from an ``ncu --csv`` export, ``--page raw`` or ``--page details`` (detected).
 
@@ -383,30 +407,58 @@ def read_csv(path: str | PathLike[str], pattern: str | re.Pattern | None = None)
     header, rows, header_line = _csv_rows(path)
     matches = _matcher(pattern)
     width = len(header)
-    padded = [r + [""] * (width - len(r)) if len(r) < width else r[:width] for r in rows if any(c.strip() for c in r)]
+    for i, r in enumerate(rows):
+        if len(r) > width:  # a newline lost between two rows, or a quote damaged: never cut to fit
+            raise BadInput(path, f"row has {len(r)} cells, the header {width} (a damaged export?)", header_line + 1 + i)
+    padded = [(header_line + 1 + i, r + [""] * (width - len(r)))
+              for i, r in enumerate(rows) if any(c.strip() for c in r)]
     out = []
     if "Metric Name" in header and "Metric Value" in header:  # details page
         idx = {h: i for i, h in enumerate(header)}
         fixed_cols = [h for h in header[: idx["Section Name"]]] + [h for h in header if h in ("Block Size", "Grid Size", "Device", "CC")]
         launches: dict[str, tuple[dict, dict]] = {}
-        for r in padded:
+        n_rows: dict[str, int] = {}
+        last_line: dict[str, int] = {}
+        previous = None
+        for line, r in padded:
             launch_id = r[idx["ID"]]
             metric = r[idx["Metric Name"]]
+            _check_id(path, launch_id, line)
+            fixed = {h: r[idx[h]] for h in fixed_cols}
             if launch_id not in launches:
-                launches[launch_id] = ({h: r[idx[h]] for h in fixed_cols}, {})
+                launches[launch_id] = (fixed, {})
+            elif launch_id != previous:
+                raise BadInput(path, f"rows of launch ID {launch_id} are not together (a damaged export?)", line)
+            else:  # rule rows print their own Stream (ncu 2022.3): compare what names the launch
+                differs = [h for h in _SAME_IN_A_LAUNCH if h in idx and fixed.get(h) != launches[launch_id][0].get(h)]
+                if differs:
+                    raise BadInput(path, f"launch ID {launch_id}: its rows disagree on {differs[0]} (a damaged export?)", line)
+            previous = launch_id
+            n_rows[launch_id] = n_rows.get(launch_id, 0) + 1
+            last_line[launch_id] = line
             if not metric:
                 continue  # a rule row
             value = parse_number(r[idx["Metric Value"]])
             launches[launch_id][1][metric] = (r[idx["Metric Unit"]], value)
+        counts = list(n_rows.values())
+        if len(counts) > 1 and len(set(counts[:-1])) == 1 and counts[-1] < counts[0]:
+            last = list(n_rows)[-1]
+            raise BadInput(path, f"the last launch (ID {last}) has {counts[-1]} of the {counts[0]} rows every other "
+                           "launch has: the export is cut short", last_line[last])
         out = [_launch_row(fixed, metrics, matches) for fixed, metrics in launches.values()]
         page = "details"
     else:  # raw page: the first data row holds units
         if not rows:
             raise BadInput(path, "ncu raw CSV has a header but no units row", header_line)
-        units = padded[0] if padded else [""] * width
+        units = padded[0][1] if padded else [""] * width
         metric_cols = [i for i, h in enumerate(header) if "__" in h or "." in h]
         fixed_cols = [i for i in range(width) if i not in metric_cols]
-        for r in padded[1:]:
+        id_col = header.index("ID")
+        widths = {line: len(r) for line, r in zip(range(header_line + 1, header_line + 1 + len(rows)), rows)}
+        for line, r in padded[1:]:
+            if widths.get(line, width) != width:  # one launch per row, one cell per column
+                raise BadInput(path, f"row has {widths[line]} cells, the header {width} (a damaged export?)", line)
+            _check_id(path, r[id_col], line)
             fixed = {header[i]: r[i] for i in fixed_cols}
             metrics = {header[i]: (units[i], parse_number(r[i])) for i in metric_cols}
             out.append(_launch_row(fixed, metrics, matches))

@@ -163,6 +163,18 @@ def _strings(conn, path: Path, ids) -> dict[int, str]:
     return out
 
 
+def _require_names(path: Path, df: pd.DataFrame, names: dict[int, str]) -> None:
+    """Every kernel has a name: its shortName and demangledName ids are in StringIds (a missing id
+    is a damaged export, never a launch counted without a kernel name)."""
+    for col in ("shortName", "demangledName"):
+        ids = pd.Series(df[col])
+        for pos, i in enumerate(ids.tolist()):
+            if i is None or pd.isna(i) or int(i) not in names:
+                corr = df["correlationId"].iloc[pos] if "correlationId" in df.columns else None
+                raise BadInput(path, f"kernel launch (correlationId {corr}) has {col} id {i} that StringIds does "
+                               "not hold: a corrupt or incomplete export")
+
+
 def _map_ids(ids, table: dict[int, str]) -> pd.arrays.StringArray:
     """Map a StringIds id column to its strings (NULL or unknown id -> NA), one lookup per id."""
     series = pd.Series(ids)
@@ -308,6 +320,7 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
     if len(df):
         order = np.argsort(np.asarray(df["start"], dtype=np.int64), kind="stable")
         df = df.take(order).reset_index(drop=True)
+    _require_names(path, df, names)
     df["demangled_nsys"] = _map_ids(df["demangledName"], names)
     df["short_name"] = _map_ids(df["shortName"], names)
     df["mangled"] = _map_ids(df["mangledName"], names)

@@ -79,9 +79,10 @@ def read_sites(path: str | PathLike[str]) -> pd.DataFrame:
 
     ``rank``/``pid``/``arm`` come from the record, else from the header line, else None.
     """
-    f, sites, _ = _load(path)
+    f, sites, events = _load(path)
     header = f.header or {}
     rows = []
+
     for number, obj in sites:
         label = obj.get("label")
         site, occ = obj.get("site"), obj.get("occurrence")
@@ -92,6 +93,7 @@ def read_sites(path: str | PathLike[str]) -> pd.DataFrame:
         if site is None and "#" in label:
             site, _, n = label.rpartition("#")
             occ = int(n) if n.isdigit() else None
+        _check_site(f.path, number, label, site)
         ins, outs = obj.get("in", obj.get("in_digests", [])), obj.get("out", obj.get("out_digests", []))
         if not isinstance(ins, list) or not isinstance(outs, list):
             raise BadInput(f.path, "site record: 'in' and 'out' must be lists of digests", number)
@@ -110,10 +112,13 @@ def read_sites(path: str | PathLike[str]) -> pd.DataFrame:
             line=number,
         )
         rows.append(row)
+    losses = _losses(events)
     if not rows:
         df = pd.DataFrame({c: pd.Series(dtype=t) for c, t in SITE_COLUMNS.items()})
+        df.attrs["losses"] = df.attrs["problems"] = losses
         return df
     df = records_frame(rows)
+    df.attrs["losses"] = df.attrs["problems"] = losses
     for col, dtype in SITE_COLUMNS.items():
         if col not in df.columns:
             df[col] = None
@@ -125,6 +130,33 @@ def read_sites(path: str | PathLike[str]) -> pd.DataFrame:
         except (TypeError, ValueError) as e:
             raise BadInput(f.path, f"site records: column {col!r} has a value that is not {dtype}: {e}") from None
     return df[list(SITE_COLUMNS) + [c for c in df.columns if c not in SITE_COLUMNS]]
+
+
+def _check_site(path, line: int, label: str, site: object) -> None:
+    """A site record names a valid site and occurrence (forensics.site grammar), or it is bad input
+    naming the file and line (never a usage error later)."""
+    from forensics.errors import BadSite  # noqa: PLC0415
+    from forensics.site import parse_occurrence, parse_site  # noqa: PLC0415
+
+    try:
+        if "#" in label:
+            parse_occurrence(label)
+        if site is not None:
+            if not isinstance(site, str):
+                raise BadSite(f"site {site!r} is not text")
+            parse_site(site)
+    except BadSite as e:
+        raise BadInput(path, f"site record with a bad site: {e}", line) from None
+
+
+def _losses(events: list) -> list[str]:
+    """What the site probe says it could not record (its summary's ``dropped``)."""
+    out = []
+    for _, obj in events:
+        if obj.get("event") == "summary" and isinstance(obj.get("dropped"), int) and obj["dropped"] > 0:
+            out.append(f"the site probe dropped {obj['dropped']} record(s) (its record budget): occurrences "
+                       "after that are not in this file")
+    return out
 
 
 def read_events(path: str | PathLike[str]) -> pd.DataFrame:

@@ -205,3 +205,51 @@ def test_calls_not_one_to_one_are_disagree_for_every_gemm_in_scope(tmp_path):
     for needle in ("sm90_xmma_gemm", "nvjet_tst"):
         row = _verdict(an, WINDOW, needle)
         assert row.verdict == DISAGREE and "1 call(s) for 2 launch group(s)" in row.reason
+
+
+# --------------------------------------------------------------------------- losses (issue 15 item 9)
+def test_cupti_dropped_records_reach_every_verdict_of_that_arm(tmp_path):
+    root = build_capture(tmp_path / "cap")
+    with (root / "a1" / "cupti.jsonl").open("a") as f:  # SYNTHETIC summary line of probes/cupti.py's shape
+        f.write(json.dumps({"event": "summary", "dropped": 3, "records": 12}) + "\n")
+    an = analyze(root)
+    assert all("loss in this arm/rank: cupti: CUPTI dropped 3 activity record(s)" in r for r in an.verdicts["reason"])
+    assert any("CUPTI dropped 3" in n for n in an.notes) and an.losses[0]["family"] == "cupti"
+
+
+def test_site_probe_dropped_records_reach_the_verdicts(tmp_path):
+    root = build_capture(tmp_path / "cap")
+    with (root / "a1" / "sites.jsonl").open("a") as f:
+        f.write(json.dumps({"event": "summary", "records": 2, "dropped": 5}) + "\n")
+    an = analyze(root)
+    assert all("the site probe dropped 5 record(s)" in r for r in an.verdicts["reason"])
+
+
+def test_a_garbled_cublaslt_line_is_never_a_silent_single_source(tmp_path, capsys):
+    """Issue 15 item 9: a damaged [Trace] line is bad input naming its line (exit 3); read with
+    --keep-going the file is skipped and said so, never a quiet SINGLE-SOURCE."""
+    for garble in (lambda s: s.replace("][cublasLt][", "][cub1asLt][", 1),  # header damaged
+                   lambda s: s.replace("rows=32", "rows=3?", 1),  # a number damaged
+                   lambda s: s.replace("Adesc=[", "Adesc=", 1)):  # a block damaged
+        root = build_capture(tmp_path / f"cap{id(garble)}")
+        log = root / "a1" / f"cublaslt.{PID}.log"
+        lines = log.read_text().splitlines()
+        lines[1] = garble(lines[1])
+        log.write_text("\n".join(lines) + "\n")
+        assert main(["analyze", str(root), "-q", "--out", str(tmp_path / f"o{id(garble)}")]) == 3
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"cublaslt.{PID}.log:2:" in err[0]
+        an = analyze(root, keep_going=True)
+        assert any(f"cublaslt.{PID}.log:2" in n for n in an.notes)
+
+
+def test_a_bad_site_string_in_sites_jsonl_is_bad_input_with_file_and_line(tmp_path, capsys):
+    """Issue 15 item 12: not a usage error (exit 2) but bad input naming the file and line (exit 3)."""
+    root = build_capture(tmp_path / "cap")
+    sites = root / "a1" / "sites.jsonl"
+    lines = sites.read_text().splitlines()
+    lines[2] = lines[2].replace('"gemm:TN:acc0:grad0"', '"gemm:XX:acc0:grad0"', 1)
+    sites.write_text("\n".join(lines) + "\n")
+    assert main(["analyze", str(root), "-q"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sites.jsonl:3:" in err[0] and "layout 'XX'" in err[0]

@@ -30,6 +30,12 @@ from bench_cublaslt import synthetic_lines  # noqa: E402
 FRAMES = ("calls", "heuristics", "api", "info", "hints", "errors")
 
 
+@pytest.fixture(autouse=True)
+def _vectorised_even_for_small_logs(monkeypatch):
+    """read_log hands logs under FAST_MIN_BYTES to the per-line path; these tests want the vectorised one."""
+    monkeypatch.setattr(cublaslt, "FAST_MIN_BYTES", 0)
+
+
 def mixed_log_lines(n_generated: int = 400, seed: int = 7) -> list[str]:
     """SYNTHETIC generated lines interleaved with the REAL and SYNTHETIC fixture lines and odd cases."""
     rng = random.Random(seed)

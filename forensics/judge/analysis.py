@@ -51,6 +51,9 @@ class Analysis:
     #: What instruments say about the library and device (cuBLASLt's [Info] line: version, SM count),
     #: one dict per line with arm, rank and file: the facts NOT COMPARABLE checks read.
     facts: list[dict[str, Any]] = field(default_factory=list)
+    #: What readers say they lost (dropped records, cut or skipped lines), one dict per loss with arm,
+    #: rank, instrument, family and file; each also reaches the verdicts of that arm and rank.
+    losses: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def named(self) -> pd.DataFrame:
@@ -71,6 +74,7 @@ class Analysis:
             "missing": self.missing,
             "notes": self.notes,
             "facts": self.facts,
+            "losses": self.losses,
             "verdicts": rows(self.verdicts),
             "counts": rows(self.counts),
             "files": [
@@ -101,12 +105,16 @@ def _read(f: InstrumentFile, sites: pd.DataFrame) -> tuple[reg.Instrument | None
     return inst, df
 
 
-def _sites_of(cap: Capture) -> pd.DataFrame:
+def _sites_of(cap: Capture, losses: list[dict[str, Any]] | None = None) -> pd.DataFrame:
     from parsers import sites_jsonl
 
     frames = []
     for f in cap.of("sites"):
-        df = sites_jsonl.read_sites(f.path)
+        with doing(f"reading {f.path} (sites)"):
+            df = sites_jsonl.read_sites(f.path)
+        if losses is not None:
+            losses.extend({"arm": cap.arm_of(f.arm), "rank": f.rank, "instrument": "sites", "family": None,
+                           "file": str(f.path), "loss": text} for text in df.attrs.get("losses") or [])
         df = df.assign(folder=f.arm, arm=cap.arm_of(f.arm), rank=f.rank if f.rank is not None else df.get("rank"))
         frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
@@ -121,18 +129,21 @@ def _pid_ranks(sites: pd.DataFrame) -> dict[tuple[str, int], int]:
     return {(fo, int(p)): int(r) for fo, p, r in zip(known["folder"], known["pid"], known["rank"]) if pd.notna(r)}
 
 
-def _losses(f: InstrumentFile, df: pd.DataFrame) -> list[str]:
+def _reader_notes(f: InstrumentFile, df: pd.DataFrame) -> list[str]:
     """What a reader says it skipped, cut or lost (``attrs["problems"]``), one note per item."""
     return [f"{f.path}: {p}" for p in (df.attrs.get("problems") or [])]
 
 
 def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
-         facts: list[dict[str, Any]] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Read every instrument file of a capture: (launches, calls, sites); what readers lost goes to
-    ``notes``, what they say about library and device to ``facts``."""
+         facts: list[dict[str, Any]] | None = None,
+         losses: list[dict[str, Any]] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Read every instrument file of a capture: (launches, calls, sites); what readers noted goes to
+    ``notes``, what they lost to ``losses``, what they say about library and device to ``facts``."""
     notes = [] if notes is None else notes
     facts = [] if facts is None else facts
-    sites = _sites_of(cap)
+    losses = [] if losses is None else losses
+    sites = _sites_of(cap, losses)
+    notes.extend(f"{x['file']}: {x['loss']}" for x in losses)
     pid_rank = _pid_ranks(sites)
     launch_frames, call_frames = [], []
     for f in cap.files:
@@ -151,9 +162,10 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
             continue
         if inst is None:
             continue
-        notes.extend(_losses(f, df))
-        facts.extend({**fact, "arm": cap.arm_of(f.arm), "rank": rank, "instrument": f.instrument, "file": str(f.path)}
-                     for fact in df.attrs.get("facts") or [])
+        notes.extend(_reader_notes(f, df))
+        where = {"arm": cap.arm_of(f.arm), "rank": rank, "instrument": f.instrument, "file": str(f.path)}
+        facts.extend({**fact, **where} for fact in df.attrs.get("facts") or [])
+        losses.extend({**where, "family": inst.family, "loss": text} for text in df.attrs.get("losses") or [])
         df = df.assign(folder=f.arm, arm=cap.arm_of(f.arm), rank=rank, instrument=f.instrument, file=str(f.path))
         if inst.role == reg.LAUNCHES:
             launch_frames.append(df)
@@ -437,7 +449,7 @@ def _by_pid(calls: pd.DataFrame, launches: pd.DataFrame):
         yield pid, calls[(cpi == pid).to_numpy()], launches[(lpi == pid).to_numpy()]
 
 
-def judge(counts: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
+def judge(counts: pd.DataFrame, observed: pd.DataFrame, losses: list[dict[str, Any]] | None = None) -> pd.DataFrame:
     """Apply the two-instrument rule to every (arm, rank, scope, kernel).
 
     ``counts`` per family: a launch counter's count of the kernel; a call log's count of the
@@ -445,6 +457,9 @@ def judge(counts: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
     above zero, and every call log among them matched one to one in the scope.
     """
     rows = []
+    lost: dict[tuple, list[str]] = {}  # (arm, rank) -> what its files lost
+    for x in losses or []:
+        lost.setdefault((x["arm"], x["rank"]), []).append(f"{x['instrument']}: {x['loss']}")
     by_scope: dict[tuple, dict[str, dict[str, Any]]] = {}
     for r in observed.to_dict("records") if len(observed) else []:
         by_scope.setdefault((r["arm"], r["rank"], r["scope"]), {})[r["family"]] = r
@@ -480,6 +495,8 @@ def judge(counts: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
             by_family[fam] = 0 if value is None or value is pd.NA else int(value)
             sources[fam] = inst.name
         verdict, reason = _rule(by_family, sources, not_confirmable, uneven, name)
+        for text in lost.get((r["arm"], r["rank"]), []):  # a loss is never silent: every verdict it may touch says it
+            reason += f"; loss in this arm/rank: {text}"
         if implementation and verdict == NAMED:
             reason = f"{name} -> {implementation}: {reason}"
         if details:
@@ -532,14 +549,15 @@ def analyze(capture: str | Path | Capture, site: str | None = None, keep_going: 
         parse_site_or_occurrence(site)  # fail early on a malformed site
     notes: list[str] = []
     facts: list[dict[str, Any]] = []
-    launches, calls, sites = load(cap, keep_going=keep_going, notes=notes, facts=facts)
+    losses: list[dict[str, Any]] = []
+    launches, calls, sites = load(cap, keep_going=keep_going, notes=notes, facts=facts, losses=losses)
     counts, observed = count_launches(launches, calls, site)
-    verdicts = judge(counts, observed)
+    verdicts = judge(counts, observed, losses)
     missing = list(cap.missing)
     if site and not len(verdicts):
         labels = sorted(set(launches["site_label"].dropna()) | set(sites.get("label", pd.Series(dtype=str)).dropna()))
         missing.append(f"no launch attributed to site {site} (sites seen: {', '.join(labels[:8]) or 'none'})")
-    return Analysis(cap, site, launches, calls, sites, counts, verdicts, missing, notes, facts)
+    return Analysis(cap, site, launches, calls, sites, counts, verdicts, missing, notes, facts, losses)
 
 
 def site_launches(analysis: Analysis, arm: str, rank: int, label: str) -> pd.DataFrame:
