@@ -116,8 +116,11 @@ def _open_export(path: str | PathLike[str], need_kernels: bool) -> tuple[sqlite3
     return conn, tables
 
 
-def _query(conn, path: Path, sql: str) -> pd.DataFrame:
-    """Run ``sql``; frame from ``fetchall`` (integer columns exact); corrupt pages -> BadInput."""
+def _query(conn, path: Path, sql: str, ints: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Run ``sql``; frame from ``fetchall`` (integer columns exact); corrupt pages -> BadInput.
+
+    Columns named in ``ints`` must hold integers or NULL (SQLite stores any type in any column: a
+    text, real or blob value there is a damaged or foreign export, said as bad input)."""
     try:
         cur = conn.execute(sql)
         rows = cur.fetchall()
@@ -128,7 +131,16 @@ def _query(conn, path: Path, sql: str) -> pd.DataFrame:
         return pd.DataFrame({n: np.array([], dtype=np.int64) for n in names})
     grid = np.empty((len(rows), len(names)), dtype=object)
     grid[:] = rows  # one C-level pass; columns are then object-array slices
+    for j, n in enumerate(names):
+        if n in ints:
+            odd = next((v for v in grid[:, j] if v is not None and type(v) is not int), _NONE)
+            if odd is not _NONE:
+                raise BadInput(path, f"column {n} holds {type(odd).__name__} {odd!r:.40}, not an integer: "
+                               "a damaged or foreign export")
     return pd.DataFrame({n: _column(grid[:, j]) for j, n in enumerate(names)})
+
+
+_NONE = object()
 
 
 def _column(values: np.ndarray):
@@ -157,9 +169,13 @@ def _strings(conn, path: Path, ids) -> dict[int, str]:
     for lo in range(0, len(wanted), 5000):
         chunk = ",".join(map(str, wanted[lo : lo + 5000]))
         try:
-            out.update(conn.execute(f"SELECT id, value FROM StringIds WHERE id IN ({chunk})").fetchall())
+            found = conn.execute(f"SELECT id, value FROM StringIds WHERE id IN ({chunk})").fetchall()
         except sqlite3.DatabaseError as e:
             raise BadInput(path, f"corrupt or truncated SQLite file: {e}") from None
+        for i, v in found:
+            if not isinstance(v, str):
+                raise BadInput(path, f"StringIds id {i} holds {type(v).__name__} {v!r:.40}, not text: a damaged export")
+        out.update(found)
     return out
 
 
@@ -312,7 +328,8 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
         has_runtime = RUNTIME_TABLE in tables
         if has_runtime:
             _require(conn, path, RUNTIME_TABLE, RUNTIME_REQUIRED)
-        df = _query(conn, path, kernels_sql(has_runtime))
+        df = _query(conn, path, kernels_sql(has_runtime),
+                    ints=KERNEL_REQUIRED + ("mangledName", "launch_ns", "launch_tid", "api_id"))
         if "mangledName" not in kcols:
             df["mangledName"] = pd.array([pd.NA] * len(df), dtype="Int64")
         ids = np.concatenate([pd.Series(df[c]).dropna().unique() for c in _KERNEL_IDS]) if len(df) else []
@@ -330,6 +347,12 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
     uniq, inverse = np.unique(pair, return_inverse=True)
     canon = [canonical_kernel(names.get((u >> 32) - 1), names.get(u & 0xFFFFFFFF)) for u in uniq.tolist()]
     df["kernel"] = pd.array(np.array(canon, dtype=object)[inverse], dtype="string")
+    for col, top in (("gridX", 2**31 - 1), ("gridY", 65535), ("gridZ", 65535), ("blockX", 1024), ("blockY", 1024),
+                     ("blockZ", 64)):  # CUDA's limits: anything else is a damaged export, not a launch shape
+        bad = df[(df[col] < 0) | (df[col] > top)] if len(df) else df
+        if len(bad):
+            raise BadInput(path, f"kernel launch (correlationId {bad['correlationId'].iloc[0]}) has {col}="
+                           f"{bad[col].iloc[0]}, outside CUDA's 0..{top}: a damaged export")
     df["grid"] = _dim3(df["gridX"], df["gridY"], df["gridZ"])
     df["block"] = _dim3(df["blockX"], df["blockY"], df["blockZ"])
     df["pid"] = _global_id_part(df["globalPid"], 24)
@@ -360,6 +383,7 @@ def read_runtime(path: str | PathLike[str]) -> pd.DataFrame:
                        (r.globalTid >> 24) & 0xFFFFFF AS pid, r.globalTid & 0xFFFFFF AS tid,
                        {ec} AS event_class, {rv} AS return_value, r.globalTid AS global_tid
                 FROM {RUNTIME_TABLE} AS r LEFT JOIN StringIds AS n ON n.id = r.nameId ORDER BY r.start""",
+            ints=("start_ns", "end_ns", "correlation_id", "global_tid"),
         )
     _int64(df, [c for c in cols if c != "name"])
     df["name"] = df["name"].astype("string")
@@ -397,7 +421,12 @@ def read_ranges(path: str | PathLike[str]) -> pd.DataFrame:
                 LEFT JOIN StringIds AS ds ON ds.id = dom.textId
                 WHERE e.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND})
                 ORDER BY e.start""",
+            ints=("start_ns", "end_ns", "range_id", "event_type", "domain_id", "global_tid", "end_global_tid"),
         )
+    for col in ("name", "domain"):  # range names are text (a blob or number there is damage)
+        odd = next((v for v in df[col] if v is not None and not isinstance(v, str) and not pd.isna(v)), None)
+        if odd is not None:
+            raise BadInput(path, f"an NVTX range {col} is {type(odd).__name__} {odd!r:.40}, not text: a damaged export")
     _int64(df, ("range_id", "event_type", "domain_id", "global_tid", "end_global_tid", "category", "color"))
     df["instrument"] = "nsys"
     df["file"] = str(path)
