@@ -256,3 +256,55 @@ def test_bad_input_in_a_real_process_is_exactly_one_line(capture, tmp_path, dama
                            timeout=300)
         assert r.returncode == EXIT_BAD_INPUT, r.stderr
         assert r.stderr.count("\n") == 1 and r.stderr.startswith("forensics: bad input: "), r.stderr
+
+
+def test_two_external_files_with_one_name_stay_two_bundle_members(tmp_path):
+    """Item 11: files listed by the manifest from outside the capture, same name, different folders."""
+    import tarfile
+
+    import yaml
+
+    from forensics.capture.directory import classify
+    from forensics.evidence.bundle import write_bundle
+
+    gemms = [Gemm("gemm:NT:acc0:grad1", 256, 256, 512, diverge_in=("a2",))]  # SYNTHETIC
+    cap = build_capture(tmp_path / "cap", gemms, [Arm("a1"), Arm("a2")])
+    files = []
+    for f in sorted(cap.rglob("*")):
+        if not f.is_file() or classify(f.name) is None:
+            continue
+        arm = f.relative_to(cap).parts[0]
+        entry = {"path": str(f.relative_to(cap)), "arm": arm, "rank": 0}
+        if f.name.startswith("cublaslt."):
+            ext = tmp_path / f"external-{arm}" / "cublaslt.log"  # one name for both arms' logs
+            ext.parent.mkdir()
+            f.rename(ext)
+            entry.update(path=os.path.relpath(ext, cap), instrument="cublaslt", pid=int(f.name.split(".")[1]))
+        files.append(entry)
+    manifest = yaml.safe_load((cap / "manifest.yaml").read_text())
+    manifest["files"] = files
+    (cap / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    out = write_bundle(cap, tmp_path / "b.tar.gz", site="gemm:NT:acc0:grad1")
+    with tarfile.open(out) as tar:
+        logs = {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in tar.getmembers()
+                if m.name.endswith("cublaslt.log")}
+    assert sorted(logs) == ["raw/external-2/cublaslt.log", "raw/external/cublaslt.log"]
+    a1, a2 = (tmp_path / "external-a1" / "cublaslt.log").read_bytes(), (tmp_path / "external-a2" / "cublaslt.log").read_bytes()
+    sources = []
+    for text in logs.values():  # each member holds lines of exactly one of the two files, never both
+        lines = set(text.splitlines())
+        assert lines
+        sources.append([lines <= set(a1.splitlines()), lines <= set(a2.splitlines())])
+    assert sorted(sources) == [[False, True], [True, False]]
+
+
+def test_trace_into_a_directory_another_run_claimed_is_refused(tmp_path):
+    """Item 11: two `forensics trace --out X` at once: the second finds X claimed and runs nothing."""
+    from forensics.commands.trace import UsageError, trace_command
+
+    out = tmp_path / "run"
+    assert atomic.claim_dir(out)  # the first run, still empty
+    marker = tmp_path / "ran"
+    with pytest.raises(UsageError, match="another run claimed it"):
+        trace_command([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], out)
+    assert not marker.exists()

@@ -13,12 +13,14 @@ never a traceback, an internal error (exit 70), another exit code or a hang. Oth
 (byte flips, truncation) may legitimately change a result: a flipped digit is another valid
 value, a file cut at a line boundary is a shorter valid file.
 
-Bounded for CI: 51 cases, about 30 s of CPU on 2 cores. ``FORENSICS_FUZZ_SEED`` and
+Bounded for CI: 59 cases, about 35 s of CPU on 2 cores. ``FORENSICS_FUZZ_SEED`` and
 ``FORENSICS_FUZZ_SCALE`` (a multiplier) explore further; every case id names its seed, file
 and mutation, so a failure reproduces with ``pytest -k <id>``.
 
-Inputs: a SYNTHETIC capture (tests/synthetic_captures.py: real formats, made-up values), the
-real nsys + ncu pair shipped in examples/corpus-ex-gpu, and (when ../shared/corpus is present)
+Inputs: a SYNTHETIC capture (tests/synthetic_captures.py: real formats, made-up values), a real
+CPU-backend capture of ours (tests/fixtures/cpu/example: site records, CPU probe records, an
+oneMKL verbose log, a torch.profiler trace), the real nsys + ncu pair shipped in
+examples/corpus-ex-gpu, and (when ../shared/corpus is present)
 real Kineto, Nsight Compute CSV, cuBLASLt and legacy cuBLAS files.
 """
 from __future__ import annotations
@@ -57,6 +59,10 @@ CORPUS_SETS = {
                     ("cublas_legacy/cublas_legacy_gopeft_lora.log", "cublas")],
 }
 SHIPPED = [("a1/ex-gpu.s10.sqlite", "nsys"), ("a1/ex-gpu.s10.ncu-rep", "ncu")]
+#: A real CPU-backend capture of ours (tests/fixtures/cpu/PROVENANCE.md) and the files fuzzed in it.
+CPU_CAPTURE = REPO / "tests" / "fixtures" / "cpu" / "example"
+CPU_FILES = ["manifest.yaml", "a1/rank0/sites.jsonl", "a2/rank0/cpuprobe.jsonl", "a1/rank0/MKL",
+             "a2/rank0/TORCHPROF"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,15 @@ def _cases() -> list[Case]:
             else:
                 op = rng.choice(["type", "type", "type", "utf8", "garbage", "flip", "truncate"])
             out.append(Case("synthetic", command, file, op, rng.randrange(1 << 30)))
+    for _ in range(n(8)):
+        file = rng.choice(CPU_FILES)
+        if file == "manifest.yaml":
+            op = rng.choice(["manifest", "utf8", "flip"])
+        elif file.endswith("MKL"):
+            op = rng.choice(["utf8", "garbage", "flip", "truncate"])
+        else:
+            op = rng.choice(["type", "type", "utf8", "garbage", "flip", "truncate"])
+        out.append(Case("cpu", rng.choice(["analyze", "analyze", "compare"]), file, op, rng.randrange(1 << 30)))
     for _ in range(n(6)):
         file, _inst = rng.choice(SHIPPED)
         out.append(Case("shipped", "analyze", file, rng.choice(["flip", "flip", "truncate"]), rng.randrange(1 << 30)))
@@ -236,6 +251,9 @@ def _mutate_manifest(path: Path, rng: random.Random) -> str:
     return f"arms[{arm}].{key} = {new!r}"
 
 
+_PID_NAMED = {"cublaslt.LOG": "cublaslt.*.log", "MKL": "mkl.*.log", "TORCHPROF": "torchprof.*.json.gz"}
+
+
 # --------------------------------------------------------------------------- running
 class _Hang(BaseException):
     """Raised by the watchdog: not an Exception, so the CLI cannot mistake it for a crash of its own."""
@@ -299,6 +317,7 @@ def bases(tmp_path_factory) -> dict[str, Path]:
     write_manifest(shipped, new_manifest(files=[{"path": rel, "instrument": inst, "arm": "a1", "rank": 0}
                                                 for rel, inst in SHIPPED]))
     made["shipped"] = shipped
+    made["cpu"] = CPU_CAPTURE
     if CORPUS.is_dir():
         for name, files in CORPUS_SETS.items():
             d = root / name
@@ -315,7 +334,8 @@ def bases(tmp_path_factory) -> dict[str, Path]:
 def baselines(bases, tmp_path_factory) -> dict[tuple[str, str], tuple[object, str, str]]:
     out: dict[tuple[str, str], tuple[object, str, str]] = {}
     for name, cap in bases.items():
-        for command in ("analyze", "compare", "bundle") if name == "synthetic" else ("analyze",):
+        commands = {"synthetic": ("analyze", "compare", "bundle"), "cpu": ("analyze", "compare")}.get(name, ("analyze",))
+        for command in commands:
             work = tmp_path_factory.mktemp("fuzzbaseline")
             code, stdout, stderr = _run(_argv(command, cap, work))
             assert code in (0, 1), (name, command, stderr)
@@ -335,8 +355,8 @@ def test_damaged_input_is_one_line_or_a_correct_result(case: Case, bases, baseli
     cap = tmp_path / "cap"
     shutil.copytree(bases[case.base], cap, symlinks=True)
     target = cap / case.file
-    if target.suffix == ".LOG":  # the synthetic cuBLASLt log's name carries a pid
-        target = next(cap.glob(str(Path(case.file).parent / "cublaslt.*.log")))
+    if target.name in _PID_NAMED:  # log names carry a pid
+        target = next(cap.glob(str(Path(case.file).parent / _PID_NAMED[target.name])))
     rng = random.Random(case.seed)
     what = _mutate_manifest(target, rng) if case.op == "manifest" else _mutate(target, case.op, rng)
     if what == "unchanged":
