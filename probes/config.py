@@ -41,7 +41,13 @@ class ProbeConfig:
     def write(self, path: str | os.PathLike[str]) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_json())
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # whole or not at all (a full disk leaves no half config)
+        try:
+            tmp.write_text(self.to_json())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return path
 
     @classmethod
