@@ -4,8 +4,14 @@ Grammar (one line each, case-sensitive)::
 
     gemm:<NN|NT|TN|TT>:acc<0|1>:grad<0|1>     Transformer Engine GEMM (cuBLAS layout letters)
     <kind>:<flag><int>[:<flag><int>...]        other below-dispatcher site, e.g. index_add:acc1:grad0
-    <namespace>.<op>[.<overload>]              ATen op, e.g. aten.mm.default
+    <namespace>.<op>[.<overload>]              dispatcher op of a known namespace (OP_NAMESPACES),
+                                               e.g. aten.mm.default
     <any of the above>#<N>                     the N-th occurrence (1-based, counted per rank)
+
+:func:`site_for_record` is the one mapping from a trace record (name + optional GEMM meta) to a
+site; ``forensics diff`` names sites with it, ``forensics kernel --site`` parses with
+:func:`parse_site`, and ``forensics kernel --from`` re-checks a report's site with
+:func:`parse_site`: all three accept exactly the same strings.
 """
 from __future__ import annotations
 
@@ -18,7 +24,11 @@ GEMM_LAYOUTS = ("NN", "NT", "TN", "TT")
 _EXAMPLES = "e.g. gemm:NT:acc0:grad1, index_add:acc1:grad0, aten.mm.default, gemm:NT:acc0:grad1#3"
 _KIND = re.compile(r"^[a-z_][a-z0-9_]*$")
 _FLAG = re.compile(r"^([a-z_]+?)(\d+)$")
-_ATEN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_ATEN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+#: Namespaces of dispatcher ops (``torch.ops.<ns>``) that name a site. A dotted name in another
+#: namespace is a module path or a Python repr (``decoder.layer0.output``, ``None.pow``), not an op.
+OP_NAMESPACES = ("aten", "prims", "c10d", "_c10d_functional", "_c10d_functional_autograd", "quantized",
+                 "_quantized", "torchvision", "torchaudio", "triton", "fbgemm", "mkldnn", "rngprims")
 
 
 @dataclass(frozen=True)
@@ -83,8 +93,12 @@ def parse_site(text: str) -> Site:
     if "#" in s:
         raise BadSite(f"{s!r} is an occurrence (SITE#N), not a site; use parse_occurrence")
     if ":" not in s:
-        if _ATEN.match(s):
+        m = _ATEN.match(s)
+        if m and m.group(1) in OP_NAMESPACES:
             return Site("aten", s)
+        if m:
+            raise BadSite(f"{s!r} is not an op of a known namespace ({', '.join(OP_NAMESPACES[:4])}, ...): "
+                          f"a dotted name is a site only for a dispatcher op; {_EXAMPLES}")
         raise BadSite(f"{s!r} is not a site; a valid site looks like {_EXAMPLES}")
     head, *rest = s.split(":")
     if not _KIND.match(head):
@@ -147,3 +161,20 @@ def is_occurrence_label(name: object) -> bool:
     except BadSite:
         return False
     return True
+
+
+def site_for_record(name: str, gemm: object = None) -> str | None:
+    """The site a trace record names, or None: ``gemm:<layout>:acc<a>:grad<g>`` when it carries GEMM
+    meta (``{"layout", "acc", "grad"}``), else its op name when that parses as a site (a dispatcher
+    op of a known namespace). The one mapping used by ``diff`` and ``kernel --from``."""
+    if isinstance(gemm, dict) and gemm.get("layout"):
+        try:
+            return str(gemm_site(gemm["layout"], gemm.get("acc", 0), gemm.get("grad", 0)))
+        except (BadSite, TypeError, ValueError):
+            return None
+    if not isinstance(name, str) or "#" in name:
+        return None
+    try:
+        return str(parse_site(name))
+    except BadSite:
+        return None

@@ -32,9 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import BadInput, BadSite
-from forensics.site import parse_site
-
-OP_NAMESPACES = ("aten", "prims", "c10d", "_c10d_functional", "quantized", "torchvision", "triton")
+from forensics.site import OP_NAMESPACES, parse_site, site_for_record  # noqa: F401 (OP_NAMESPACES re-exported)
 
 
 @dataclass
@@ -93,20 +91,9 @@ def gemm_layout_from_strides(mat1: tuple[Any, Any], mat2: tuple[Any, Any]) -> st
 
 
 def site_for_name(name: str, gemm: dict | None = None) -> str | None:
-    """The site a record name maps to, or None (see the module docstring)."""
-    from forensics.site import gemm_site  # noqa: PLC0415
-
-    if isinstance(gemm, dict) and gemm.get("layout"):
-        try:
-            return str(gemm_site(gemm["layout"], gemm.get("acc", 0), gemm.get("grad", 0)))
-        except BadSite:
-            return None
-    if name.split(".", 1)[0] not in OP_NAMESPACES:
-        return None
-    try:
-        return str(parse_site(name))
-    except BadSite:
-        return None
+    """The site a record name maps to, or None: :func:`forensics.site.site_for_record`, the same
+    mapping ``forensics diff`` and ``forensics kernel --site`` use."""
+    return site_for_record(name, gemm)
 
 
 # --------------------------------------------------------------------------- report reading
@@ -136,8 +123,8 @@ def site_from_report(path: str | Path, command: list[str] | None = None) -> From
     path = Path(path)
     rep = _load(path)
     if rep.get("schema") == "forensics.diff":
-        if rep.get("version") != 1:
-            raise BadInput(path, f"forensics.diff report version {rep.get('version')!r}; this reads version 1")
+        if rep.get("version") not in (1, 2):
+            raise BadInput(path, f"forensics.diff report version {rep.get('version')!r}; this reads versions 1 and 2")
         return _from_diff_report(rep, path, command)
     if "rank_results" in rep or "first_divergence" in rep or rep.get("status") == "invalid_trace":
         return _from_megatron_report(rep, path, command)
