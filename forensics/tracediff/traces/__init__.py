@@ -9,13 +9,14 @@ Readers register themselves with :func:`register_reader`; :func:`detect_format` 
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Evidence strength of a tensor digest. Only "full" can prove bit equality; "sampled" and
-#: "summary" can prove a difference but never equality; "metadata" proves neither (shape/dtype only).
+#: Evidence strength of a tensor digest. Only "full" can prove bit equality, and only through an
+#: order-sensitive digest (``TensorDigest.ordered``); "sampled" and "summary" can prove a difference
+#: but never equality; "metadata" proves neither (shape/dtype only). docs/method.md, "Evidence".
 EVIDENCE_LEVELS = ("full", "sampled", "summary", "metadata")
 
 
@@ -29,10 +30,13 @@ class TensorDigest:
     digest: str | None = None  # whole-tensor digest (hex or decimal string), None if not recorded
     chunks: tuple[str, ...] | None = None  # per-row/chunk digests (permutation-sensitive)
     evidence: str = "full"  # one of EVIDENCE_LEVELS
+    #: an order-sensitive digest of every element in row-major order (None: not recorded). Only
+    #: equal order-sensitive digests prove equality; ``digest`` may be order-independent (an XOR).
+    ordered: str | None = None
 
     def key(self) -> tuple:
         """What equality compares: shape, dtype and digests."""
-        return (self.shape, self.dtype, self.digest, self.chunks)
+        return (self.shape, self.dtype, self.digest, self.chunks, self.ordered)
 
 
 @dataclass
@@ -50,6 +54,36 @@ class TraceRecord:
     outputs: list[TensorDigest] = field(default_factory=list)
     source: str | None = None  # "file:line" for error messages and reports
     extra: dict[str, Any] = field(default_factory=dict)  # producer-specific fields, kept
+
+
+@dataclass
+class StreamEnd:
+    """How one rank's record stream ended: complete, or partial and why (a reader fills it)."""
+
+    partial: bool = False
+    #: e.g. "truncated at record 4096 (no footer): partial", "interrupted: signal 15 (SIGTERM)"
+    reason: str | None = None
+    records: int | None = None  # records the stream holds, when known
+    #: "complete", "interrupted" (a footer says what stopped it), "truncated" (no footer)
+    how: str = "complete"
+
+
+class RankStream:
+    """A rank's record iterable plus how it ended (:class:`StreamEnd`). Readers that cannot tell
+    return plain iterables; the differ then treats the stream as complete."""
+
+    def __init__(self, records: Iterable[TraceRecord], end: StreamEnd | None = None) -> None:
+        self._records = records
+        self.end = end or StreamEnd()
+
+    def __iter__(self) -> Iterator[TraceRecord]:
+        return iter(self._records)
+
+
+def stream_end(stream: object) -> StreamEnd:
+    """The :class:`StreamEnd` of a rank stream (complete when the reader says nothing)."""
+    end = getattr(stream, "end", None)
+    return end if isinstance(end, StreamEnd) else StreamEnd()
 
 
 @dataclass

@@ -19,7 +19,8 @@ Mapping to :class:`TraceRecord` (docs/formats/megatron.md has the full table):
 * ``step`` = ``iteration``; ``seq`` = ``sequence``; identity
   ``<event>/<phase>/mb<microbatch>/<name>:<occurrence + 1>`` (unique per rank and iteration;
   ``op/...`` for joined input/output boundaries).
-* Evidence is kept: ``full`` -> full (sha256), ``sampled`` -> sampled (sha256 of the samples),
+* Evidence is kept: ``full`` -> full (sha256 of the bytes in order: an order-sensitive digest, so
+  equal full digests prove equality), ``sampled`` -> sampled (sha256 of the samples),
   ``summary`` -> summary (the statistics), ``metadata`` -> metadata (no value). Semantic events
   carry exact JSON values: full evidence over their ``fields``.
 * A boundary records ONE tensor and says nothing about the inputs that produced it. Unless an op's
@@ -261,12 +262,16 @@ def _digest(t: dict[str, Any]) -> TensorDigest:
         digest = "summary:" + json.dumps(t["summary"], sort_keys=True, separators=(",", ":"))
     else:
         digest = None
-    return TensorDigest(shape=tuple(t["shape"]), dtype=t["dtype"], numel=t["numel"], digest=digest, evidence=mode)
+    # SHA-256 over the tensor's bytes in order: an order-sensitive digest (it can prove equality)
+    ordered = digest if mode in ("full", "sampled") else None
+    return TensorDigest(shape=tuple(t["shape"]), dtype=t["dtype"], numel=t["numel"], digest=digest, evidence=mode,
+                        ordered=ordered)
 
 
 def _event_digest(fields: dict[str, Any]) -> TensorDigest:
     canon = json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return TensorDigest(dtype="json", digest=hashlib.sha256(canon.encode()).hexdigest(), evidence="full")
+    digest = hashlib.sha256(canon.encode()).hexdigest()
+    return TensorDigest(dtype="json", digest=digest, evidence="full", ordered=digest)
 
 
 def _role(rec: dict[str, Any]) -> tuple[str, str, int] | None:

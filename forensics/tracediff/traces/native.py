@@ -4,10 +4,16 @@ One JSON object per line: a header (``"type": "header"``, ``"schema": "forensics
 records (``seq``, ``id``, ``op``, ``kind``, ``step``, ``in``, ``out``, ``meta``), and a footer
 (``"type": "footer"``, ``records``, ``dropped``). docs/trace-format.md describes every field.
 The reader streams: records are parsed one line at a time, one rank file at a time.
+
+A file without a footer (the process was killed) or whose footer says it was stopped (a signal,
+a write failure) is **partial**: its records are read up to where they stop (a cut last line is
+dropped) and :class:`~forensics.tracediff.traces.StreamEnd` says so. A wrong-typed value (a numel
+of 1.5, a digest that is not a string) is bad input (``file:line``), never a different verdict.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -15,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import BadInput
-from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
+from forensics.tracediff.traces import (
+    EVIDENCE_LEVELS,
+    RankStream,
+    Reader,
+    StreamEnd,
+    TensorDigest,
+    Trace,
+    TraceRecord,
+    register_reader,
+)
 
 try:  # orjson is ~3x faster on these lines; json is the fallback
     import orjson
@@ -67,36 +82,101 @@ def read_header(path: Path) -> dict[str, Any]:
     return header
 
 
-def read_footer(path: Path) -> dict[str, Any] | None:
-    """The last line when it is a footer, else None (the process died before closing the trace)."""
+def _tail_lines(path: Path, want: int = 2) -> tuple[list[bytes], bool]:
+    """The last ``want`` complete lines of a file, and whether the file ends with a cut line."""
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
         size = f.tell()
-        f.seek(max(0, size - 4096))
-        tail = f.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        block = 4096
+        while True:
+            start = max(0, size - block)
+            f.seek(start)
+            data = f.read(size - start)
+            cut = not data.endswith(b"\n")
+            lines = data.split(b"\n")
+            lines = lines[:-1]  # the piece after the last newline: b"" or a cut line
+            if start > 0:
+                lines = lines[1:]  # the first piece may be the middle of a line
+            lines = [x for x in lines if x.strip()]
+            if len(lines) >= want or start == 0:
+                return lines[-want:], cut
+            block *= 8
+
+
+def read_footer(path: Path) -> dict[str, Any] | None:
+    """The last line when it is a footer, else None (the process died before closing the trace)."""
+    lines, cut = _tail_lines(Path(path), 1)
+    if cut or not lines:
+        return None
     try:
-        obj = _loads(tail)
+        obj = _loads(lines[-1])
     except _JSONError:
         return None
     return obj if isinstance(obj, dict) and obj.get("type") == "footer" else None
 
 
+def stream_end_of(path: Path) -> StreamEnd:
+    """How a rank file ended: complete, interrupted (its footer says what stopped it), or truncated
+    (no footer: killed, out of memory, disk full). Read from the file's tail only."""
+    path = Path(path)
+    foot = read_footer(path)
+    if foot is not None:
+        records = foot.get("records") if foot.get("records").__class__ is int else None
+        stopped = foot.get("stopped")
+        if stopped:
+            return StreamEnd(True, f"interrupted ({stopped}) at record {records}: partial", records, "interrupted")
+        return StreamEnd(False, None, records)
+    lines, cut = _tail_lines(path, 1)
+    records = 0
+    if lines:
+        try:
+            last = _loads(lines[-1])
+        except _JSONError:
+            last = None
+        if isinstance(last, dict) and last.get("seq").__class__ is int:
+            records = last["seq"] + 1
+    note = "; its last line was cut and is not read" if cut else ""
+    return StreamEnd(True, f"truncated at record {records} (no footer): partial{note}", records, "truncated")
+
+
 _new = object.__new__
+
+
+def _bad_tensor(path: Path, line: int, what: str) -> BadInput:
+    return BadInput(path, f"tensor entry: {what}", line)
 
 
 def _tensor(obj: Any, path: Path, line: int) -> TensorDigest | None:
     if obj is None:
         return None
-    if not isinstance(obj, dict):
+    if obj.__class__ is not dict:
         raise BadInput(path, f"tensor entry is {type(obj).__name__}, expected an object or null", line)
     shape = obj.get("s")
     chunks = obj.get("c")
-    if shape is not None and not isinstance(shape, list) or chunks is not None and not isinstance(chunks, list):
-        raise BadInput(path, "tensor entry: 's' and 'c' must be lists", line)
+    numel, digest, dtype, ordered = obj.get("n"), obj.get("h"), obj.get("t"), obj.get("o")
+    evidence = obj.get("ev", "full")
+    if shape is not None:
+        if shape.__class__ is not list or any(d.__class__ is not int or d < 0 for d in shape):
+            raise _bad_tensor(path, line, f"shape 's' must be a list of non-negative integers, got {shape!r}")
+    if numel is not None:
+        if numel.__class__ is not int or numel < 0:
+            raise _bad_tensor(path, line, f"numel 'n' must be a non-negative integer, got {numel!r}")
+        if shape is not None and math.prod(shape) != numel:
+            raise _bad_tensor(path, line, f"numel {numel} does not match shape {shape}")
+    if dtype is not None and dtype.__class__ is not str:
+        raise _bad_tensor(path, line, f"dtype 't' must be a string, got {dtype!r}")
+    if digest is not None and digest.__class__ is not str:
+        raise _bad_tensor(path, line, f"digest 'h' must be a string, got {digest!r}")
+    if ordered is not None and ordered.__class__ is not str:
+        raise _bad_tensor(path, line, f"order-sensitive digest 'o' must be a string, got {ordered!r}")
+    if chunks is not None and (chunks.__class__ is not list or any(c.__class__ is not str for c in chunks)):
+        raise _bad_tensor(path, line, f"chunk digests 'c' must be a list of strings, got {chunks!r}")
+    if evidence not in EVIDENCE_LEVELS:
+        raise _bad_tensor(path, line, f"evidence 'ev' must be one of {', '.join(EVIDENCE_LEVELS)}, got {evidence!r}")
     t = _new(TensorDigest)  # frozen dataclass without its per-field __setattr__ cost (hot path)
-    t.__dict__.update(shape=tuple(shape) if shape is not None else None, dtype=obj.get("t"), numel=obj.get("n"),
-                      digest=obj.get("h"), chunks=tuple(chunks) if chunks is not None else None,
-                      evidence=obj.get("ev", "full"))
+    t.__dict__.update(shape=tuple(shape) if shape is not None else None, dtype=dtype, numel=numel,
+                      digest=digest, chunks=tuple(chunks) if chunks is not None else None,
+                      evidence=evidence, ordered=ordered)
     return t
 
 
@@ -146,28 +226,58 @@ class LazyTensors(list):
         return list.__repr__(self)
 
     def same_full_digests(self, other: object) -> bool:
-        """Fast path for the differ: True when both lists are still unparsed, their recorded
-        entries are identical, and every entry is a full-evidence digest. False means "compare
-        the parsed digests" (not "different")."""
+        """Fast path for the differ: True when both lists are still unparsed, recorded identically,
+        every entry is a valid full-evidence digest. False means "compare the parsed digests" (not
+        "different"). Equal entries are equal as far as their digests go; whether that proves
+        equality (an order-sensitive digest) or is a screen is decided where it matters."""
         if not isinstance(other, LazyTensors) or self._raw is None or other._raw is None:
             return False
         raw = self._raw
         if raw != other._raw:
             return False
         for t in raw:
-            if t is not None and (not isinstance(t, dict) or "ev" in t or "h" not in t):
+            if t is None:
+                continue
+            if t.__class__ is not dict or "ev" in t or t.get("h").__class__ is not str or t.get("n", 0).__class__ is not int:
+                self._load()  # validates: BadInput on a wrong type
                 return False
         return True
 
 
-def iter_records(path: Path, rank: int | None = None) -> Iterator[TraceRecord]:
-    """Records of one rank file, in seq order; BadInput (file:line) on anything malformed."""
+def _check_record(obj: dict, path: Path, line: int) -> None:
+    """Types of a record's own fields (its tensor entries are checked when parsed)."""
+    identity, name, kind, step, phase, meta = (obj.get("id"), obj.get("op"), obj.get("kind", "op"), obj.get("step"),
+                                               obj.get("phase"), obj.get("meta"))
+    if identity.__class__ is not str or not identity:
+        raise BadInput(path, f"record id must be a non-empty string, got {identity!r}", line)
+    if name.__class__ is not str or not name:
+        raise BadInput(path, f"record op must be a non-empty string, got {name!r}", line)
+    if kind.__class__ is not str:
+        raise BadInput(path, f"record kind must be a string, got {kind!r}", line)
+    if step is not None and (step.__class__ is not int or step < 0):
+        raise BadInput(path, f"record step must be a non-negative integer or null, got {step!r}", line)
+    if phase is not None and phase.__class__ is not str:
+        raise BadInput(path, f"record phase must be a string or null, got {phase!r}", line)
+    if meta is not None and meta.__class__ is not dict:
+        raise BadInput(path, f"record meta must be an object, got {type(meta).__name__}", line)
+
+
+def iter_records(path: Path, rank: int | None = None, end: StreamEnd | None = None) -> Iterator[TraceRecord]:
+    """Records of one rank file, in seq order; BadInput (file:line) on anything malformed.
+
+    A file without a footer is read up to its last complete line (a cut last line is dropped):
+    the process was killed. ``end`` (from :func:`stream_end_of`) is updated with what was read."""
     path = Path(path)
     header = read_header(path)
     rank = int(header.get("rank", 0)) if rank is None else rank
+    if end is None:
+        end = stream_end_of(path)
+    has_footer = end.how != "truncated"
     src = str(path)
     footer_seen = False
     loads, new, lazy_new, record_cls, lazy_cls = _loads, _new, list.__new__, TraceRecord, LazyTensors
+    check = _check_record
+    n_records = 0
     with open(path, "rb") as f:
         f.readline()
         line_no = 1
@@ -177,6 +287,8 @@ def iter_records(path: Path, rank: int | None = None) -> Iterator[TraceRecord]:
             if footer_seen:
                 raise BadInput(path, "data after the footer", line_no)
             if raw[-1:] != b"\n":
+                if not has_footer:
+                    break  # the process was killed mid-write: the cut line is not read
                 raise BadInput(path, "truncated: last line is incomplete", line_no)
             try:
                 obj = loads(raw)
@@ -193,12 +305,14 @@ def iter_records(path: Path, rank: int | None = None) -> Iterator[TraceRecord]:
                     continue
                 if typ == "header":
                     raise BadInput(path, "second header inside the file (two traces concatenated?)", line_no)
+                raise BadInput(path, f"unknown line type {typ!r}", line_no)
             try:
                 seq, identity, name = obj["seq"], obj["id"], obj["op"]
             except KeyError as e:
                 raise BadInput(path, f"record lacks field {e.args[0]!r}", line_no) from None
             if seq.__class__ is not int or seq <= last_seq:
                 raise BadInput(path, f"seq {seq!r} is not increasing (previous {last_seq})", line_no)
+            check(obj, path, line_no)
             last_seq = seq
             raw_in, raw_out = obj.get("in") or [], obj.get("out") or []
             if raw_in.__class__ is not list or raw_out.__class__ is not list:
@@ -214,37 +328,65 @@ def iter_records(path: Path, rank: int | None = None) -> Iterator[TraceRecord]:
                 "step": obj.get("step"), "phase": obj.get("phase"), "inputs": ins, "outputs": outs,
                 "source": f"{src}:{line_no}", "extra": obj.get("meta") or {},
             }
+            n_records += 1
             yield rec
-    if not footer_seen:
-        raise BadInput(path, "no footer: the trace was cut short (the process died before it closed?)", line_no)
+    if has_footer and not footer_seen:  # the footer vanished while reading (file rewritten?)
+        raise BadInput(path, "no footer at the end of the read (the file changed while it was read?)", line_no)
+    if end.how == "truncated" and end.records != n_records:
+        end.records = n_records
+        end.reason = f"truncated at record {n_records} (no footer): partial"
 
 
-def iter_ranks(path: Path) -> Iterator[tuple[int, Iterator[TraceRecord]]]:
-    """``(rank, lazy record iterator)`` per rank file, ranks in order."""
+def iter_ranks(path: Path) -> Iterator[tuple[int, RankStream]]:
+    """``(rank, lazy record stream)`` per rank file, ranks in order; each stream's ``end`` says
+    whether the file is complete or partial (and why) before a record is read."""
     for rank, file in sorted(rank_files(Path(path)).items()):
-        yield rank, iter_records(file, rank)
+        end = stream_end_of(file)
+        yield rank, RankStream(iter_records(file, rank, end), end)
+
+
+def _header_ok(path: Path, header: dict) -> None:
+    for key in ("rank", "world_size"):
+        v = header.get(key)
+        if v is not None and (v.__class__ is not int or v < 0):
+            raise BadInput(path, f"header {key} must be a non-negative integer, got {v!r}", 1)
+    for key in ("versions", "env", "program", "packages"):
+        v = header.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise BadInput(path, f"header {key} must be an object, got {type(v).__name__}", 1)
 
 
 def run_info(path: Path) -> dict[str, Any]:
-    """What the run recorded about itself (rank 0's header, or the lowest rank's) plus per-rank
-    record counts and drops from the footers."""
+    """What the run recorded about itself (rank 0's header, or the lowest rank's), the packages its
+    footers add, per-rank drops, and how each rank's stream ended (``_ends``: partial or not)."""
     files = rank_files(Path(path))
     headers = {r: read_header(f) for r, f in files.items()}
+    for r, h in headers.items():
+        _header_ok(files[r], h)
     first = headers[min(headers)]
     info = {k: v for k, v in first.items() if k not in ("type", "schema", "rank", "pid", "started")}
     info["schema_version"] = first.get("version")
     info.pop("version", None)
     info["traced_ranks"] = sorted(files)
-    dropped, complete = {}, {}
+    dropped, ends = {}, {}
+    packages = dict(first.get("packages") or {})
     for r, f in sorted(files.items()):
         foot = read_footer(f)
-        complete[r] = foot is not None
+        ends[r] = stream_end_of(f)
         if foot and foot.get("dropped"):
-            dropped[r] = int(foot["dropped"])
+            d = foot["dropped"]
+            if d.__class__ is not int or d < 0:
+                raise BadInput(f, f"footer dropped must be a non-negative integer, got {d!r}")
+            dropped[r] = d
         if foot and isinstance(foot.get("seeds"), dict) and "seeds" not in info:
             info["seeds"] = foot["seeds"]  # known only at the end of the run
+        if foot and isinstance(foot.get("packages"), dict) and r == min(files):
+            packages.update(foot["packages"])
+    if packages:
+        info["packages"] = packages
     info["_dropped"] = dropped
-    info["_complete"] = complete
+    info["_ends"] = ends
+    info["_complete"] = {r: not e.partial for r, e in ends.items()}
     return info
 
 
