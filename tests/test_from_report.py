@@ -120,7 +120,7 @@ def test_compare_traces_v2_missing_event_is_control_flow():
 
 @pytest.mark.parametrize("text,message", [
     ('{"schema": "forensics.diff", "version": 1, "ranks": {', "not JSON"),
-    ('{"schema": "forensics.diff", "version": 2, "ranks": {}}', "version 2"),
+    ('{"schema": "forensics.diff", "version": 3, "ranks": {}}', "version 3"),
     ('{"hello": "world"}', "not a forensics diff report"),
     ("", "empty report"),
     ('{"status": "invalid_trace", "error": "run_a/rank_000000.jsonl:3: duplicate JSON field", "match": false}',

@@ -1,7 +1,16 @@
-"""Are two traced runs comparable? Say what differs (command, seeds, world size, versions, knobs).
+"""Are two traced runs comparable? Say what differs (program, command, seeds, world size, knobs).
 
-Nothing here refuses a diff: a config-to-config comparison (say ``OMP_NUM_THREADS=1`` vs ``2``)
-differs on purpose. The differ prints these lines first so a reader knows what the two runs were.
+Three severities:
+
+* ``not_comparable``: the program actually run differs: the script's content hash, the git commit
+  or working-tree state it ran from, the versions of the packages whose code issued traced ops
+  (torch included), the content of local source files that issued them. ``forensics diff`` prints
+  NOT COMPARABLE before any verdict (docs/trace-format.md, ``program``/``packages``);
+* ``warning``: the runs are different experiments of one program (command line, seeds, world size);
+* ``info``: a knob differs (often the very point of a config-to-config comparison).
+
+Nothing here refuses a diff. A field recorded by one run only is never "not comparable" (older
+traces and other formats do not record it).
 """
 from __future__ import annotations
 
@@ -9,8 +18,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 #: Fields whose difference makes the runs different experiments (warning) vs expected (info).
-WARNING_FIELDS = ("argv", "seeds", "world_size", "schema_version", "versions.torch", "versions.python",
-                  "steps", "hash")
+WARNING_FIELDS = ("argv", "seeds", "world_size", "schema_version", "versions.python", "steps", "hash")
+#: Fields (and prefixes) that identify the program actually run: a difference is NOT COMPARABLE.
+PROGRAM_FIELDS = ("program.sha256", "program.git.commit", "program.git.dirty", "program.git.diff_sha256",
+                  "versions.torch")
+PROGRAM_PREFIXES = ("packages.", "program.sources.")
 #: Env knobs that are rank/launcher bookkeeping, not configuration: never reported.
 IGNORED_ENV = ("FORENSICS_CONFIG", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_", "RANK", "LOCAL_RANK",
                "GROUP_RANK", "ROLE_RANK", "SLURM_JOB_ID", "SLURM_PROCID", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
@@ -31,7 +43,8 @@ def _flat(info: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in info.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict) and k in ("versions", "env", "seeds"):
+        if isinstance(v, dict) and (k in ("versions", "env", "seeds", "program", "packages", "git", "sources")
+                                    and (prefix == "" or prefix.startswith("program."))):
             if not v and k == "seeds":
                 out[key] = v
             out.update(_flat(v, key + "."))
@@ -46,7 +59,8 @@ def _ignored(field: str) -> bool:
     if field.startswith("env."):
         name = field[4:]
         return any(name == p or (p.endswith("_") and name.startswith(p)) for p in IGNORED_ENV)
-    return field in ("rank", "ranks", "path", "source", "pid", "host", "time", "started", "script_argv")
+    return field in ("rank", "ranks", "path", "source", "pid", "host", "time", "started", "script_argv",
+                     "program.script", "program.git.root", "program.note", "ordered", "traced_ranks")
 
 
 def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
@@ -58,6 +72,15 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
             continue
         va, vb = fa.get(key), fb.get(key)
         if va != vb:
-            severity = "warning" if key in WARNING_FIELDS or key.startswith("seeds") else "info"
+            program = key in PROGRAM_FIELDS or key.startswith(PROGRAM_PREFIXES)
+            if program and key in fa and key in fb:
+                severity = "not_comparable"
+            elif program:
+                severity = "info"  # recorded by one run only: nothing to compare
+            elif key in WARNING_FIELDS or key.startswith("seeds"):
+                severity = "warning"
+            else:
+                severity = "info"
             diffs.append(Difference(key, va, vb, severity))
-    return sorted(diffs, key=lambda d: (d.severity != "warning", d.field))
+    order = {"not_comparable": 0, "warning": 1, "info": 2}
+    return sorted(diffs, key=lambda d: (order[d.severity], d.field))

@@ -3,189 +3,42 @@
 Works only on the normalised records of :mod:`forensics.tracediff.traces`, so every reader (our own
 ``optrace`` JSONL, Megatron-Core determinism traces, DebugMode hash dumps) gets the same verdicts.
 
-Per rank, records are aligned by **identity** (``name:occurrence``), never by position, one step
-at a time: B's records of a step are held in a dict, A's are walked in A's own (causal) order.
-Memory is bounded by the largest step of the window, not by the trace. The first record whose
-outputs differ is classified by the input test:
-
-* ``ORIGIN``       inputs matched, outputs differ: this op made the difference (a candidate site);
-* ``RECEIVER``     inputs already differed: a consequence (or a collective fed by another rank);
-* ``CONTROL_FLOW`` the record has no counterpart in the other run.
-
-Known probe artifacts (uninitialised ``aten.empty*`` outputs and the ops that only pass them on,
-in-flight ``non_blocking`` copies) are flagged and passed over, never named. Equality proven only
-by weak evidence (``sampled``/``summary``/``metadata``) is *unproven*, and verdicts say so.
+* :mod:`forensics.tracediff.compare`  what two recorded tensors prove (the evidence levels);
+* :mod:`forensics.tracediff.verdicts` the verdict words (ORIGIN, RECEIVER, INPUTS_UNKNOWN,
+  CONTROL_FLOW, AFTER_CONTROL_FLOW) and the records carrying them;
+* :mod:`forensics.tracediff.walk`     one rank's walk, in memory bounded by a window of records;
+* this module: comparability, the cross-rank pattern, the site and the next command, the report.
 """
 from __future__ import annotations
 
 import gc
-import re
 import shlex
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from forensics.errors import BadInput, BadSite
-from forensics.site import gemm_site, parse_site
-from forensics.tracediff.traces import EVIDENCE_LEVELS, TensorDigest, TraceRecord
+from forensics.site import parse_site
+from forensics.tracediff.compare import compare_tensor, compare_tensors  # noqa: F401 (library API)
+from forensics.tracediff.traces import TraceRecord
+from forensics.tracediff.verdicts import (  # noqa: F401 (re-exported: the differ's public names)
+    AFTER_CONTROL_FLOW,
+    COLLECTIVE_KINDS,
+    CONTROL_FLOW,
+    INPUTS_UNKNOWN,
+    ORIGIN,
+    RECEIVER,
+    Divergence,
+    RankResult,
+    artifact_reason,
+    site_of,
+)
+from forensics.tracediff.walk import WINDOW, walk_rank
 
 REPORT_SCHEMA = "forensics.diff"
-REPORT_VERSION = 1
-
-ORIGIN, RECEIVER, CONTROL_FLOW = "ORIGIN", "RECEIVER", "CONTROL_FLOW"
-EQUAL, UNPROVEN, DIFFER = "equal", "unproven", "differ"
-
-#: Ops whose outputs are uninitialised memory: a difference there is a probe artifact.
-UNINITIALISED_OPS = re.compile(r"(^|\.)(empty|empty_like|empty_strided|empty_permuted|new_empty|new_empty_strided)(\.|$)")
-#: Copies that may be read by the tracer while still in flight when ``non_blocking=True``.
-ASYNC_COPY_OPS = re.compile(r"(^|\.)(_to_copy|copy_|copy|to)(\.|$)")
-#: Ops that cannot by themselves make a difference from equal inputs (one-hop-later rule).
-TRIVIAL_OPS = frozenset({
-    "view", "_unsafe_view", "reshape", "slice", "select", "narrow", "expand", "t", "transpose",
-    "permute", "squeeze", "unsqueeze", "flatten", "unflatten", "split", "split_with_sizes", "chunk",
-    "unbind", "as_strided", "alias", "detach", "clone", "contiguous", "_reshape_alias", "view_as",
-    "add", "add_", "sub", "sub_", "mul", "mul_", "neg", "cat", "stack", "fill_", "zero_", "zeros_like",
-    "ones_like", "lift_fresh", "copy_", "_to_copy", "to",
-})
-#: Ops whose output depends on generator state, not only on their tensor inputs.
-RANDOM_OPS = re.compile(r"(rand|normal|uniform|bernoulli|dropout|multinomial|exponential|cauchy|geometric|log_normal)")
-#: Record kinds whose outputs also depend on other ranks' data.
-COLLECTIVE_KINDS = frozenset({"collective"})
-
-MAX_ARTIFACTS_LISTED = 20
-
-
-# --------------------------------------------------------------------------- tensor comparison
-
-def _weakest(a: str, b: str) -> str:
-    ia = EVIDENCE_LEVELS.index(a) if a in EVIDENCE_LEVELS else len(EVIDENCE_LEVELS) - 1
-    ib = EVIDENCE_LEVELS.index(b) if b in EVIDENCE_LEVELS else len(EVIDENCE_LEVELS) - 1
-    return EVIDENCE_LEVELS[max(ia, ib)]
-
-
-def compare_tensor(x: TensorDigest | None, y: TensorDigest | None) -> tuple[str, str]:
-    """``(status, how)``: status is equal / unproven / differ; ``how`` says what decided it."""
-    if x is None and y is None:
-        return EQUAL, "no tensor"
-    if x is None or y is None:
-        return DIFFER, "tensor on one side only"
-    if x.shape != y.shape or x.dtype != y.dtype:
-        return DIFFER, "shape/dtype"
-    evidence = _weakest(x.evidence, y.evidence)
-    if x.digest is not None and y.digest is not None and x.digest != y.digest:
-        return DIFFER, "digest"
-    if x.chunks is not None and y.chunks is not None and x.chunks != y.chunks:
-        return DIFFER, "chunk digests (whole-tensor digest equal: a reordering)"
-    if evidence == "metadata" or (x.digest is None and x.chunks is None) or (y.digest is None and y.chunks is None):
-        return UNPROVEN, "metadata only"
-    if evidence != "full":
-        return UNPROVEN, f"{evidence} evidence"
-    return EQUAL, "digest"
-
-
-def compare_tensors(xs: list[TensorDigest | None], ys: list[TensorDigest | None]) -> tuple[str, list[int], str]:
-    """Compare two tensor lists: ``(status, differing indexes, how)``."""
-    if len(xs) != len(ys):
-        return DIFFER, list(range(max(len(xs), len(ys)))), "different number of tensors"
-    status, bad, hows = EQUAL, [], []
-    for i, (x, y) in enumerate(zip(xs, ys)):
-        s, how = compare_tensor(x, y)
-        if s == DIFFER:
-            bad.append(i)
-            hows.append(how)
-        elif s == UNPROVEN and status == EQUAL:
-            status = UNPROVEN
-            hows.append(how)
-    if bad:
-        return DIFFER, bad, hows[0] if hows else "digest"
-    return status, [], (hows[0] if hows else "digest")
-
-
-def _fast_equal(xs: list[TensorDigest | None], ys: list[TensorDigest | None]) -> bool:
-    """The common case, decided cheaply: same full-evidence digests, shapes and dtypes."""
-    if len(xs) != len(ys):
-        return False
-    for x, y in zip(xs, ys):
-        if x is None or y is None:
-            if x is not y:
-                return False
-            continue
-        if (x.digest is None or x.digest != y.digest or x.evidence != "full" or y.evidence != "full"
-                or x.shape != y.shape or x.dtype != y.dtype or x.chunks != y.chunks):
-            return False
-    return True
-
-
-def _tkey(t: TensorDigest | None) -> tuple | None:
-    return None if t is None else t.key()
-
-
-def _tjson(t: TensorDigest | None) -> dict | None:
-    if t is None:
-        return None
-    d = {"shape": list(t.shape) if t.shape is not None else None, "dtype": t.dtype, "numel": t.numel,
-         "digest": t.digest, "evidence": t.evidence}
-    if t.chunks is not None:
-        d["chunks"] = len(t.chunks)
-    return d
-
-
-# --------------------------------------------------------------------------- report records
-
-@dataclass
-class Divergence:
-    """One rank's first divergent record (or an artifact passed over)."""
-
-    rank: int
-    identity: str
-    name: str
-    verdict: str  # ORIGIN | RECEIVER | CONTROL_FLOW
-    seq: int | None  # position in A's stream (B's for a B-only record)
-    step: int | None
-    inputs_matched: bool | None  # None for CONTROL_FLOW
-    evidence: str  # "proven" | "unproven"
-    site: str | None
-    occurrence: int | None = None  # n-th record of this site on this rank, within the traced window
-    kind: str = "op"
-    side: str | None = None  # CONTROL_FLOW: "A" or "B" (which run has the record)
-    how: str | None = None  # what decided the output difference (digest, chunk digests, shape...)
-    differing_inputs: list[int] = field(default_factory=list)
-    differing_outputs: list[int] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    artifact: str | None = None  # set on records passed over as probe artifacts
-    source_a: str | None = None
-    source_b: str | None = None
-    outputs_a: list[dict | None] = field(default_factory=list)
-    outputs_b: list[dict | None] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class RankResult:
-    rank: int
-    first_divergence: Divergence | None = None
-    records_compared: int = 0
-    unproven_matches: int = 0  # records whose equality rests on weak evidence only
-    artifacts: list[Divergence] = field(default_factory=list)
-    artifacts_total: int = 0
-    steps: list[int | None] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
-            "records_compared": self.records_compared,
-            "unproven_matches": self.unproven_matches,
-            "artifacts": [a.to_json() for a in self.artifacts],
-            "artifacts_total": self.artifacts_total,
-            "steps": self.steps,
-            "warnings": self.warnings,
-        }
+REPORT_VERSION = 2  # 2: INPUTS_UNKNOWN, evidence "none", comparable, partial ends, control-flow regions
 
 
 @dataclass
@@ -203,10 +56,20 @@ class DiffReport:
     site_step: int | None = None
     next_command: str | None = None
     warnings: list[str] = field(default_factory=list)
+    window: int = WINDOW
 
     @property
     def diverged(self) -> bool:
         return any(r.first_divergence is not None for r in self.ranks.values())
+
+    @property
+    def not_comparable(self) -> list[dict[str, Any]]:
+        """Differences of the program actually run (script, commit, package versions)."""
+        return [d for d in self.comparability if d.get("severity") == "not_comparable"]
+
+    @property
+    def comparable(self) -> bool:
+        return not self.not_comparable
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -215,6 +78,7 @@ class DiffReport:
             "a": self.a,
             "b": self.b,
             "format": self.format,
+            "comparable": self.comparable,
             "diverged": self.diverged,
             "pattern": self.pattern,
             "pattern_explanation": self.pattern_explanation,
@@ -225,223 +89,15 @@ class DiffReport:
             "next_command": self.next_command,
             "comparability": self.comparability,
             "warnings": self.warnings,
+            "window": self.window,
             "ranks": {str(r): res.to_json() for r, res in sorted(self.ranks.items())},
         }
 
 
-# --------------------------------------------------------------------------- naming
-
-def site_of(rec: TraceRecord) -> str | None:
-    """The site a record names: ``gemm:<layout>:acc<a>:grad<g>`` when the record carries GEMM meta,
-    else the op name when it is a valid ATen-style site, else None."""
-    if rec.kind in ("collective", "optimizer", "backward", "event", "boundary") and not rec.extra.get("gemm"):
-        return None  # semantic boundaries are not kernel sites
-    gemm = rec.extra.get("gemm") if isinstance(rec.extra, dict) else None
-    if isinstance(gemm, dict) and gemm.get("layout"):
-        try:
-            return str(gemm_site(gemm["layout"], gemm.get("acc", 0), gemm.get("grad", 0)))
-        except BadSite:
-            pass
-    try:
-        return str(parse_site(rec.name))
-    except BadSite:
-        return None
-
-
-def _base_op(name: str) -> str:
-    """``aten.add_.Tensor`` -> ``add_``; ``add`` -> ``add``."""
-    parts = name.split(".")
-    return parts[1] if len(parts) >= 2 and parts[0] in ("aten", "prims", "c10d", "_c10d_functional") else parts[0]
-
-
-def artifact_reason(rec: TraceRecord) -> str | None:
-    """Why a record's output difference is a known probe artifact, or None."""
-    if UNINITIALISED_OPS.search(rec.name):
-        return "uninitialised memory (empty*): its bits are whatever was there"
-    if ASYNC_COPY_OPS.search(rec.name) and bool(rec.extra.get("non_blocking")):
-        return "non_blocking copy read while possibly in flight"
-    return None
-
-
-# --------------------------------------------------------------------------- per-rank walk
-
-def _group_by_step(records: Iterable[TraceRecord]) -> Iterator[tuple[int | None, list[TraceRecord]]]:
-    """Consecutive records of one step, as lists (the unit that bounds memory)."""
-    step: int | None = None
-    group: list[TraceRecord] = []
-    for rec in records:
-        if group and rec.step != step:
-            yield step, group
-            group = []
-        step = rec.step
-        group.append(rec)
-    if group:
-        yield step, group
-
-
-@dataclass
-class _Walker:
-    """Compares one rank's two streams, step by step."""
-
-    rank: int
-    result: RankResult
-    tainted: set = field(default_factory=set)  # (A key, B key) of tensors derived from artifacts
-    site_counts: Counter = field(default_factory=Counter)
-
-    def run(self, a_records: Iterable[TraceRecord], b_records: Iterable[TraceRecord]) -> RankResult:
-        ga, gb = _group_by_step(a_records), _group_by_step(b_records)
-        na, nb = next(ga, None), next(gb, None)
-        while na is not None or nb is not None:
-            if na is None or nb is None:
-                side, (step, grp) = ("B", nb) if na is None else ("A", na)
-                self.result.warnings.append(f"step {step} present only in {side} ({len(grp)} records)")
-                if self.result.first_divergence is None:
-                    self._control_flow(grp[0], side)
-                return self.result
-            (sa, ra), (sb, rb) = na, nb
-            if sa == sb or sa is None or sb is None:
-                self.result.steps.append(sa)
-                if self._compare_step(ra, rb):
-                    return self.result
-                na, nb = next(ga, None), next(gb, None)
-            elif sa < sb:
-                self.result.warnings.append(f"step {sa} present only in A (windows differ?)")
-                na = next(ga, None)
-            else:
-                self.result.warnings.append(f"step {sb} present only in B (windows differ?)")
-                nb = next(gb, None)
-        return self.result
-
-    def _compare_step(self, ra: list[TraceRecord], rb: list[TraceRecord]) -> bool:
-        """Walk one step; True when the first divergence is found."""
-        self._compared = 0  # records compared in this step
-        try:
-            return self._walk_step(ra, rb)
-        finally:
-            self.result.records_compared += self._compared
-
-    def _walk_step(self, ra: list[TraceRecord], rb: list[TraceRecord]) -> bool:
-        index_b = {rec.identity: rec for rec in rb}
-        if len(index_b) != len(rb):
-            dup = Counter(r.identity for r in rb).most_common(1)[0][0]
-            raise BadInput(rb[0].source or "B", f"identity {dup!r} occurs twice in step {rb[0].step}: not an op-level trace with per-name occurrences")
-        ids_a = {r.identity for r in ra}
-        last_b_seq = -1
-        for a in ra:
-            b = index_b.get(a.identity)
-            if b is None:
-                # A record with no counterpart; a B-only record may come earlier in B's order.
-                self._first_b_only_before(ids_a, rb, last_b_seq + 1) or self._control_flow(a, "A")
-                return True
-            if b.seq > last_b_seq:
-                last_b_seq = b.seq
-            self._compared += 1
-            site = site_of(a) if a.extra.get("gemm") else None
-            if site:
-                self.site_counts[site] += 1
-            ao, bo = a.outputs, b.outputs
-            fast = getattr(ao, "same_full_digests", None)  # optional reader hint (forensics.tracediff.traces.native)
-            if (fast is not None and fast(bo)) or _fast_equal(ao, bo):
-                continue
-            out_status, out_bad, how = compare_tensors(a.outputs, b.outputs)
-            if out_status == UNPROVEN:
-                self.result.unproven_matches += 1
-                continue
-            if out_status == EQUAL:
-                continue
-            in_status, in_bad, _ = compare_tensors(a.inputs, b.inputs)
-            reason = artifact_reason(a)
-            if reason is None and in_status == DIFFER and in_bad and all(
-                (_tkey(a.inputs[i]), _tkey(b.inputs[i])) in self.tainted for i in in_bad
-            ):
-                reason = "consumes only artifact-derived inputs (passed through)"
-            if reason is not None:
-                for i in out_bad:
-                    self.tainted.add((_tkey(a.outputs[i]), _tkey(b.outputs[i])))
-                self.result.artifacts_total += 1
-                if len(self.result.artifacts) < MAX_ARTIFACTS_LISTED:
-                    d = self._divergence(a, b, in_status, in_bad, out_bad, how)
-                    d.artifact = reason
-                    self.result.artifacts.append(d)
-                continue
-            earlier = self._first_b_only_before(ids_a, rb, b.seq)
-            if earlier:
-                return True
-            self.result.first_divergence = self._divergence(a, b, in_status, in_bad, out_bad, how)
-            return True
-        # A's step is done; any B-only record is control flow.
-        return self._first_b_only_before(ids_a, rb, None)
-
-    def _first_b_only_before(self, ids_a: set[str], rb: list[TraceRecord], limit_seq: int | None) -> bool:
-        """A B-only record earlier (in B's order) than ``limit_seq`` is the first divergence."""
-        for b in rb:
-            if limit_seq is not None and b.seq >= limit_seq:
-                break
-            if b.identity not in ids_a:
-                self._control_flow(b, "B")
-                return True
-        return False
-
-    def _control_flow(self, rec: TraceRecord, side: str) -> None:
-        other = "B" if side == "A" else "A"
-        self.result.first_divergence = Divergence(
-            rank=self.rank, identity=rec.identity, name=rec.name, verdict=CONTROL_FLOW, seq=rec.seq,
-            step=rec.step, inputs_matched=None, evidence="proven", site=None, kind=rec.kind, side=side,
-            how=f"no counterpart in {other}",
-            warnings=[f"{rec.identity} exists only in {side}: control flow diverged at or before it "
-                      f"(a data-dependent branch, a different op count, or a truncated trace)"],
-            source_a=rec.source if side == "A" else None, source_b=rec.source if side == "B" else None,
-        )
-
-    def _divergence(self, a: TraceRecord, b: TraceRecord, in_status: str, in_bad: list[int],
-                    out_bad: list[int], how: str) -> Divergence:
-        inputs_matched = in_status != DIFFER
-        verdict = ORIGIN if inputs_matched else RECEIVER
-        warnings: list[str] = []
-        evidence = "proven"
-        if in_status == UNPROVEN:
-            evidence = "unproven"
-            warnings.append("inputs equal only by weak (sampled/summary/metadata) evidence: ORIGIN unproven")
-        if self.result.unproven_matches:
-            warnings.append(f"{self.result.unproven_matches} earlier record(s) matched only by weak evidence: "
-                            "'first' is unproven")
-        if a.kind in COLLECTIVE_KINDS and inputs_matched:
-            verdict = RECEIVER
-            warnings.append("collective with matching local inputs: the difference came from another rank's "
-                            "contribution (or the collective's own reduction order if every rank's inputs matched)")
-        base = _base_op(a.name)
-        if verdict == ORIGIN and base in TRIVIAL_OPS:
-            warnings.append(f"one hop later: {base} cannot change bits by itself from equal inputs; the producer "
-                            "above it is uninstrumented (a kernel that bypasses the dispatcher). Add a probe there")
-        if verdict == ORIGIN and RANDOM_OPS.search(base):
-            warnings.append("random op: its output depends on generator state, not only its inputs; check seeds")
-        if "chunk" in how:
-            warnings.append("whole-tensor digests are equal; per-chunk digests differ: the values were reordered")
-        site = site_of(a)
-        occurrence = None
-        if site and site.startswith("gemm:"):
-            occurrence = self.site_counts[site] or None
-        elif site:
-            occurrence = _occurrence_of(a.identity)
-        return Divergence(
-            rank=self.rank, identity=a.identity, name=a.name, verdict=verdict, seq=a.seq, step=a.step,
-            inputs_matched=inputs_matched, evidence=evidence, site=site if verdict == ORIGIN else None,
-            occurrence=occurrence if verdict == ORIGIN else None, kind=a.kind, how=how,
-            differing_inputs=in_bad, differing_outputs=out_bad, warnings=warnings,
-            source_a=a.source, source_b=b.source,
-            outputs_a=[_tjson(a.outputs[i]) for i in out_bad if i < len(a.outputs)],
-            outputs_b=[_tjson(b.outputs[i]) for i in out_bad if i < len(b.outputs)],
-        )
-
-
-def _occurrence_of(identity: str) -> int | None:
-    tail = identity.rsplit(":", 1)[-1]
-    return int(tail) if tail.isdigit() else None
-
-
-def diff_rank(rank: int, a_records: Iterable[TraceRecord], b_records: Iterable[TraceRecord]) -> RankResult:
+def diff_rank(rank: int, a_records: Iterable[TraceRecord], b_records: Iterable[TraceRecord],
+              window: int = WINDOW, use_ordered: bool = True) -> RankResult:
     """First divergence of one rank's two streams (each in its own seq order)."""
-    return _Walker(rank, RankResult(rank)).run(a_records, b_records)
+    return walk_rank(rank, a_records, b_records, window=window, use_ordered=use_ordered)
 
 
 # --------------------------------------------------------------------------- across ranks
@@ -462,12 +118,19 @@ def classify_pattern(results: dict[int, RankResult], world_size: int | None = No
                               "(reduction order / algorithm)")
     origins = {r: d for r, d in firsts.items() if d.verdict == ORIGIN}
     control = {r: d for r, d in firsts.items() if d.verdict == CONTROL_FLOW}
+    unknown = {r: d for r, d in firsts.items() if d.verdict == INPUTS_UNKNOWN}
     n = len(results)
-    if not origins and not control:
-        return "only_receivers", ("no origin on any compared rank, only receivers: the origin is outside the traced "
-                                  "window or on an untraced rank; widen the window (--steps) or the ranks (--ranks)")
-    if not origins:
+    if not origins and control:
         return "control_flow", "control flow diverged before any value did: compare what each run executed"
+    if not origins and unknown:
+        ranks = ", ".join(str(r) for r in sorted(unknown))
+        return "inputs_unknown", (f"the first difference on rank(s) {ranks} has no recorded input values, so the "
+                                  "input test cannot tell an origin from a receiver: record that op's inputs (or "
+                                  "trace its producer) before naming anything")
+    if not origins:
+        return "only_receivers", ("no origin on any compared rank, only receivers: the origin is outside the traced "
+                                  "window or on an untraced rank (or an untraced producer inside it); widen the "
+                                  "window (--steps) or the ranks (--ranks), or trace the producer")
     if n == 1:
         return "single_rank", ("one rank compared: an ORIGIN, but whether the op or its input distribution is to "
                                 "blame needs more ranks")
@@ -489,15 +152,18 @@ def _valid_site(name: str) -> bool:
 
 
 def suggest_site(results: dict[int, RankResult]) -> Divergence | None:
-    """The origin to hand to ``forensics kernel``: the most common origin site, lowest rank first."""
+    """The origin to hand to ``forensics kernel``: the most common origin site (proven origins
+    before unproven ones), lowest rank first."""
     origins = [res.first_divergence for _, res in sorted(results.items())
                if res.first_divergence is not None and res.first_divergence.verdict == ORIGIN
                and res.first_divergence.site]
     if not origins:
         return None
-    counts = Counter(d.site for d in origins)
+    proven = [d for d in origins if d.evidence == "proven"]
+    pool = proven or origins
+    counts = Counter(d.site for d in pool)
     best = max(counts.values())
-    return next(d for d in origins if counts[d.site] == best)
+    return next(d for d in pool if counts[d.site] == best)
 
 
 def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str,
@@ -505,6 +171,10 @@ def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str
     """The command to run next: ``forensics kernel`` on the site (occurrence, rank and the traced
     steps, so occurrences count alike), or a wider trace when no ORIGIN was found."""
     cmd = shlex.join(argv) if argv else "<command>"
+    if origin is not None and origin.site and origin.evidence != "proven":
+        step = f" --steps {origin.step}" if isinstance(origin.step, int) else ""
+        return (f"forensics trace --ordered-digests inputs{step} --ranks {origin.rank} --out <dir> -- {cmd}"
+                "   # prove the ORIGIN's inputs equal first")
     if origin is not None and origin.site:
         site = f"{origin.site}#{origin.occurrence}" if origin.occurrence else origin.site
         known = sorted(s for s in (steps or []) if isinstance(s, int))
@@ -523,26 +193,42 @@ def diff_streams(
     run_info_a: dict | None = None,
     run_info_b: dict | None = None,
     only_rank: int | None = None,
+    window: int = WINDOW,
 ) -> DiffReport:
-    """Diff two traces given as per-rank record iterables (streamed: consumed once, step by step)."""
-    # Records are acyclic; the cyclic GC would rescan every live step dict at each allocation burst
-    # (10x slower on large steps), so it is paused for the walk.
+    """Diff two traces given as per-rank record iterables (streamed: consumed once, in a window)."""
+    # Records are acyclic; the cyclic GC would rescan every live record at each allocation burst
+    # (10x slower on large windows), so it is paused for the walk.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         return _diff_streams(a_ranks, b_ranks, a_name=a_name, b_name=b_name, fmt=fmt, run_info_a=run_info_a,
-                             run_info_b=run_info_b, only_rank=only_rank)
+                             run_info_b=run_info_b, only_rank=only_rank, window=window)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _diff_streams(a_ranks, b_ranks, *, a_name, b_name, fmt, run_info_a, run_info_b, only_rank):  # noqa: ANN001, ANN202
+def _ordered_algorithms_agree(info_a: dict, info_b: dict) -> tuple[bool, str | None]:
+    """Order-sensitive digests of two runs are comparable only when one algorithm made both."""
+    oa, ob = info_a.get("ordered"), info_b.get("ordered")
+    if not isinstance(oa, dict) or not isinstance(ob, dict):
+        return True, None
+    for dev in ("cpu", "device"):
+        if oa.get(dev) and ob.get(dev) and oa.get(dev) != ob.get(dev):
+            return False, (f"order-sensitive digests of {dev} tensors were made by different algorithms "
+                           f"(A: {oa.get(dev)}, B: {ob.get(dev)}): not compared, so equal inputs stay unproven")
+    return True, None
+
+
+def _diff_streams(a_ranks, b_ranks, *, a_name, b_name, fmt, run_info_a, run_info_b, only_rank, window):  # noqa: ANN001, ANN202
     from forensics.tracediff.comparability import compare_runs  # noqa: PLC0415
 
     run_info_a, run_info_b = run_info_a or {}, run_info_b or {}
-    report = DiffReport(a=a_name, b=b_name, format=fmt, ranks={})
+    report = DiffReport(a=a_name, b=b_name, format=fmt, ranks={}, window=window)
     report.comparability = [d.to_json() for d in compare_runs(run_info_a, run_info_b)]
+    use_ordered, why = _ordered_algorithms_agree(run_info_a, run_info_b)
+    if why:
+        report.warnings.append(why)
     ranks = sorted(set(a_ranks) | set(b_ranks))
     if only_rank is not None:
         if only_rank not in ranks:
@@ -553,7 +239,7 @@ def _diff_streams(a_ranks, b_ranks, *, a_name, b_name, fmt, run_info_a, run_info
             side = "B" if r not in a_ranks else "A"
             report.warnings.append(f"rank {r} traced only in {side}: not compared")
             continue
-        report.ranks[r] = diff_rank(r, a_ranks[r], b_ranks[r])
+        report.ranks[r] = walk_rank(r, a_ranks[r], b_ranks[r], window=window, use_ordered=use_ordered)
     if not report.ranks:
         raise BadInput(b_name, f"no rank in common with {a_name}: nothing to compare")
     world = run_info_a.get("world_size")
@@ -572,12 +258,16 @@ def _diff_streams(a_ranks, b_ranks, *, a_name, b_name, fmt, run_info_a, run_info
             report.warnings.append(f"{side} rank {r} dropped {n} record(s) past its record budget: nothing is known "
                                    "beyond the last record kept (raise --max-records or narrow --steps)")
     for res in report.ranks.values():
+        for side, reason in (("A", res.partial_a), ("B", res.partial_b)):
+            if reason:
+                res.warnings.append(f"{side} is partial: {reason}; compared up to where it stops")
         if res.first_divergence is None and res.artifacts_total:
             res.warnings.append(f"{res.artifacts_total} probe artifact(s) passed over; no real divergence")
     return report
 
 
-def diff_paths(path_a: Path, path_b: Path, fmt: str = "auto", rank: int | None = None) -> DiffReport:
+def diff_paths(path_a: Path, path_b: Path, fmt: str = "auto", rank: int | None = None,
+               window: int = WINDOW) -> DiffReport:
     """Open two traces with their reader (detected or given) and diff them."""
     from forensics.tracediff.traces import detect_format, readers  # noqa: PLC0415
 
@@ -602,7 +292,7 @@ def diff_paths(path_a: Path, path_b: Path, fmt: str = "auto", rank: int | None =
     a_ranks, info_a = _open(reader, path_a)
     b_ranks, info_b = _open(reader, path_b)
     return diff_streams(a_ranks, b_ranks, a_name=str(path_a), b_name=str(path_b), fmt=fmt,
-                        run_info_a=info_a, run_info_b=info_b, only_rank=rank)
+                        run_info_a=info_a, run_info_b=info_b, only_rank=rank, window=window)
 
 
 def _open(reader: Any, path: Path) -> tuple[dict[int, Iterable[TraceRecord]], dict]:
@@ -617,11 +307,56 @@ def _open(reader: Any, path: Path) -> tuple[dict[int, Iterable[TraceRecord]], di
 
 # --------------------------------------------------------------------------- text output
 
+def _where(w: dict | None) -> str:
+    if not w:
+        return "?"
+    return f"{w.get('identity')} (seq {w.get('seq')}, step {w.get('step')})"
+
+
+def _region_line(region: dict[str, Any]) -> str:
+    parts = [f"A has {region.get('only_in_a', 0)} record(s) B lacks"
+             + (f" from {_where(region.get('first_only_in_a'))}" if region.get("first_only_in_a") else ""),
+             f"B has {region.get('only_in_b', 0)} record(s) A lacks"
+             + (f" from {_where(region.get('first_only_in_b'))}" if region.get("first_only_in_b") else "")]
+    ra = region.get("realigned_at")
+    if ra:
+        parts.append(f"aligned again at A {_where(ra.get('a'))} / B {_where(ra.get('b'))}")
+    elif region.get("note"):
+        parts.append(region["note"])
+    return "; ".join(parts)
+
+
+def _divergence_line(d: Divergence) -> str:
+    matched = {True: "inputs MATCH", False: "inputs DIFFER", None: "no counterpart"}[d.inputs_matched]
+    if d.verdict == INPUTS_UNKNOWN:
+        matched = "inputs NOT RECORDED"
+    if d.kind in COLLECTIVE_KINDS and d.inputs_matched:
+        matched = "local inputs MATCH (collective)"
+    evidence = d.evidence if d.evidence != "unproven" else f"unproven: {d.input_evidence}"
+    line = f"{d.verdict} ({evidence}) {d.identity} seq={d.seq} step={d.step}"
+    if d.phase:
+        line += f" phase={d.phase}"
+    if d.autograd_node:
+        line += f" node={d.autograd_node}" + (f" (forward {d.forward_op})" if d.forward_op else "")
+    if d.verdict == CONTROL_FLOW:
+        return f"{line} only in {d.side}"
+    out = f"output differs by {d.how}" if d.outputs_differ else d.how
+    line += f" {matched}; {out}"
+    if d.site:
+        line += f"; site {d.site}" + (f"#{d.occurrence}" if d.occurrence else "")
+    return line
+
+
 def format_report(report: DiffReport) -> str:
-    """Human-readable summary (the JSON report has everything)."""
-    lines = [f"forensics diff: {report.a}  vs  {report.b}  (format {report.format})"]
+    """Human-readable summary, plain lines (the JSON report has everything)."""
+    lines = []
+    for d in report.not_comparable:
+        lines.append(f"NOT COMPARABLE: {d['field']} differs: A={d['a']!r} B={d['b']!r} (the runs ran different "
+                     "programs: every verdict below compares different code)")
+    lines.append(f"forensics diff: {report.a}  vs  {report.b}  (format {report.format})")
     for d in report.comparability:
-        lines.append(f"  comparability: {d['field']} differs: A={d['a']!r} B={d['b']!r} ({d['severity']})")
+        if d.get("severity") != "not_comparable":
+            lines.append(f"  comparability: {d['field']} differs: A={d['a']!r} B={d['b']!r} ({d['severity']})")
     for r, res in sorted(report.ranks.items()):
         d = res.first_divergence
         head = f"rank {r}: {res.records_compared} records compared"
@@ -630,14 +365,20 @@ def format_report(report: DiffReport) -> str:
         if d is None:
             lines.append(f"{head}; no divergence")
         else:
-            matched = {True: "inputs MATCH", False: "inputs DIFFER", None: "no counterpart"}[d.inputs_matched]
-            if d.kind in COLLECTIVE_KINDS and d.inputs_matched:
-                matched = "local inputs MATCH (collective)"
-            lines.append(f"{head}; first divergence: {d.verdict} ({d.evidence}) {d.identity} seq={d.seq} "
-                         f"step={d.step} {matched}; output differs by {d.how}"
-                         + (f"; site {d.site}" + (f"#{d.occurrence}" if d.occurrence else "") if d.site else ""))
+            lines.append(f"{head}; first divergence: {_divergence_line(d)}")
+            if d.verdict == CONTROL_FLOW and d.control_flow:
+                lines.append(f"    control flow: {_region_line(d.control_flow)}")
             for w in d.warnings:
                 lines.append(f"    warning: {w}")
+        if res.control_flow_regions_total > 1:
+            lines.append(f"    after it: {res.control_flow_regions_total - 1} more control-flow region(s)")
+            for region in res.control_flow_regions[1:3]:
+                lines.append(f"      {_region_line(region)}")
+        if d is not None and d.verdict == CONTROL_FLOW:
+            lines.append(f"    after the control-flow divergence: {res.records_compared_after_control_flow} record(s) "
+                         f"compared once aligned, {res.after_control_flow_total} value difference(s)")
+            for later in res.after_control_flow[:3]:
+                lines.append(f"      {_divergence_line(later)} (after a control-flow divergence: not an origin)")
         for a in res.artifacts[:3]:
             lines.append(f"    artifact passed over: {a.identity} ({a.artifact})")
         for w in res.warnings:
@@ -646,8 +387,10 @@ def format_report(report: DiffReport) -> str:
         lines.append(f"warning: {w}")
     lines.append(f"pattern: {report.pattern}: {report.pattern_explanation}")
     if report.site:
+        origin = report.ranks[report.site_rank].first_divergence if report.site_rank in report.ranks else None
+        proof = "" if origin is None or origin.evidence == "proven" else f"; unproven: {origin.input_evidence}"
         lines.append(f"site: {report.site}" + (f"#{report.occurrence}" if report.occurrence else "")
-                     + f" (rank {report.site_rank}, step {report.site_step})")
+                     + f" (rank {report.site_rank}, step {report.site_step}{proof})")
     else:
         lines.append("site: none named")
     lines.append(f"next: {report.next_command}")

@@ -1,0 +1,123 @@
+"""Comparing what two traces recorded about one tensor, and what that comparison proves.
+
+Evidence levels (docs/method.md, "Evidence"), from strongest to weakest:
+
+* ``DIFFER``     a recorded digest, shape or dtype differs: a difference is **proven**;
+* ``EQUAL``      equal **order-sensitive** full digests (every element, in order): equality proven;
+* ``SCREEN``     equal **order-independent** full digests (an XOR): the values are equal as a
+                 multiset, but a reordering (an untraced permutation) would look the same;
+* ``UNPROVEN``   equal sampled or summary digests: a screen that sees only part of the values;
+* ``UNOBSERVED`` nothing recorded about the values (shape/dtype only, or no entry): proves nothing.
+
+:func:`input_test` folds a record's input comparisons into the one status its verdict follows from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from forensics.tracediff.traces import EVIDENCE_LEVELS, TensorDigest
+
+EQUAL, SCREEN, UNPROVEN, UNOBSERVED, DIFFER = "equal", "screen", "unproven", "unobserved", "differ"
+#: weakest last; a list's status is its weakest non-differing member
+_ORDER = (EQUAL, SCREEN, UNPROVEN, UNOBSERVED)
+
+REORDERED = "order-sensitive digest (order-independent digests equal: the values were reordered)"
+
+
+def _weakest(a: str, b: str) -> str:
+    ia = EVIDENCE_LEVELS.index(a) if a in EVIDENCE_LEVELS else len(EVIDENCE_LEVELS) - 1
+    ib = EVIDENCE_LEVELS.index(b) if b in EVIDENCE_LEVELS else len(EVIDENCE_LEVELS) - 1
+    return EVIDENCE_LEVELS[max(ia, ib)]
+
+
+def compare_tensor(x: TensorDigest | None, y: TensorDigest | None, use_ordered: bool = True) -> tuple[str, str]:
+    """``(status, how)`` for one tensor entry of two runs; ``how`` says what decided it."""
+    if x is None and y is None:
+        return EQUAL, "no tensor"
+    if x is None or y is None:
+        return DIFFER, "tensor on one side only"
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return DIFFER, "shape/dtype"
+    evidence = _weakest(x.evidence, y.evidence)
+    if x.digest is not None and y.digest is not None and x.digest != y.digest:
+        return DIFFER, "summary digest" if evidence == "summary" else "digest"
+    ordered = use_ordered and x.ordered is not None and y.ordered is not None
+    if ordered and x.ordered != y.ordered:
+        return DIFFER, REORDERED if (x.digest is not None and x.digest == y.digest) else "order-sensitive digest"
+    if x.chunks is not None and y.chunks is not None and x.chunks != y.chunks:
+        return DIFFER, "chunk digests (whole-tensor digest equal: a reordering)"
+    if evidence == "metadata" or all(t.digest is None and t.ordered is None and t.chunks is None for t in (x, y)):
+        return UNOBSERVED, "not recorded (shape/dtype only)"
+    if x.digest is None or y.digest is None:
+        if not ordered:
+            return UNOBSERVED, "digest recorded on one side only"
+    if evidence != "full":
+        return UNPROVEN, f"{evidence} digest"
+    if ordered or x.dtype == "args":  # non-tensor arguments: one digest of their exact reprs, in order
+        return EQUAL, "order-sensitive digest"
+    return SCREEN, "order-independent digest"
+
+
+@dataclass
+class ListTest:
+    """What comparing two tensor lists (a record's inputs, or its outputs) established."""
+
+    status: str  # EQUAL | SCREEN | UNPROVEN | UNOBSERVED | DIFFER
+    how: str  # what decided it (the first differing entry's reason, or the weakest equal one's)
+    differing: list[int] = field(default_factory=list)
+    weak: list[int] = field(default_factory=list)  # entries equal only as a screen or not observed
+
+    @property
+    def matched(self) -> bool:
+        return self.status != DIFFER
+
+
+def compare_tensors(xs: list[TensorDigest | None], ys: list[TensorDigest | None], use_ordered: bool = True) -> ListTest:
+    """Compare two tensor lists entry by entry (a different count is a difference of them all)."""
+    if len(xs) != len(ys):
+        return ListTest(DIFFER, "different number of tensors", list(range(max(len(xs), len(ys)))))
+    bad: list[int] = []
+    bad_how: list[str] = []
+    weakest, weakest_how, weak = EQUAL, "order-sensitive digest", []
+    statuses = []
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        s, how = compare_tensor(x, y, use_ordered)
+        statuses.append(s)
+        if s == DIFFER:
+            bad.append(i)
+            bad_how.append(how)
+            continue
+        if s != EQUAL:
+            weak.append(i)
+        if _ORDER.index(s) > _ORDER.index(weakest):
+            weakest, weakest_how = s, how
+    if bad:
+        return ListTest(DIFFER, bad_how[0], bad, weak)
+    if not xs or all(s == UNOBSERVED for s in statuses):
+        return ListTest(UNOBSERVED, "no values recorded" if xs else "nothing recorded", [], weak)
+    if UNOBSERVED in statuses:  # some recorded and equal, some not recorded at all
+        missing = [i for i, s in enumerate(statuses) if s == UNOBSERVED]
+        return ListTest(UNPROVEN, f"entry {missing[0]} not recorded (shape/dtype only)", [], weak)
+    return ListTest(weakest, weakest_how if weakest != EQUAL else "order-sensitive digest", [], weak)
+
+
+def fast_equal(xs: list[TensorDigest | None], ys: list[TensorDigest | None]) -> bool:
+    """The common case, decided cheaply: same full-evidence digests, shapes and dtypes (equal as far
+    as the digests go; whether that is proof or a screen is decided by :func:`compare_tensors`)."""
+    if len(xs) != len(ys):
+        return False
+    for x, y in zip(xs, ys):
+        if x is None or y is None:
+            if x is not y:
+                return False
+            continue
+        if (x.digest is None or x.digest != y.digest or x.evidence != "full" or y.evidence != "full"
+                or x.shape != y.shape or x.dtype != y.dtype or x.chunks != y.chunks or x.ordered != y.ordered):
+            return False
+    return True
+
+
+def lists_equal(xs: list, ys: list) -> bool:
+    """Fast equality of two recorded lists: the reader's raw hint when it has one, else parsed."""
+    hint = getattr(xs, "same_full_digests", None)
+    return (hint is not None and hint(ys)) or fast_equal(xs, ys)

@@ -1,0 +1,287 @@
+"""The verdict words of ``forensics diff`` and the records that carry them.
+
+A rank's first divergence gets exactly one verdict, from the input test (docs/method.md):
+
+* ``ORIGIN``          outputs differ, inputs matched: this op made the difference. ``evidence`` is
+                      ``proven`` only when every input is equal by an order-sensitive full digest,
+                      else ``unproven`` with the reason (``order-independent input digest``, ...);
+* ``RECEIVER``        an input differs (proven by a digest): a consequence of an earlier difference,
+                      or a collective fed by another rank;
+* ``INPUTS_UNKNOWN``  outputs differ and no input value was recorded: the input test cannot be
+                      applied; the record is the first difference seen, never an origin;
+* ``CONTROL_FLOW``    the record has no counterpart in the other run.
+
+Differences found after a control-flow divergence (once the runs align again) are listed with the
+verdict ``AFTER_CONTROL_FLOW``: never an origin, since the two runs no longer did the same work.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from forensics.site import site_for_record
+from forensics.tracediff.compare import DIFFER, EQUAL, SCREEN, UNOBSERVED, UNPROVEN, ListTest
+from forensics.tracediff.traces import TensorDigest, TraceRecord
+
+ORIGIN, RECEIVER, CONTROL_FLOW = "ORIGIN", "RECEIVER", "CONTROL_FLOW"
+INPUTS_UNKNOWN, AFTER_CONTROL_FLOW = "INPUTS_UNKNOWN", "AFTER_CONTROL_FLOW"
+PROVEN, UNPROVEN_EVIDENCE, NO_EVIDENCE = "proven", "unproven", "none"
+
+#: Ops whose outputs are uninitialised memory: a difference there is a probe artifact.
+UNINITIALISED_OPS = re.compile(r"(^|\.)(empty|empty_like|empty_strided|empty_permuted|new_empty|new_empty_strided)(\.|$)")
+#: Copies that may be read by the tracer while still in flight when ``non_blocking=True``.
+ASYNC_COPY_OPS = re.compile(r"(^|\.)(_to_copy|copy_|copy|to)(\.|$)")
+#: Ops that cannot by themselves make a difference from equal inputs (one-hop-later rule).
+TRIVIAL_OPS = frozenset({
+    "view", "_unsafe_view", "reshape", "slice", "select", "narrow", "expand", "t", "transpose",
+    "permute", "squeeze", "unsqueeze", "flatten", "unflatten", "split", "split_with_sizes", "chunk",
+    "unbind", "as_strided", "alias", "detach", "clone", "contiguous", "_reshape_alias", "view_as",
+    "add", "add_", "sub", "sub_", "mul", "mul_", "neg", "cat", "stack", "fill_", "zero_", "zeros_like",
+    "ones_like", "lift_fresh", "copy_", "_to_copy", "to",
+})
+#: Ops whose output depends on generator state, not only on their tensor inputs.
+RANDOM_OPS = re.compile(r"(rand|normal|uniform|bernoulli|dropout|multinomial|exponential|cauchy|geometric|log_normal)")
+#: Record kinds whose outputs also depend on other ranks' data.
+COLLECTIVE_KINDS = frozenset({"collective"})
+#: Record kinds that are boundaries of the program, never a kernel site.
+SEMANTIC_KINDS = frozenset({"collective", "optimizer", "backward", "event", "boundary"})
+
+#: what to enable so that equal inputs become proof (the tracer's option, docs/commands/trace.md)
+ENABLE_ORDERED = ("record order-sensitive input digests (`forensics trace --ordered-digests inputs`, the default "
+                  "for CPU tensors) over this step and rank to prove it")
+
+
+@dataclass
+class Divergence:
+    """One rank's first divergent record (or an artifact passed over, or a later difference)."""
+
+    rank: int
+    identity: str
+    name: str
+    verdict: str  # ORIGIN | RECEIVER | INPUTS_UNKNOWN | CONTROL_FLOW | AFTER_CONTROL_FLOW
+    seq: int | None  # position in A's stream (B's for a B-only record)
+    step: int | None
+    inputs_matched: bool | None  # None: no counterpart (CONTROL_FLOW) or no input recorded
+    evidence: str  # "proven" | "unproven" | "none"
+    site: str | None
+    occurrence: int | None = None  # n-th record of this site on this rank, within the traced window
+    kind: str = "op"
+    side: str | None = None  # CONTROL_FLOW: "A" or "B" (which run has the record)
+    how: str | None = None  # what decided the output difference (digest, chunk digests, shape...)
+    #: what the input test rests on: "order-sensitive input digest", "order-independent input digest", ...
+    input_evidence: str | None = None
+    outputs_differ: bool = True  # False: inputs differ while outputs match (or none were recorded)
+    differing_inputs: list[int] = field(default_factory=list)
+    differing_outputs: list[int] = field(default_factory=list)
+    phase: str | None = None  # forward | backward | optimizer
+    autograd_node: str | None = None  # backward records: the autograd node that issued the op
+    forward_op: str | None = None  # backward records: the forward op (identity) that created that node
+    warnings: list[str] = field(default_factory=list)
+    artifact: str | None = None  # set on records passed over as probe artifacts
+    control_flow: dict[str, Any] | None = None  # CONTROL_FLOW: the first region (counts, where, realigned)
+    source_a: str | None = None
+    source_b: str | None = None
+    outputs_a: list[dict | None] = field(default_factory=list)
+    outputs_b: list[dict | None] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RankResult:
+    rank: int
+    first_divergence: Divergence | None = None
+    records_compared: int = 0
+    unproven_matches: int = 0  # records whose output equality rests on weak evidence only
+    artifacts: list[Divergence] = field(default_factory=list)
+    artifacts_total: int = 0
+    steps: list[int | None] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: how each side's stream ended when it is partial (truncated / interrupted), else None
+    partial_a: str | None = None
+    partial_b: str | None = None
+    #: after a control-flow divergence: the regions where the runs differ in what they executed,
+    #: the value differences found once they aligned again, and how many records were compared there
+    control_flow_regions: list[dict[str, Any]] = field(default_factory=list)
+    control_flow_regions_total: int = 0
+    after_control_flow: list[Divergence] = field(default_factory=list)
+    after_control_flow_total: int = 0
+    records_compared_after_control_flow: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
+            "records_compared": self.records_compared,
+            "unproven_matches": self.unproven_matches,
+            "artifacts": [a.to_json() for a in self.artifacts],
+            "artifacts_total": self.artifacts_total,
+            "steps": self.steps,
+            "warnings": self.warnings,
+            "partial_a": self.partial_a,
+            "partial_b": self.partial_b,
+            "control_flow_regions": self.control_flow_regions,
+            "control_flow_regions_total": self.control_flow_regions_total,
+            "after_control_flow": [d.to_json() for d in self.after_control_flow],
+            "after_control_flow_total": self.after_control_flow_total,
+            "records_compared_after_control_flow": self.records_compared_after_control_flow,
+        }
+
+
+# --------------------------------------------------------------------------- naming
+
+def site_of(rec: TraceRecord) -> str | None:
+    """The site a record names (:func:`forensics.site.site_for_record`); semantic boundaries
+    (collectives, optimizer, backward markers) name none unless they carry GEMM meta."""
+    gemm = rec.extra.get("gemm") if isinstance(rec.extra, dict) else None
+    if rec.kind in SEMANTIC_KINDS and not gemm:
+        return None
+    return site_for_record(rec.name, gemm)
+
+
+def base_op(name: str) -> str:
+    """``aten.add_.Tensor`` -> ``add_``; ``add`` -> ``add``."""
+    parts = name.split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] in ("aten", "prims", "c10d", "_c10d_functional") else parts[0]
+
+
+def artifact_reason(rec: TraceRecord) -> str | None:
+    """Why a record's output difference is a known probe artifact, or None."""
+    if UNINITIALISED_OPS.search(rec.name):
+        return "uninitialised memory (empty*): its bits are whatever was there"
+    if ASYNC_COPY_OPS.search(rec.name) and bool(rec.extra.get("non_blocking")):
+        return "non_blocking copy read while possibly in flight"
+    return None
+
+
+def occurrence_of(identity: str) -> int | None:
+    tail = identity.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def tensor_json(t: TensorDigest | None) -> dict | None:
+    if t is None:
+        return None
+    d = {"shape": list(t.shape) if t.shape is not None else None, "dtype": t.dtype, "numel": t.numel,
+         "digest": t.digest, "ordered": t.ordered, "evidence": t.evidence}
+    if t.chunks is not None:
+        d["chunks"] = len(t.chunks)
+    return d
+
+
+def _node_fields(rec: TraceRecord) -> tuple[str | None, str | None]:
+    extra = rec.extra if isinstance(rec.extra, dict) else {}
+    node, fwd = extra.get("node"), extra.get("fwd")
+    return (node if isinstance(node, str) else None), (fwd if isinstance(fwd, str) else None)
+
+
+# --------------------------------------------------------------------------- verdict of a divergent pair
+
+_INPUT_EVIDENCE = {
+    EQUAL: "order-sensitive input digest",
+    SCREEN: "order-independent input digest",
+}
+
+
+def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: ListTest,
+          gemm_occurrence: int | None = None) -> Divergence:
+    """The verdict of a record whose outputs or inputs differ (the input test, docs/method.md)."""
+    warnings: list[str] = []
+    outputs_differ = outputs.status == DIFFER
+    evidence = PROVEN
+    if inputs.status == DIFFER:
+        verdict, matched = RECEIVER, False
+        input_evidence = f"input {inputs.differing[0]} differs by {inputs.how}"
+        if inputs.how.startswith("order-sensitive digest (order-independent"):
+            warnings.append(f"input {inputs.differing[0]} holds the same values in another order: its producer "
+                            "reordered them. If no traced record produced it differently, the producer is untraced "
+                            "(a permutation outside the dispatcher); with `--ordered-digests all` a traced producer "
+                            "shows its reordered output")
+        if not outputs_differ:
+            warnings.append("its outputs match (or none were recorded): the difference reached this op and was "
+                            "absorbed or not observed here; it was made earlier")
+    elif inputs.status == UNOBSERVED:
+        verdict, matched, evidence = INPUTS_UNKNOWN, None, NO_EVIDENCE
+        input_evidence = f"no input value recorded ({inputs.how})"
+        warnings.append("its inputs were not recorded, so the input test cannot be applied: this is the first "
+                        "difference seen, not an origin. Record its inputs (or trace its producer) to tell")
+    else:
+        verdict, matched = ORIGIN, True
+        if inputs.status == EQUAL:
+            input_evidence = _INPUT_EVIDENCE[EQUAL]
+        elif inputs.status == SCREEN:
+            evidence = UNPROVEN_EVIDENCE
+            input_evidence = _INPUT_EVIDENCE[SCREEN]
+            warnings.append(f"unproven: order-independent input digest (input {inputs.weak[0] if inputs.weak else 0}): "
+                            "the inputs hold equal values, but an untraced producer that reordered them would look "
+                            f"the same; {ENABLE_ORDERED}")
+        else:  # UNPROVEN: sampled / summary / partly unrecorded
+            evidence = UNPROVEN_EVIDENCE
+            input_evidence = f"{inputs.how}"
+            warnings.append(f"unproven: inputs equal only by weak evidence ({inputs.how}): ORIGIN unproven")
+    if a.kind in COLLECTIVE_KINDS and verdict == ORIGIN:
+        verdict = RECEIVER
+        warnings.append("collective with matching local inputs: the difference came from another rank's "
+                        "contribution (or the collective's own reduction order if every rank's inputs matched)")
+    base = base_op(a.name)
+    if verdict == ORIGIN and base in TRIVIAL_OPS:
+        warnings.append(f"one hop later: {base} cannot change bits by itself from equal inputs; the producer "
+                        "above it is uninstrumented (a kernel that bypasses the dispatcher). Add a probe there")
+    if verdict == ORIGIN and RANDOM_OPS.search(base):
+        warnings.append("random op: its output depends on generator state, not only its inputs; check seeds")
+    if outputs_differ and "chunk" in outputs.how:
+        warnings.append("whole-tensor digests are equal; per-chunk digests differ: the values were reordered")
+    if outputs_differ and outputs.how == "summary digest":
+        warnings.append("the outputs differ only by a summary digest (e.g. a norm), which can itself vary for "
+                        "equal tensors when its reduction order changes")
+    site = site_of(a)
+    occurrence = None
+    if site and site.startswith("gemm:"):
+        occurrence = gemm_occurrence or None
+    elif site:
+        occurrence = occurrence_of(a.identity)
+    node, fwd = _node_fields(a)
+    out_bad = outputs.differing
+    return Divergence(
+        rank=rank, identity=a.identity, name=a.name, verdict=verdict, seq=a.seq, step=a.step,
+        inputs_matched=matched, evidence=evidence, site=site if verdict == ORIGIN else None,
+        occurrence=occurrence if verdict == ORIGIN else None, kind=a.kind,
+        how=outputs.how if outputs_differ else f"outputs match ({outputs.how})" if a.outputs else "no outputs recorded",
+        input_evidence=input_evidence, outputs_differ=outputs_differ,
+        differing_inputs=inputs.differing, differing_outputs=out_bad, phase=a.phase, autograd_node=node,
+        forward_op=fwd, warnings=warnings, source_a=a.source, source_b=b.source,
+        outputs_a=[tensor_json(a.outputs[i]) for i in out_bad if i < len(a.outputs)],
+        outputs_b=[tensor_json(b.outputs[i]) for i in out_bad if i < len(b.outputs)],
+    )
+
+
+def control_flow(rank: int, rec: TraceRecord, side: str, region: dict[str, Any] | None = None) -> Divergence:
+    """A record with no counterpart in the other run."""
+    other = "B" if side == "A" else "A"
+    node, fwd = _node_fields(rec)
+    return Divergence(
+        rank=rank, identity=rec.identity, name=rec.name, verdict=CONTROL_FLOW, seq=rec.seq,
+        step=rec.step, inputs_matched=None, evidence=PROVEN, site=None, kind=rec.kind, side=side,
+        how=f"no counterpart in {other}", phase=rec.phase, autograd_node=node, forward_op=fwd,
+        warnings=[f"{rec.identity} exists only in {side}: the runs executed different ops here (a data-dependent "
+                  "branch, a different op count)"],
+        control_flow=region,
+        source_a=rec.source if side == "A" else None, source_b=rec.source if side == "B" else None,
+    )
+
+
+def after_control_flow(d: Divergence) -> Divergence:
+    """Relabel a difference found after a control-flow divergence: never an origin."""
+    d.verdict = AFTER_CONTROL_FLOW
+    d.site, d.occurrence = None, None
+    d.warnings.insert(0, "after a control-flow divergence: the runs no longer did the same work, so this is not "
+                         "an origin")
+    return d
+
+
+__all__ = [
+    "AFTER_CONTROL_FLOW", "CONTROL_FLOW", "INPUTS_UNKNOWN", "ORIGIN", "RECEIVER", "Divergence", "RankResult",
+    "artifact_reason", "base_op", "control_flow", "judge", "site_of", "UNPROVEN",
+]

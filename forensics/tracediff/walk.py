@@ -1,0 +1,432 @@
+"""One rank's walk: two record streams in, the first divergence (and what follows a control-flow
+divergence) out, in memory bounded by a window of records the differ chooses.
+
+**Alignment by identity, in a sliding window.** A's records are walked in A's own (causal) order;
+each identity (``name:occurrence``, unique on a rank) is looked up among B's records read so far,
+and B is read ahead until it is found or ``window`` unmatched B records are held. Nothing else is
+kept, so memory does not grow with the trace or with a step: a program that never steps (one
+"step" of a million records) is walked in the same bounded memory. Ops reordered by more than
+``window`` records count as a control-flow divergence.
+
+**Every recorded value is compared**: outputs, and inputs too, whatever the record kind (a record
+with no outputs whose inputs differ is a RECEIVER, never a silent match).
+
+**The first divergence** is the first record, in A's order, whose outputs or inputs differ, unless
+a record that exists only in B comes earlier in B's order (then that is a CONTROL_FLOW divergence).
+
+**After a control-flow divergence** the occurrence counters of the names involved no longer agree,
+so the rest is aligned by the order of op names (:mod:`forensics.tracediff.align`), window by
+window: each region where the runs executed different ops is counted (records only in A, only in
+B, where, where they align again), and value differences found once they are aligned again are
+listed as ``AFTER_CONTROL_FLOW``, never as an origin.
+
+**Partial streams** (a killed or interrupted run): a side that ends early ends the comparison; the
+other side's remaining records are "not compared", never a control-flow divergence.
+"""
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from forensics.errors import BadInput
+from forensics.tracediff.align import edit_script
+from forensics.tracediff.compare import DIFFER, EQUAL, UNOBSERVED, UNPROVEN, ListTest, compare_tensors, lists_equal
+from forensics.tracediff.traces import StreamEnd, TraceRecord, stream_end
+from forensics.tracediff.verdicts import (
+    Divergence,
+    RankResult,
+    after_control_flow,
+    artifact_reason,
+    control_flow,
+    judge,
+    site_of,
+)
+
+#: records of the other side held while looking for a counterpart; bounds the differ's memory
+WINDOW = 16_384
+#: edits (records only in A + only in B) one alignment window may hold before giving up
+MAX_EDITS = 512
+#: records left uncommitted at a window's end, so an edit near the end is decided with more context
+MARGIN = 64
+MAX_LISTED = 20  # artifacts, control-flow regions and later differences listed per rank (all counted)
+
+
+_SAME = ListTest(EQUAL, "digest")
+
+
+def _tkey(t: Any) -> tuple | None:
+    """A tensor value's key for following artifacts from a producer's output to a consumer's input
+    (the whole-tensor digest: the one digest both sides always carry)."""
+    return None if t is None else (t.shape, t.dtype, t.digest)
+
+
+class RankWalker:
+    """Compares one rank's two streams; :meth:`run` returns the :class:`RankResult`."""
+
+    def __init__(self, rank: int, a_stream: Iterable[TraceRecord], b_stream: Iterable[TraceRecord],
+                 window: int = WINDOW, use_ordered: bool = True, max_edits: int = MAX_EDITS) -> None:
+        self.rank = rank
+        self.end_a: StreamEnd = stream_end(a_stream)
+        self.end_b: StreamEnd = stream_end(b_stream)
+        self.a: Iterator[TraceRecord] = iter(a_stream)
+        self.b: Iterator[TraceRecord] = iter(b_stream)
+        self.window = max(int(window), 2 * MARGIN + 2)
+        self.max_edits = max_edits
+        self.use_ordered = use_ordered
+        self.result = RankResult(rank)
+        self.a_ahead: deque[TraceRecord] = deque()  # A records read ahead, not yet walked
+        self.a_done = False
+        self.bbuf: dict[str, TraceRecord] = {}  # unmatched B records read so far, by identity
+        self.border: deque[TraceRecord] = deque()  # B records read so far, in B's order
+        self.b_done = False
+        self.tainted: set = set()  # (A key, B key) of tensors derived from artifacts
+        self.site_counts: Counter = Counter()
+        self._steps_seen: set = set()
+        self.last_b_seq = -1  # the latest (in B's order) B record matched so far
+        if self.end_a.partial:
+            self.result.partial_a = self.end_a.reason
+        if self.end_b.partial:
+            self.result.partial_b = self.end_b.reason
+
+    # ------------------------------------------------------------------ reading
+    def _next_a(self) -> TraceRecord | None:
+        if self.a_ahead:
+            return self.a_ahead.popleft()
+        if self.a_done:
+            return None
+        rec = next(self.a, None)
+        if rec is None:
+            self.a_done = True
+        return rec
+
+    def _read_b(self) -> TraceRecord | None:
+        if self.b_done:
+            return None
+        rec = next(self.b, None)
+        if rec is None:
+            self.b_done = True
+            return None
+        if rec.identity in self.bbuf:
+            raise BadInput(rec.source or "B", f"identity {rec.identity!r} occurs twice: not an op-level trace "
+                                              "with per-name occurrences")
+        self.bbuf[rec.identity] = rec
+        self.border.append(rec)
+        return rec
+
+    def _find_b(self, identity: str) -> TraceRecord | None:
+        """B's record with this identity, reading B ahead up to the window; None if absent."""
+        rec = self.bbuf.pop(identity, None)
+        if rec is not None:
+            return rec
+        while len(self.bbuf) < self.window:
+            nb = self._read_b()
+            if nb is None:
+                return None
+            if nb.identity == identity:
+                del self.bbuf[identity]
+                return nb
+        return None
+
+    def _trim_border(self) -> None:
+        bbuf, border = self.bbuf, self.border
+        while border and bbuf.get(border[0].identity) is not border[0]:
+            border.popleft()
+
+    def _unmatched_b(self) -> list[TraceRecord]:
+        return [r for r in self.border if self.bbuf.get(r.identity) is r]
+
+    def _b_only_before(self, limit_seq: int | None) -> TraceRecord | None:
+        """The first unmatched B record earlier (in B's order) than ``limit_seq`` that A does not
+        have within the window ahead: it exists only in B, and comes first."""
+        self._trim_border()
+        cands = [r for r in self.border if (limit_seq is None or r.seq < limit_seq) and self.bbuf.get(r.identity) is r]
+        if not cands:
+            return None
+        while not self.a_done and len(self.a_ahead) < self.window:
+            rec = next(self.a, None)
+            if rec is None:
+                self.a_done = True
+                break
+            self.a_ahead.append(rec)
+        ahead = {r.identity for r in self.a_ahead}
+        for r in cands:
+            if r.identity not in ahead:
+                return r
+        return None
+
+    def _note_step(self, rec: TraceRecord) -> None:
+        if rec.step not in self._steps_seen:
+            self._steps_seen.add(rec.step)
+            self.result.steps.append(rec.step)
+
+    # ------------------------------------------------------------------ comparing one pair
+    def _compare(self, a: TraceRecord, b: TraceRecord) -> Divergence | None:
+        """None when the pair matches (or differs only as a known probe artifact)."""
+        out_same = lists_equal(a.outputs, b.outputs)
+        in_same = lists_equal(a.inputs, b.inputs)
+        if out_same and in_same:
+            return None
+        res = self.result
+        outputs = _SAME if out_same else compare_tensors(a.outputs, b.outputs, self.use_ordered)
+        outputs_differ = outputs.status == DIFFER
+        if not outputs_differ and outputs.status in (UNPROVEN, UNOBSERVED) and a.outputs:
+            res.unproven_matches += 1
+        if not outputs_differ and in_same:
+            return None
+        inputs = compare_tensors(a.inputs, b.inputs, self.use_ordered)
+        if not outputs_differ and inputs.status != DIFFER:
+            return None
+        tainted = inputs.status == DIFFER and bool(inputs.differing) and all(
+            i < len(a.inputs) and i < len(b.inputs) and (_tkey(a.inputs[i]), _tkey(b.inputs[i])) in self.tainted
+            for i in inputs.differing)
+        if not outputs_differ:  # inputs differ, outputs match or were not recorded
+            return None if tainted else judge(self.rank, a, b, inputs, outputs)
+        reason = artifact_reason(a)
+        if reason is None and tainted:
+            reason = "consumes only artifact-derived inputs (passed through)"
+        if reason is not None:
+            for i in outputs.differing:
+                if i < len(a.outputs) and i < len(b.outputs):
+                    self.tainted.add((_tkey(a.outputs[i]), _tkey(b.outputs[i])))
+            res.artifacts_total += 1
+            if len(res.artifacts) < MAX_LISTED:
+                d = judge(self.rank, a, b, inputs, outputs)
+                d.artifact = reason
+                res.artifacts.append(d)
+            return None
+        site = site_of(a) if a.extra.get("gemm") else None
+        return judge(self.rank, a, b, inputs, outputs, self.site_counts[site] if site else None)
+
+    def _count_site(self, a: TraceRecord) -> None:
+        if a.extra.get("gemm"):
+            site = site_of(a)
+            if site:
+                self.site_counts[site] += 1
+
+    # ------------------------------------------------------------------ phase 1: identity walk
+    def run(self) -> RankResult:
+        res = self.result
+        self._skip_leading_steps()
+        while True:
+            a = self._next_a()
+            if a is None:
+                return self._a_ended()
+            self._note_step(a)
+            b = self._find_b(a.identity)
+            if b is None:
+                if self.b_done and self.end_b.partial and not self.bbuf:
+                    res.warnings.append(f"A continues past the end of B ({self.end_b.reason}): "
+                                        f"A's records from seq {a.seq} on are not compared")
+                    return res
+                self.a_ahead.appendleft(a)
+                earlier = self._b_only_before(self.last_b_seq + 1)
+                if earlier is not None:
+                    return self._control_flow_from(earlier, "B")
+                return self._control_flow_from(a, "A")
+            if b.seq > self.last_b_seq:
+                self.last_b_seq = b.seq
+            res.records_compared += 1
+            self._count_site(a)
+            d = self._compare(a, b)
+            if d is not None:
+                self.bbuf[b.identity] = b  # put back: B's order may hold an earlier B-only record
+                earlier = self._b_only_before(b.seq)
+                if earlier is not None:
+                    res.records_compared -= 1
+                    self.a_ahead.appendleft(a)
+                    return self._control_flow_from(earlier, "B")
+                res.first_divergence = d
+                return res
+            if len(self.border) > 2 * self.window:
+                self._trim_border()
+                if len(self.border) > 2 * self.window:
+                    # B's oldest unmatched record stayed unmatched while A walked two windows past it
+                    return self._control_flow_from(self.border[0], "B")
+
+    def _skip_leading_steps(self) -> None:
+        """Steps traced by one run only at the start (the step windows differ) are skipped."""
+        a = self._next_a()
+        b = self._read_b()
+        skipped_a = skipped_b = 0
+        if a is not None and b is not None and isinstance(a.step, int) and isinstance(b.step, int):
+            while a is not None and isinstance(a.step, int) and a.step < b.step:
+                skipped_a += 1
+                a = self._next_a()
+            while (b is not None and a is not None and isinstance(b.step, int) and isinstance(a.step, int)
+                   and b.step < a.step):
+                skipped_b += 1
+                del self.bbuf[b.identity]
+                self.border.popleft()
+                b = self._read_b()
+        if a is not None:
+            self.a_ahead.appendleft(a)
+        if skipped_a:
+            self.result.warnings.append(f"{skipped_a} record(s) of steps before step {b.step if b else '?'} are "
+                                        "present only in A (the step windows differ?): not compared")
+        if skipped_b:
+            self.result.warnings.append(f"{skipped_b} record(s) of steps before step {a.step if a else '?'} are "
+                                        "present only in B (the step windows differ?): not compared")
+
+    def _a_ended(self) -> RankResult:
+        res = self.result
+        self._trim_border()
+        left = self._unmatched_b()
+        if not left:
+            nxt = self._read_b()
+            left = [nxt] if nxt is not None else []
+        if not left:
+            return res
+        earlier = [r for r in left if r.seq < self.last_b_seq]
+        if earlier:  # B-only records before B's last matched one: B executed ops A did not
+            return self._control_flow_from(earlier[0], "B")
+        if self.end_a.partial:
+            res.warnings.append(f"B continues past the end of A ({self.end_a.reason}): B's records from seq "
+                                f"{left[0].seq} on are not compared")
+            return res
+        return self._control_flow_from(left[0], "B")
+
+    # ------------------------------------------------------------------ phase 2: after control flow
+    def _control_flow_from(self, rec: TraceRecord, side: str) -> RankResult:
+        """Record the CONTROL_FLOW divergence at ``rec``, then align the rest by op-name order."""
+        res = self.result
+        if res.first_divergence is None:
+            res.first_divergence = control_flow(self.rank, rec, side)
+        self._trim_border()
+        a_rest = _chain(list(self.a_ahead), self.a)
+        self.a_ahead.clear()
+        b_rest = _chain(self._unmatched_b(), self.b)
+        self.bbuf.clear()
+        self.border.clear()
+        self._sequence_walk(a_rest, b_rest)
+        d = res.first_divergence
+        if d is not None and d.verdict == "CONTROL_FLOW" and d.control_flow is None and res.control_flow_regions:
+            d.control_flow = res.control_flow_regions[0]
+        return res
+
+    def _sequence_walk(self, a_rest: Iterator[TraceRecord], b_rest: Iterator[TraceRecord]) -> None:
+        res = self.result
+        window, max_window = self.window, 4 * self.window
+        wa: list[TraceRecord] = []
+        wb: list[TraceRecord] = []
+        a_more = b_more = True
+        region: dict[str, Any] | None = None
+        while True:
+            while a_more and len(wa) < window:
+                r = next(a_rest, None)
+                if r is None:
+                    a_more = False
+                else:
+                    wa.append(r)
+            while b_more and len(wb) < window:
+                r = next(b_rest, None)
+                if r is None:
+                    b_more = False
+                else:
+                    wb.append(r)
+            if not wa and not wb:
+                break
+            ops = edit_script([r.name for r in wa], [r.name for r in wb], self.max_edits)
+            if ops is None:
+                region = region or self._new_region()
+                region["note"] = (f"no re-alignment within {len(wa)} records of A and {len(wb)} of B (more than "
+                                  f"{self.max_edits} records differ): the rest is not compared")
+                self._close_region(region)
+                return
+            ca = len(wa) - MARGIN if a_more else len(wa)
+            cb = len(wb) - MARGIN if b_more else len(wb)
+            used_a = used_b = 0
+            stop = False
+            for tag, i1, i2, j1, j2 in ops:
+                if tag == "insert" and i1 == len(wa) and not a_more and self.end_a.partial:
+                    res.warnings.append(f"B continues past the end of A ({self.end_a.reason}): B's records from "
+                                        f"seq {wb[j1].seq} on are not compared")
+                    stop = True
+                    break
+                if tag == "delete" and j1 == len(wb) and not b_more and self.end_b.partial:
+                    res.warnings.append(f"A continues past the end of B ({self.end_b.reason}): A's records from "
+                                        f"seq {wa[i1].seq} on are not compared")
+                    stop = True
+                    break
+                if tag == "equal":
+                    n = min(min(i2, ca) - i1, min(j2, cb) - j1)
+                    if n <= 0:
+                        break
+                    if region is not None:
+                        region["realigned_at"] = {"a": _where(wa[i1]), "b": _where(wb[j1])}
+                        self._close_region(region)
+                        region = None
+                    for k in range(n):
+                        self._compare_after(wa[i1 + k], wb[j1 + k])
+                    used_a, used_b = i1 + n, j1 + n
+                    if n < i2 - i1:
+                        break
+                    continue
+                if i2 > ca or j2 > cb:
+                    break  # an edit reaching into the window's margin: decide it with more context
+                region = region or self._new_region()
+                self._extend_region(region, wa[i1:i2], wb[j1:j2])
+                used_a, used_b = i2, j2
+            wa, wb = wa[used_a:], wb[used_b:]
+            if stop:
+                break
+            if not (a_more or b_more) and not wa and not wb:
+                break
+            if used_a == 0 and used_b == 0:
+                if window >= max_window or not (a_more or b_more):
+                    region = region or self._new_region()
+                    region["note"] = (f"no re-alignment within {len(wa)} records of A and {len(wb)} of B: the rest "
+                                      "is not compared")
+                    self._close_region(region)
+                    return
+                window *= 2  # nothing decidable yet: read more context
+        if region is not None:
+            region["note"] = "the runs did not align again before the end of the traces"
+            self._close_region(region)
+
+    def _new_region(self) -> dict[str, Any]:
+        return {"only_in_a": 0, "only_in_b": 0, "first_only_in_a": None, "first_only_in_b": None,
+                "a_seq": None, "b_seq": None, "realigned_at": None, "note": None}
+
+    def _extend_region(self, region: dict[str, Any], only_a: list[TraceRecord], only_b: list[TraceRecord]) -> None:
+        for side, recs in (("a", only_a), ("b", only_b)):
+            if not recs:
+                continue
+            region[f"only_in_{side}"] += len(recs)
+            if region[f"first_only_in_{side}"] is None:
+                region[f"first_only_in_{side}"] = _where(recs[0])
+            lo, hi = recs[0].seq, recs[-1].seq
+            span = region[f"{side}_seq"]
+            region[f"{side}_seq"] = [lo if span is None else min(span[0], lo), hi if span is None else max(span[1], hi)]
+
+    def _close_region(self, region: dict[str, Any]) -> None:
+        res = self.result
+        res.control_flow_regions_total += 1
+        if len(res.control_flow_regions) < MAX_LISTED:
+            res.control_flow_regions.append(region)
+
+    def _compare_after(self, a: TraceRecord, b: TraceRecord) -> None:
+        res = self.result
+        res.records_compared_after_control_flow += 1
+        self._note_step(a)
+        d = self._compare(a, b)
+        if d is None:
+            return
+        res.after_control_flow_total += 1
+        if len(res.after_control_flow) < MAX_LISTED:
+            res.after_control_flow.append(after_control_flow(d))
+
+
+def _where(rec: TraceRecord) -> dict[str, Any]:
+    return {"identity": rec.identity, "seq": rec.seq, "step": rec.step}
+
+
+def _chain(head: list[TraceRecord], tail: Iterator[TraceRecord]) -> Iterator[TraceRecord]:
+    yield from head
+    yield from tail
+
+
+def walk_rank(rank: int, a_records: Iterable[TraceRecord], b_records: Iterable[TraceRecord], *,
+              window: int = WINDOW, use_ordered: bool = True) -> RankResult:
+    """First divergence of one rank's two streams (each in its own seq order), in bounded memory."""
+    return RankWalker(rank, a_records, b_records, window=window, use_ordered=use_ordered).run()
