@@ -70,6 +70,7 @@ def _chain_sigterm() -> None:
         return
 
     def handler(signum, frame):  # noqa: ANN001
+        _state["interrupted"] = signum  # probes say in their footers that the run was stopped
         shutdown()
         if callable(previous):
             previous(signum, frame)

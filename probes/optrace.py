@@ -6,20 +6,32 @@ so two runs align offline whatever the arrival order), input digests taken *befo
 and output digests after, with shape/dtype/numel. Digests are ``torch.hash_tensor`` results kept
 on the tensor's device; at flush they are concatenated and read with ONE host transfer.
 
-Ops whose failure mode is reordering (:data:`CHUNKED_OPS`) also get position-weighted chunk
-digests: a whole-tensor XOR cannot see a permutation, these can. Semantic records mark known
-boundaries: torch.distributed collectives (``collective.<fn>``), optimizer step, backward
-start/end. Off unless ``optrace`` is in the probe config; no collective is ever added; the step
-window, the rank filter and the record budget bound what is written. docs/trace-format.md
-describes the file.
+``torch.hash_tensor`` is an XOR: order-independent, so equal digests are a screen, not proof.
+Inputs also get an **order-sensitive** digest (``o``: xxh3-64 over the bytes in row-major order
+on the host for CPU tensors; a position-keyed mix on the device for others) which can prove them
+equal (``ordered_digests``: ``auto`` = CPU inputs, ``inputs``, ``all`` = inputs and outputs,
+``off``). Ops whose failure mode is reordering (:data:`CHUNKED_OPS`) also get position-weighted
+chunk digests. Semantic records mark known boundaries: torch.distributed collectives
+(``collective.<fn>``), optimizer step, backward start/end; backward records name the autograd
+node that issued them and the forward op that created it.
+
+Records reach the file in bounded batches (every :data:`FLUSH_EVERY` records or
+:data:`FLUSH_SECONDS`), so a killed process keeps all but its last moments. A write that fails
+(disk full) stops the recording with one message; the program is never broken. A process stopped
+by a signal or an uncaught exception gets a footer that says so (``stopped``).
+
+Off unless ``optrace`` is in the probe config; no collective is ever added; the step window, the
+rank filter and the record budget bound what is written. docs/trace-format.md describes the file.
 """
 from __future__ import annotations
 
 import functools
 import json
 import os
+import signal
 import sys
 import threading
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -31,10 +43,18 @@ from torch.utils._pytree import tree_leaves
 from probes.config import ProbeConfig
 from probes.window import StepWindow, world_size
 
+try:  # order-sensitive digests of CPU tensors; without it CPU inputs carry the XOR digest only
+    from xxhash import xxh3_64_intdigest as _xxh3
+except ImportError:  # pragma: no cover - depends on the environment
+    _xxh3 = None
+
 SCHEMA = "forensics.optrace"
 SCHEMA_VERSION = 1
 HASH_NAME = "torch.hash_tensor(xor,float64-bits)"
 CHUNK_NAME = "position-weighted int64 sum, 16 chunks"
+ORDERED_CPU = "xxh3_64(row-major bytes)"
+ORDERED_DEVICE = "fmix64(bits^position) sum mod 2^64"
+ORDERED_MODES = ("auto", "inputs", "all", "off")
 
 #: Ops whose failure mode is reordering: inputs and outputs get chunk digests. The one list.
 CHUNKED_OPS = frozenset({
@@ -54,11 +74,21 @@ SAME_ELEMENT_VIEWS = frozenset({
     "squeeze", "unsqueeze", "flatten", "unflatten", "view_as", "numpy_T", "mT", "adjoint", "movedim",
     "swapaxes", "swapdims", "lift_fresh",
 })
+#: The subset of SAME_ELEMENT_VIEWS that also keeps the row-major order (an order-sensitive digest
+#: of the output equals the input's); t/transpose/permute... reorder and are digested anew.
+ORDER_PRESERVING_VIEWS = frozenset({
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "detach", "alias", "squeeze", "unsqueeze",
+    "flatten", "unflatten", "view_as", "lift_fresh",
+})
 #: Ops never recorded (the tracer's own work, or pure metadata queries).
 SKIPPED_OPS = frozenset({"hash_tensor", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel",
                          "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"})
 N_CHUNKS = 16
-FLUSH_EVERY = 2048  # records kept pending (digests on device) before one host transfer
+FLUSH_EVERY = 2048  # records kept pending (digests on device) before one host transfer and write
+FLUSH_SECONDS = 1.0  # ... or this long since the last write, whichever comes first
+MAX_FORWARD_NODES = 1 << 20  # autograd sequence numbers remembered to name a backward op's forward op
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_C1, _C2 = -4658895280553007687, -7723592293110705685  # 0xBF58476D1CE4E5B9, 0x94D049BB133111EB (splitmix64)
 _MASK = (1 << 64) - 1
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64: odd, so weights stay distinct
 
@@ -79,6 +109,52 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     if t.is_floating_point():
         return t.to(torch.float64).view(torch.int64)
     return t.to(torch.int64)
+
+
+def ordered_cpu(t: torch.Tensor) -> str | None:
+    """Order-sensitive digest of a CPU tensor: xxh3-64 over its bytes in row-major order (a
+    non-contiguous tensor is copied first). None when xxhash is missing or the dtype has no bytes."""
+    if _xxh3 is None:
+        return None
+    x = t.detach()
+    if x.is_conj():
+        x = x.resolve_conj()
+    if x.is_neg():
+        x = x.resolve_neg()
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    x = x.contiguous()
+    size = x.element_size()
+    if size not in _INT_OF_SIZE:
+        return None
+    if x.dtype != _INT_OF_SIZE[size]:
+        x = x.view(_INT_OF_SIZE[size])
+    if x.dim() == 0:
+        x = x.reshape(1)
+    return format(_xxh3(memoryview(x.numpy()).cast("B")), "016x")
+
+
+def _lshr(z: torch.Tensor, s: int) -> torch.Tensor:
+    return (z >> s) & ((1 << (64 - s)) - 1)  # logical shift of int64 words
+
+
+def ordered_device(t: torch.Tensor) -> torch.Tensor:
+    """Order-sensitive digest computed on the tensor's own device (one int64, stays there): every
+    element's bits xor a key of its position, mixed by the splitmix64 finalizer, summed mod 2^64.
+    A permutation, a swap or paired sign flips change it (the mixer is nonlinear)."""
+    x = t.detach()
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    flat = x.reshape(-1)
+    size = flat.element_size()
+    z = (flat.view(_INT_OF_SIZE[size]) if flat.dtype != _INT_OF_SIZE.get(size) else flat).to(torch.int64)
+    z = z ^ torch.arange(z.numel(), device=z.device, dtype=torch.int64).mul_(_GOLDEN)
+    z ^= _lshr(z, 30)
+    z *= _C1
+    z ^= _lshr(z, 27)
+    z *= _C2
+    z ^= _lshr(z, 31)
+    return z.sum()
 
 
 class _Pending:
@@ -134,6 +210,21 @@ class OpTracer(TorchDispatchMode):
         self.out_dir = Path(out_dir)
         self.file: Any = None  # opened at the first flush with records (a launcher that runs no op writes nothing)
         self.path: Path | None = None
+        extra = cfg.extra if isinstance(cfg.extra, dict) else {}
+        mode = extra.get("ordered_digests", "auto")
+        self.ordered_mode = mode if mode in ORDERED_MODES else "auto"
+        self.last_flush = time.monotonic()
+        self.written = 0  # records in the file
+        self.failed: str | None = None  # the write error that stopped the recording
+        self.in_write = False  # inside add_record/flush (a signal handler closing now must not re-enter)
+        self.uncaught: str | None = None  # the exception type that ended the program, if any
+        self.fwd_by_seq: dict[int, str] = {}  # autograd sequence number -> forward op identity
+        try:
+            from probes.optrace_program import Issuers  # noqa: PLC0415
+
+            self.issuers: Any = Issuers()
+        except Exception:  # noqa: BLE001 - the fingerprint is best effort
+            self.issuers = None
 
     # ------------------------------------------------------------------ file
     def _ensure_open(self) -> None:
@@ -145,10 +236,10 @@ class OpTracer(TorchDispatchMode):
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / "trace.jsonl"
         try:
-            self.file = open(path, "x", buffering=1 << 20)  # never overwrite a capture
+            self.file = open(path, "x", encoding="utf-8")  # never overwrite a capture
         except FileExistsError:  # a second process on this rank (spawned worker): its own file
             path = out_dir / f"trace.{self.pid}.jsonl"
-            self.file = open(path, "x", buffering=1 << 20)
+            self.file = open(path, "x", encoding="utf-8")
         return path
 
     def _write_header(self) -> None:
@@ -164,11 +255,40 @@ class OpTracer(TorchDispatchMode):
             "max_records": self.max_records, "hash": HASH_NAME,
             "chunks": CHUNK_NAME if self.chunk_digests else None,
             "chunked_ops": sorted(CHUNKED_OPS) if self.chunk_digests else [],
+            "ordered": self._ordered_info(),
         }
-        self.file.write(json.dumps(header) + "\n")
+        header.update(self._program_info())
+        self.file.write(json.dumps(header, default=str) + "\n")
+
+    def _ordered_info(self) -> dict[str, Any]:
+        mode = self.ordered_mode
+        cpu = ORDERED_CPU if mode != "off" and _xxh3 is not None else None
+        return {"mode": mode, "cpu": cpu, "device": ORDERED_DEVICE if mode in ("inputs", "all") else None,
+                "outputs": mode == "all",
+                **({"note": "xxhash is not installed: CPU tensors carry the order-independent digest only"}
+                   if mode != "off" and _xxh3 is None else {})}
+
+    def _program_info(self) -> dict[str, Any]:
+        """``program`` (script hash, git state, local sources) and ``packages`` (versions of the
+        packages whose code issued traced ops so far; the footer has the complete set)."""
+        try:
+            from probes.optrace_program import program, script_path  # noqa: PLC0415
+
+            iss = self.issuers
+            sources = iss.source_hashes(exclude=script_path()) if iss is not None else {}
+            return {"program": program(sources), "packages": iss.package_versions() if iss is not None else {}}
+        except Exception as e:  # noqa: BLE001 - best effort: never break the program
+            return {"program": {"note": f"not recorded: {type(e).__name__}"}}
 
     # ------------------------------------------------------------------ digests
-    def _digest(self, t: torch.Tensor, chunks: bool) -> dict[str, Any]:
+    def _ordered_for(self, t: torch.Tensor, side: str) -> bool:
+        """Whether this tensor gets an order-sensitive digest (``ordered_digests`` mode)."""
+        mode = self.ordered_mode
+        if mode == "off" or (side == "out" and mode != "all"):
+            return False
+        return mode != "auto" or t.device.type == "cpu"
+
+    def _digest(self, t: torch.Tensor, chunks: bool, ordered: bool = False) -> dict[str, Any]:
         entry: dict[str, Any] = {"s": list(t.shape), "t": str(t.dtype).removeprefix("torch."), "n": t.numel()}
         if t.is_sparse or t.is_quantized or t.device.type == "meta" or type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
             entry["ev"] = "metadata"
@@ -185,8 +305,17 @@ class OpTracer(TorchDispatchMode):
                 entry["h"] = self.pending.add(h)[0]
                 if chunks and self.chunk_digests:
                     entry["c"] = self.pending.add(self._chunks(x))
+            if ordered:
+                if t.device.type == "cpu":
+                    o = ordered_cpu(t)
+                    if o is not None:
+                        entry["o"] = o
+                else:
+                    entry["o"] = self.pending.add(ordered_device(t))[0]
         except Exception:  # noqa: BLE001 - never let a digest break the user's op
             entry.pop("h", None)
+            entry.pop("c", None)
+            entry.pop("o", None)
             entry["ev"] = "metadata"
             return entry
         return entry
@@ -214,7 +343,7 @@ class OpTracer(TorchDispatchMode):
 
     # ------------------------------------------------------------------ recording
     def _recording(self) -> bool:
-        return (not self.closed and self.window.active and os.getpid() == self.pid)
+        return (not self.closed and self.failed is None and self.window.active and os.getpid() == self.pid)
 
     def _phase(self) -> str:
         if self.phase_stack:
@@ -232,17 +361,27 @@ class OpTracer(TorchDispatchMode):
             return False
         return True
 
-    def add_record(self, name: str, kind: str, inputs: list, outputs: list, meta: dict | None = None) -> None:
+    def add_record(self, name: str, kind: str, inputs: list, outputs: list, meta: dict | None = None,
+                   autograd_seq: int | None = None) -> None:
         with self.lock:
-            if not self._budget_ok():
+            if self.failed is not None or self.closed or not self._budget_ok():
                 return
-            rec = {"seq": self.seq, "id": self._next_identity(name), "op": name, "kind": kind,
-                   "step": self.window.step, "phase": self._phase(), "in": inputs, "out": outputs}
-            if meta:
-                rec["meta"] = meta
-            self.seq += 1
-            self.records.append(rec)
-            if len(self.records) >= FLUSH_EVERY:
+            self.in_write = True
+            try:
+                identity = self._next_identity(name)
+                rec = {"seq": self.seq, "id": identity, "op": name, "kind": kind,
+                       "step": self.window.step, "phase": self._phase(), "in": inputs, "out": outputs}
+                if meta:
+                    rec["meta"] = meta
+                if autograd_seq is not None and autograd_seq not in self.fwd_by_seq:
+                    if len(self.fwd_by_seq) >= MAX_FORWARD_NODES:
+                        self.fwd_by_seq.clear()
+                    self.fwd_by_seq[autograd_seq] = identity  # the first op at this number created the node
+                self.seq += 1
+                self.records.append(rec)
+            finally:
+                self.in_write = False
+            if len(self.records) >= FLUSH_EVERY or time.monotonic() - self.last_flush >= FLUSH_SECONDS:
                 self.flush()
 
     @classmethod
@@ -275,7 +414,7 @@ class OpTracer(TorchDispatchMode):
             return func(*args, **kwargs)
         chunks = base in CHUNKED_OPS
         leaves = tree_leaves((args, kwargs))
-        inputs = [self._digest(x, chunks) for x in leaves if isinstance(x, torch.Tensor)]
+        inputs = [self._digest(x, chunks, self._ordered_for(x, "in")) for x in leaves if isinstance(x, torch.Tensor)]
         extra = self._args_digest([x for x in leaves if not isinstance(x, torch.Tensor)])
         if extra is not None:
             inputs.append(extra)
@@ -286,19 +425,47 @@ class OpTracer(TorchDispatchMode):
             kind, outputs = "collective", []  # in flight until waited: the semantic record has the result
             meta["async"] = True
         elif (base in SAME_ELEMENT_VIEWS and isinstance(out, torch.Tensor) and inputs and "h" in inputs[0]
-              and isinstance(args[0], torch.Tensor) and out.numel() == args[0].numel() and out.dtype == args[0].dtype):
+              and isinstance(args[0], torch.Tensor) and out.numel() == args[0].numel() and out.dtype == args[0].dtype
+              and (not self._ordered_for(out, "out") or (base in ORDER_PRESERVING_VIEWS and "o" in inputs[0]))):
             outputs = [{"s": list(out.shape), "t": inputs[0]["t"], "n": out.numel(), "h": inputs[0]["h"]}]
+            if self._ordered_for(out, "out"):
+                outputs[0]["o"] = inputs[0]["o"]
         else:
             out_leaves = tree_leaves(out)
-            outputs = [self._digest(x, chunks) if isinstance(x, torch.Tensor) else
+            outputs = [self._digest(x, chunks, self._ordered_for(x, "out")) if isinstance(x, torch.Tensor) else
                        self._args_digest([x]) for x in out_leaves if x is not None and not _is_opaque(x)]
         if base in ("_to_copy", "copy_", "copy") and _non_blocking(base, args, kwargs):
             meta["non_blocking"] = True
         gemm = _gemm_meta(name, args, kwargs, out)
         if gemm is not None:
             meta["gemm"] = gemm
-        self.add_record(name, kind, inputs, outputs, meta)
+        autograd_seq = self._autograd_meta(meta)
+        if self.issuers is not None:
+            try:
+                self.issuers.note(sys._getframe(1))
+            except Exception:  # noqa: BLE001
+                pass
+        self.add_record(name, kind, inputs, outputs, meta, autograd_seq)
         return out
+
+    def _autograd_meta(self, meta: dict[str, Any]) -> int | None:
+        """Backward ops: ``meta.node`` (the autograd node issuing them) and ``meta.fwd`` (the forward
+        op that created it). Forward ops: the autograd sequence number they run at (returned), which
+        is the creator's number + 1 for the node they create."""
+        try:
+            if torch._C._current_graph_task_id() != -1:
+                node = torch._C._current_autograd_node()
+                if node is not None:
+                    meta["node"] = node.name()
+                    fwd = self.fwd_by_seq.get(node._sequence_nr() + 1)
+                    if fwd is not None:
+                        meta["fwd"] = fwd
+                return None
+            if torch.is_grad_enabled():
+                return int(torch._C._autograd._get_sequence_nr())
+        except Exception:  # noqa: BLE001 - private APIs: best effort
+            pass
+        return None
 
     # ------------------------------------------------------------------ semantic records
     def semantic(self, name: str, kind: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor],
@@ -309,8 +476,8 @@ class OpTracer(TorchDispatchMode):
                 self.dropped += 1
             return
         with _disable_current_modes():
-            ins = [self._digest(t, False) for t in inputs]
-            outs = [self._digest(t, False) for t in outputs]
+            ins = [self._digest(t, False, self._ordered_for(t, "in")) for t in inputs]
+            outs = [self._digest(t, False, self._ordered_for(t, "out")) for t in outputs]
         self.add_record(name, kind, ins, outs, meta)
 
     def digests_now(self, tensors: list[torch.Tensor]) -> list[dict]:
@@ -318,56 +485,130 @@ class OpTracer(TorchDispatchMode):
         if not self._recording():
             return []
         with _disable_current_modes():
-            return [self._digest(t, False) for t in tensors]
+            return [self._digest(t, False, self._ordered_for(t, "in")) for t in tensors]
 
     def semantic_digested(self, name: str, kind: str, ins: list[dict], outputs: list[torch.Tensor],
                           meta: dict | None = None) -> None:
         if not self._recording():
             return
         with _disable_current_modes():
-            outs = [self._digest(t, False) for t in outputs]
+            outs = [self._digest(t, False, self._ordered_for(t, "out")) for t in outputs]
         self.add_record(name, kind, ins, outs, meta)
 
     # ------------------------------------------------------------------ flush / close
     def flush(self) -> None:
+        """Resolve the pending digests (one host transfer) and write the batch; never raises."""
         with self.lock:
-            if not self.records:
+            if not self.records or self.in_write:
                 return
-            with _disable_current_modes():
-                hexes = self.pending.resolve()
-            lines = []
-            for rec in self.records:
-                for side in ("in", "out"):
-                    for e in rec[side]:
-                        if e is None:
-                            continue
-                        h = e.get("h")
-                        if isinstance(h, int):
-                            e["h"] = hexes[h]
-                        c = e.get("c")
-                        if isinstance(c, tuple):
-                            e["c"] = hexes[c[0]:c[0] + c[1]]
-                lines.append(json.dumps(rec, separators=(",", ":")))
-            self.records = []
-            self._ensure_open()
-            self.file.write("\n".join(lines) + "\n")
+            if self.failed is not None:
+                self.records = []
+                return
+            self.in_write = True
+            try:
+                with _disable_current_modes():
+                    hexes = self.pending.resolve()
+                lines = []
+                for rec in self.records:
+                    for side in ("in", "out"):
+                        for e in rec[side]:
+                            if e is None:
+                                continue
+                            h = e.get("h")
+                            if isinstance(h, int):
+                                e["h"] = hexes[h]
+                            o = e.get("o")
+                            if isinstance(o, int):
+                                e["o"] = hexes[o]
+                            c = e.get("c")
+                            if isinstance(c, tuple):
+                                e["c"] = hexes[c[0]:c[0] + c[1]]
+                    lines.append(json.dumps(rec, separators=(",", ":"), default=str))
+                n = len(self.records)
+                self.records = []
+                self._ensure_open()
+                self.file.write("\n".join(lines) + "\n")
+                self.file.flush()  # to the OS now: a killed process keeps this batch
+                self.written += n
+                self.last_flush = time.monotonic()
+            except Exception as e:  # noqa: BLE001 - disk full, a vanished directory...: stop, never break
+                self._fail(e)
+            finally:
+                self.in_write = False
+
+    def _fail(self, error: BaseException) -> None:
+        """Stop recording after a failed write; say so once on stderr."""
+        if self.failed is not None:
+            return
+        self.failed = f"{type(error).__name__}: {error}"
+        self.records, self.pending = [], _Pending()
+        where = self.path or (self.out_dir / "trace.jsonl")
+        try:
+            sys.stderr.write(f"forensics optrace: rank {self.rank}: writing {where} failed ({self.failed}); "
+                             f"tracing stopped after {self.written} records: the trace is partial (no footer). "
+                             "The program goes on untraced.\n")
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _stopped(self) -> str | None:
+        """What ended the program early, when something did (a signal, an uncaught exception)."""
+        act = sys.modules.get("probes.activate")
+        sig = getattr(act, "_state", {}).get("interrupted") if act is not None else None
+        if sig:
+            try:
+                return f"signal {int(sig)} ({signal.Signals(int(sig)).name})"
+            except (ValueError, TypeError):
+                return f"signal {sig}"
+        if self.uncaught:
+            return f"uncaught {self.uncaught}"
+        return None
 
     def close(self) -> None:
+        """Write the last batch and the footer; a close that interrupts a write (a signal handler
+        running in the middle of it) writes the footer only. Never raises."""
         with self.lock:
             if self.closed:
                 return
-            self.flush()
+            interrupted_write = self.in_write
+            if not interrupted_write:
+                self.flush()
             self.closed = True
-            self.leave()
+            if not interrupted_write:
+                self.leave()
+            if self.failed is not None:
+                self._close_file()
+                return
             if self.file is None and self.seq == 0 and self.dropped == 0:
                 return  # nothing traced in this process: no file
-            self._ensure_open()
-            footer = {"type": "footer", "records": self.seq, "dropped": self.dropped,
-                      "last_step": self.window.step,
-                      "seeds": {"torch_initial_seed": _initial_seed(),
-                                "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED")}}
-            self.file.write(json.dumps(footer) + "\n")
-            self.file.close()
+            footer: dict[str, Any] = {"type": "footer", "records": self.written, "dropped": self.dropped,
+                                      "last_step": self.window.step,
+                                      "seeds": {"torch_initial_seed": _initial_seed(),
+                                                "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED")},
+                                      "stopped": self._stopped()}
+            if self.seq > self.written:
+                footer["unwritten"] = self.seq - self.written  # recorded but lost with the interrupted write
+            try:
+                if self.issuers is not None:
+                    from probes.optrace_program import script_path  # noqa: PLC0415
+
+                    footer["packages"] = self.issuers.package_versions()
+                    footer["sources"] = self.issuers.source_hashes(exclude=script_path())
+            except Exception:  # noqa: BLE001
+                pass
+            try:
+                self._ensure_open()
+                self.file.write(json.dumps(footer, default=str) + "\n")
+                self.file.flush()
+            except Exception as e:  # noqa: BLE001
+                self._fail(e)
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self.file is not None:
+            try:
+                self.file.close()
+            except Exception:  # noqa: BLE001
+                pass
 
     # ------------------------------------------------------------------ mode on/off
     def enter(self, _step: int = 0) -> None:
@@ -579,4 +820,17 @@ def install(cfg: ProbeConfig, window: StepWindow, out_dir: Path, rank: int) -> _
     window.on_enter.append(tracer.enter)
     window.on_step.append(lambda _s: tracer.flush())
     window.on_exit.append(lambda _s: tracer.close())
+    restore += _hook_excepthook(tracer)
     return _Installed(tracer, restore, handles)
+
+
+def _hook_excepthook(tracer: OpTracer) -> list[tuple[Any, str, Any]]:
+    """Note an uncaught exception, so the footer says the program did not end normally."""
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):  # noqa: ANN001
+        tracer.uncaught = getattr(exc_type, "__name__", str(exc_type))
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+    return [(sys, "excepthook", previous)]

@@ -38,6 +38,13 @@ def trace(tmp_path: Path, fn, steps: str = "all", max_records: int = 100_000, ch
     return [json.loads(line) for line in f.read_text().splitlines()]
 
 
+def ordered(t) -> str:
+    """The order-sensitive digest the tracer records for a CPU tensor: xxh3-64 of its row-major bytes."""
+    import xxhash
+
+    return format(xxhash.xxh3_64_intdigest(t.contiguous().numpy().tobytes()), "016x")
+
+
 def hexdigest(t) -> str:
     return format(torch.hash_tensor(t).item() & ((1 << 64) - 1), "016x")
 
@@ -62,7 +69,8 @@ def test_records_identity_digests_and_header(tmp_path):
     assert ids == ["aten.add.Tensor:1", "aten.add.Tensor:2", "aten.sum.default:1"]
     assert [r["seq"] for r in recs] == [0, 1, 2]
     first = recs[0]
-    assert first["in"][0] == {"s": [8, 4], "t": "float32", "n": 32, "h": hexdigest(x)}
+    assert first["in"][0] == {"s": [8, 4], "t": "float32", "n": 32, "h": hexdigest(x), "o": ordered(x)}
+    assert "o" not in first["out"][0]  # order-sensitive digests on inputs (default "auto": CPU inputs)
     assert first["out"][0]["h"] == hexdigest(x + y)
     assert recs[2]["out"][0]["h"] == hexdigest(out["s"]) and recs[2]["out"][0]["s"] == []
     # the scalar 1.0 is part of the second add's inputs (a non-tensor argument digest)
