@@ -1,6 +1,7 @@
 """`forensics trace -- CMD`: run a command with the op tracer on, rank-local traces under --out."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +15,115 @@ class UsageError(ValueError):
     """A bad option value (exit 2, one line)."""
 
 
+CONFIG_NAME = "optrace-config.json"
+ORDERED_MODES = ("auto", "inputs", "all", "off")
+FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+def _only_leftover_config(out: Path) -> bool:
+    """``out`` is a directory holding nothing but the config of a run that traced nothing."""
+    if out.is_symlink() or not out.is_dir():
+        return False
+    names = os.listdir(out)
+    return names == [CONFIG_NAME] and (out / CONFIG_NAME).is_file()
+
+
+def _cleanup(out: Path, created: bool) -> None:
+    """Remove what a run that traced nothing left: its config and claim, and ``out`` when this run
+    made it, so the corrected rerun with the same ``--out`` is accepted."""
+    from forensics.atomic import release_dir  # noqa: PLC0415
+
+    if any(out.glob("rank*/trace*.jsonl")):
+        return
+    (out / CONFIG_NAME).unlink(missing_ok=True)
+    release_dir(out)
+    for d in sorted(out.glob("rank*"), reverse=True):
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+    if created and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the traced command gets SIGTERM if `forensics trace` dies (never an orphan)."""
+    import ctypes  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def exit_code(returncode: int) -> int:
+    """A child's exit status as a shell reports it: 128+N when signal N ended it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
+    """Run ``command``; signals sent to this process (SIGTERM, SIGHUP, SIGINT, ...) are passed on
+    to it, and this process waits for it to stop. Returns its exit status (128+N for signal N)."""
+    import signal  # noqa: PLC0415
+
+    preexec = _die_with_parent if sys.platform.startswith("linux") else None
+    proc = subprocess.Popen(command, env=env, preexec_fn=preexec)  # noqa: PLW1509 - no threads in this process
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if signum == signal.SIGINT and _child_got_terminal_sigint():
+            return  # Ctrl-C in a terminal reached the whole foreground group, the child included
+        if len(received) == 1:
+            sys.stderr.write(f"forensics trace: got {signal.Signals(signum).name}: passed to the traced command "
+                             f"(pid {proc.pid}); waiting for it to stop (send it again to kill it)\n")
+        try:
+            proc.send_signal(signal.SIGKILL if len(received) > 1 and signum != signal.SIGINT else signum)
+        except (ProcessLookupError, OSError):
+            pass
+
+    previous = {}
+    for name in FORWARDED_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            previous[sig] = signal.signal(sig, forward)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    try:
+        returncode = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError):
+                pass
+    return exit_code(returncode)
+
+
+def _child_got_terminal_sigint() -> bool:
+    import os  # noqa: PLC0415
+
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str = "all",
-                  max_records: int = 2_000_000, chunk_digests: bool = True) -> tuple[int, Path]:
+                  max_records: int = 2_000_000, chunk_digests: bool = True,
+                  ordered_digests: str = "auto") -> tuple[int, Path]:
     """Run ``command`` through the probe bootstrap with ``optrace`` on; returns (exit code, out dir).
 
-    ``out`` must be absent or empty (a capture is never overwritten). Works for ``python x.py``,
-    ``torchrun ... x.py`` and anything else that starts Python processes: every child inherits
-    the bootstrap through PYTHONPATH and writes ``out/rank<R>/trace.jsonl``.
+    ``out`` must be absent or empty (a capture is never overwritten; a config left by a run that
+    traced nothing does not count). Works for ``python x.py``, ``torchrun ... x.py`` and anything
+    else that starts Python processes: every child inherits the bootstrap through PYTHONPATH and
+    writes ``out/rank<R>/trace.jsonl``. Signals to this process are passed on to the command; a
+    command ended by signal N gives 128+N. A run that traced nothing leaves nothing behind.
     """
     from probes.config import ProbeConfig, bootstrap_env  # noqa: PLC0415
     from probes.window import parse_ranks, parse_steps  # noqa: PLC0415
@@ -30,34 +133,50 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
         parse_ranks(ranks)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if ordered_digests not in ORDERED_MODES:
+        raise UsageError(f"--ordered-digests {ordered_digests!r}: one of {', '.join(ORDERED_MODES)}")
     from forensics.atomic import claim_dir  # noqa: PLC0415 - one run per --out, even when two start at once
 
+    if _only_leftover_config(out):
+        (out / CONFIG_NAME).unlink(missing_ok=True)  # what a run that traced nothing left (older versions)
+    created = not os.path.lexists(out)
     if not claim_dir(out):
         raise UsageError(f"{out} exists and is not empty (or another run claimed it); traces are never "
                          "overwritten (choose another --out)")
     cfg = ProbeConfig(out_dir=str(out.resolve()), probes=["optrace"], steps=steps, ranks=ranks,
                       max_records=max_records, chunk_digests=chunk_digests, nvtx=False,
-                      extra={"command": list(command)})
-    cfg_path = cfg.write(out / "optrace-config.json")
+                      extra={"command": list(command), "ordered_digests": ordered_digests})
+    cfg_path = cfg.write(out / CONFIG_NAME)
     try:
-        proc = subprocess.run(command, env=bootstrap_env(cfg_path), check=False)
-    except FileNotFoundError:
-        raise BadInput(command[0], "command not found") from None
-    return proc.returncode, out
+        code = run_forwarding_signals(command, bootstrap_env(cfg_path))
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as e:
+        _cleanup(out, created)
+        what = "command not found" if isinstance(e, FileNotFoundError) else f"cannot run it: {e.strerror or e}"
+        raise BadInput(command[0], what) from None
+    except BaseException:
+        _cleanup(out, created)
+        raise
+    _cleanup(out, created)
+    return code, out
 
 
 def summarise(out: Path) -> list[str]:
-    """One line per rank file: records, dropped, complete."""
-    from forensics.tracediff.traces.native import read_footer  # noqa: PLC0415
+    """One line per rank file: records, dropped, and whether it is complete or partial (and why)."""
+    from forensics.tracediff.traces.native import read_footer, stream_end_of  # noqa: PLC0415
 
     lines = []
     for f in sorted(out.glob("rank*/trace*.jsonl")):
-        foot = read_footer(f)
-        if foot is None:
-            lines.append(f"  {f}: no footer (the process did not close the trace)")
+        try:
+            end = stream_end_of(f)
+            foot = read_footer(f)
+        except OSError as e:
+            lines.append(f"  {f}: unreadable ({e.strerror or e})")
+            continue
+        if end.partial:
+            lines.append(f"  {f}: {end.reason}")
         else:
-            drop = f", {foot['dropped']} dropped past --max-records" if foot.get("dropped") else ""
-            lines.append(f"  {f}: {foot.get('records', 0)} records{drop}")
+            drop = f", {foot['dropped']} dropped past --max-records" if foot and foot.get("dropped") else ""
+            lines.append(f"  {f}: {end.records or 0} records{drop}")
     return lines
 
 
@@ -76,6 +195,10 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("forensics-trace"), "--out", help="output directory (must be absent or empty)"),
         max_records: int = typer.Option(2_000_000, "--max-records", min=1, help="record budget per rank; further records are counted as dropped"),
         no_chunks: bool = typer.Option(False, "--no-chunk-digests", help="skip per-chunk digests of reordering-prone ops"),
+        ordered: str = typer.Option("auto", "--ordered-digests", metavar="auto|inputs|all|off",
+                                    help="order-sensitive digests, which alone prove equal values equal: auto = inputs "
+                                         "of CPU tensors (xxh3, about the cost of the XOR digest); inputs = inputs on "
+                                         "every device; all = inputs and outputs; off = none"),
     ) -> None:
         command = list(ctx.args)
         if command and command[0] == "--":
@@ -83,18 +206,18 @@ def register(app: typer.Typer) -> None:
         if not command:
             typer.echo("forensics trace: no command; usage: forensics trace [OPTIONS] -- CMD ...", err=True)
             raise typer.Exit(2)
-        try:
-            import torch  # noqa: F401, PLC0415
-        except ImportError:
+        import importlib.util  # noqa: PLC0415
+
+        if importlib.util.find_spec("torch") is None:  # found, not imported: no threads before the fork
             typer.echo("forensics trace: torch is not importable here; the tracer needs it in the traced program",
                        err=True)
-            raise typer.Exit(EXIT_UNAVAILABLE) from None
+            raise typer.Exit(EXIT_UNAVAILABLE)
         try:
-            code, out_dir = trace_command(command, out, steps, ranks, max_records, not no_chunks)
+            code, out_dir = trace_command(command, out, steps, ranks, max_records, not no_chunks, ordered)
         except UsageError as e:
             typer.echo(f"forensics trace: {e}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
-        lines = summarise(out_dir)
+        lines = summarise(out_dir) if out_dir.is_dir() else []
         typer.echo(f"forensics trace: {out_dir} ({len(lines)} rank file(s)); command exited {code}")
         for line in lines:
             typer.echo(line)
