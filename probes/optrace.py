@@ -157,35 +157,48 @@ def ordered_device(t: torch.Tensor) -> torch.Tensor:
     return z.sum()
 
 
-class _Pending:
-    """Digest tensors (on device) waiting for the next flush; entries refer to them by index."""
+class _Digest:
+    """A digest still on its device (an int64 tensor of 1 or N values), resolved at the flush that
+    writes its record. Entries hold these, not indexes, so a record whose digests were taken
+    before other records were flushed (a collective's or an optimizer step's inputs) is resolved
+    with its own values."""
 
-    def __init__(self) -> None:
-        self.tensors: list[torch.Tensor] = []
-        self.size = 0
+    __slots__ = ("tensor", "many")
 
-    def add(self, t: torch.Tensor) -> tuple[int, int]:
-        flat = t.reshape(-1)
-        if flat.dtype != torch.int64:
-            flat = flat.view(torch.int64)
-        start = self.size
-        self.tensors.append(flat)
-        self.size += flat.numel()
-        return start, flat.numel()
+    def __init__(self, tensor: torch.Tensor, many: bool = False) -> None:
+        flat = tensor.reshape(-1)
+        self.tensor = flat if flat.dtype == torch.int64 else flat.view(torch.int64)
+        self.many = many
 
-    def resolve(self) -> list[str]:
-        """One host transfer for everything pending: hex strings by index."""
-        if not self.tensors:
-            return []
-        by_device: dict[Any, list[torch.Tensor]] = {}
-        for t in self.tensors:
-            by_device.setdefault(t.device, []).append(t)
-        if len(by_device) == 1:
-            values = torch.cat(self.tensors).tolist()
-        else:  # mixed devices: one transfer per device, then restore the order
-            values = torch.cat([t.cpu() for t in self.tensors]).tolist()
-        self.tensors, self.size = [], 0
-        return [format(v & _MASK, "016x") for v in values]
+
+def _resolve(records: list[dict[str, Any]]) -> None:
+    """Replace every :class:`_Digest` in ``records`` by hex text: one host transfer per device."""
+    slots: list[tuple[dict, str, _Digest]] = []
+    for rec in records:
+        for side in ("in", "out"):
+            for e in rec[side]:
+                if e is None:
+                    continue
+                for key in ("h", "o", "c"):
+                    v = e.get(key)
+                    if v.__class__ is _Digest:
+                        slots.append((e, key, v))
+    if not slots:
+        return
+    by_device: dict[Any, list[int]] = {}
+    for i, (_, _, d) in enumerate(slots):
+        by_device.setdefault(d.tensor.device, []).append(i)
+    values: list[list[int] | None] = [None] * len(slots)
+    for idx in by_device.values():
+        flat = torch.cat([slots[i][2].tensor for i in idx]).tolist()  # one device-to-host transfer
+        pos = 0
+        for i in idx:
+            n = slots[i][2].tensor.numel()
+            values[i] = flat[pos:pos + n]
+            pos += n
+    for (e, key, d), vals in zip(slots, values):
+        hexes = [format(v & _MASK, "016x") for v in vals or []]
+        e[key] = hexes if d.many else hexes[0]
 
 
 class OpTracer(TorchDispatchMode):
@@ -202,7 +215,6 @@ class OpTracer(TorchDispatchMode):
         self.dropped = 0
         self.counts: dict[str, int] = {}
         self.records: list[dict[str, Any]] = []  # pending records (digests unresolved)
-        self.pending = _Pending()
         self.phase_stack: list[str] = []
         self.closed = False
         self.entered = False
@@ -302,16 +314,16 @@ class OpTracer(TorchDispatchMode):
                     h = torch.hash_tensor(x)
                 except (RuntimeError, NotImplementedError):
                     h = torch.hash_tensor(_bits(x))
-                entry["h"] = self.pending.add(h)[0]
+                entry["h"] = _Digest(h)
                 if chunks and self.chunk_digests:
-                    entry["c"] = self.pending.add(self._chunks(x))
+                    entry["c"] = _Digest(self._chunks(x), many=True)
             if ordered:
                 if t.device.type == "cpu":
                     o = ordered_cpu(t)
                     if o is not None:
                         entry["o"] = o
                 else:
-                    entry["o"] = self.pending.add(ordered_device(t))[0]
+                    entry["o"] = _Digest(ordered_device(t))
         except Exception:  # noqa: BLE001 - never let a digest break the user's op
             entry.pop("h", None)
             entry.pop("c", None)
@@ -507,23 +519,8 @@ class OpTracer(TorchDispatchMode):
             self.in_write = True
             try:
                 with _disable_current_modes():
-                    hexes = self.pending.resolve()
-                lines = []
-                for rec in self.records:
-                    for side in ("in", "out"):
-                        for e in rec[side]:
-                            if e is None:
-                                continue
-                            h = e.get("h")
-                            if isinstance(h, int):
-                                e["h"] = hexes[h]
-                            o = e.get("o")
-                            if isinstance(o, int):
-                                e["o"] = hexes[o]
-                            c = e.get("c")
-                            if isinstance(c, tuple):
-                                e["c"] = hexes[c[0]:c[0] + c[1]]
-                    lines.append(json.dumps(rec, separators=(",", ":"), default=str))
+                    _resolve(self.records)
+                lines = [json.dumps(rec, separators=(",", ":"), default=str) for rec in self.records]
                 n = len(self.records)
                 self.records = []
                 self._ensure_open()
@@ -541,7 +538,7 @@ class OpTracer(TorchDispatchMode):
         if self.failed is not None:
             return
         self.failed = f"{type(error).__name__}: {error}"
-        self.records, self.pending = [], _Pending()
+        self.records = []
         where = self.path or (self.out_dir / "trace.jsonl")
         try:
             sys.stderr.write(f"forensics optrace: rank {self.rank}: writing {where} failed ({self.failed}); "

@@ -19,10 +19,10 @@ from probes.window import StepWindow, install_optimizer_hook, parse_steps  # noq
 
 
 def trace(tmp_path: Path, fn, steps: str = "all", max_records: int = 100_000, chunks: bool = True,
-          optimizer_hook: bool = False) -> list[dict]:
+          optimizer_hook: bool = False, ordered: str = "auto") -> list[dict]:
     """Run ``fn`` under the tracer; return the file's lines as dicts (header first)."""
     cfg = ProbeConfig(out_dir=str(tmp_path), probes=["optrace"], steps=steps, max_records=max_records,
-                      chunk_digests=chunks)
+                      chunk_digests=chunks, extra={"ordered_digests": ordered})
     window = StepWindow(parse_steps(steps))
     inst = optrace.install(cfg, window, tmp_path / "rank0", 0)
     unhook = install_optimizer_hook(window) if optimizer_hook else None
@@ -228,3 +228,215 @@ def test_view_digest_reuse_matches_a_real_hash(tmp_path):
     assert by_op["aten.t.default"]["out"][0]["h"] == hexdigest(x.t()) == hexdigest(x)
     assert by_op["aten.view.default"]["out"][0]["s"] == [15]
     assert by_op["aten.slice.Tensor"]["out"][0]["h"] == hexdigest(x[1:])
+
+
+# --------------------------------------------------------------------------- order-sensitive digests
+
+@pytest.mark.parametrize("mode,ins,outs", [("auto", True, False), ("inputs", True, False), ("all", True, True),
+                                           ("off", False, False)])
+def test_ordered_digest_modes(tmp_path, mode, ins, outs):
+    x = torch.randn(6, 5)
+    lines = trace(tmp_path, lambda: torch.cumsum(x, 0), ordered=mode)
+    rec = lines[1]
+    assert ("o" in rec["in"][0]) == ins and ("o" in rec["out"][0]) == outs
+    if ins:
+        assert rec["in"][0]["o"] == ordered(x)
+    assert lines[0]["ordered"]["mode"] == mode
+
+
+def test_ordered_cpu_digest_sees_what_the_xor_cannot():
+    v = torch.arange(64, dtype=torch.float32)
+    swapped = v.clone()
+    swapped[[3, 40]] = swapped[[40, 3]]
+    assert hexdigest(v) == hexdigest(swapped)  # XOR: permutation-blind
+    assert optrace.ordered_cpu(v) != optrace.ordered_cpu(swapped)
+    signs = v.clone()
+    signs[[5, 9]] = -signs[[5, 9]]  # two sign flips cancel in an XOR of the bits
+    assert hexdigest(v) == hexdigest(signs) and optrace.ordered_cpu(v) != optrace.ordered_cpu(signs)
+    # row-major order, whatever the strides: a transposed copy has the same digest as its view
+    m = torch.randn(7, 3)
+    assert optrace.ordered_cpu(m.t()) == optrace.ordered_cpu(m.t().contiguous()) != optrace.ordered_cpu(m)
+    for dtype in (torch.bfloat16, torch.float16, torch.int8, torch.bool, torch.complex64, torch.float64):
+        assert optrace.ordered_cpu(torch.ones(3, dtype=dtype)) is not None
+    assert optrace.ordered_cpu(torch.tensor(2.0)) == optrace.ordered_cpu(torch.tensor([2.0]))
+
+
+def test_ordered_device_digest_properties():
+    """The on-device digest (used for GPU tensors; the same code runs on CPU tensors here)."""
+    v = torch.randn(1000)
+    d = optrace.ordered_device
+    assert torch.equal(d(v), d(v.clone()))
+    swapped = v.clone()
+    swapped[[0, 999]] = swapped[[999, 0]]
+    signs = v.clone()
+    signs[[1, 2]] = -signs[[1, 2]]
+    assert not torch.equal(d(v), d(swapped)) and not torch.equal(d(v), d(signs))
+    assert d(v).dtype == torch.int64 and d(v).dim() == 0
+    assert torch.equal(d(torch.ones(4, 2).t()), d(torch.ones(4, 2).t().contiguous()))
+    assert d(torch.ones(3, dtype=torch.bfloat16)).dtype == torch.int64
+
+
+# --------------------------------------------------------------------------- batches, faults, stops
+
+def _installed(tmp_path: Path, **extra):
+    cfg = ProbeConfig(out_dir=str(tmp_path), probes=["optrace"], steps="all", max_records=10**6, extra=extra)
+    window = StepWindow(parse_steps("all"))
+    inst = optrace.install(cfg, window, tmp_path / "rank0", 0)
+    window.start()
+    return window, inst
+
+
+def test_records_reach_the_file_in_bounded_batches(tmp_path, monkeypatch):
+    """Before the process ends: every FLUSH_EVERY records, and after FLUSH_SECONDS."""
+    x = torch.ones(4)
+    monkeypatch.setattr(optrace, "FLUSH_SECONDS", 3600.0)
+    window, inst = _installed(tmp_path)
+    f = tmp_path / "rank0" / "trace.jsonl"
+    try:
+        for _ in range(optrace.FLUSH_EVERY + 10):
+            x.add_(1)
+        assert len(f.read_text().splitlines()) == 1 + optrace.FLUSH_EVERY  # header + one batch, on disk now
+        monkeypatch.setattr(optrace, "FLUSH_SECONDS", 0.0)
+        x.add_(1)
+        assert len(f.read_text().splitlines()) == 1 + optrace.FLUSH_EVERY + 11
+    finally:
+        window.close()
+        inst.close()
+    assert json.loads(f.read_text().splitlines()[-1])["records"] == optrace.FLUSH_EVERY + 11
+
+
+class _FullDisk:
+    def __init__(self, real):
+        self.real = real
+
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.real.close()
+
+
+def test_write_failure_stops_recording_once_and_never_breaks_the_program(tmp_path, capsys):
+    x = torch.ones(4)
+    window, inst = _installed(tmp_path)
+    tracer = inst.tracer
+    try:
+        x.add_(1)
+        tracer.flush()
+        tracer.file = _FullDisk(tracer.file)
+        for _ in range(optrace.FLUSH_EVERY * 2 + 5):  # several batches fail: one message
+            x.add_(1)
+        tracer.flush()
+        assert torch.equal(x, torch.full((4,), float(optrace.FLUSH_EVERY * 2 + 7)))  # the program went on
+    finally:
+        window.close()
+        inst.close()
+    err = capsys.readouterr().err.splitlines()
+    assert len([e for e in err if "forensics optrace" in e]) == 1
+    assert "No space left on device" in err[0] and "tracing stopped after 1 records" in err[0]
+    lines = (tmp_path / "rank0" / "trace.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["seq"] == 0  # header + the batch written; no footer
+
+
+def test_footer_says_a_signal_stopped_the_run(tmp_path, monkeypatch):
+    from probes import activate
+
+    x = torch.ones(2)
+    window, inst = _installed(tmp_path)
+    x + 1
+    monkeypatch.setitem(activate._state, "interrupted", 15)
+    window.close()
+    inst.close()
+    footer = json.loads((tmp_path / "rank0" / "trace.jsonl").read_text().splitlines()[-1])
+    assert footer["stopped"] == "signal 15 (SIGTERM)" and footer["records"] == 1
+
+
+def test_close_in_the_middle_of_a_write_writes_the_footer_only(tmp_path):
+    """A signal handler that closes the tracer while a batch is being written (same thread)."""
+    x = torch.ones(2)
+    window, inst = _installed(tmp_path)
+    tracer = inst.tracer
+    x + 1
+    tracer.flush()
+    x + 2  # pending, not written
+    tracer.in_write = True  # as if the handler ran inside flush()
+    tracer.close()
+    lines = [json.loads(x) for x in (tmp_path / "rank0" / "trace.jsonl").read_text().splitlines()]
+    assert [x.get("type") for x in lines] == ["header", None, "footer"]
+    assert lines[-1]["records"] == 1 and lines[-1]["unwritten"] == 1
+    window.close()
+    inst.close()
+
+
+def test_uncaught_exception_is_in_the_footer(tmp_path):
+    script = ("import torch, sys\n"
+              "from pathlib import Path\n"
+              "from probes import optrace\n"
+              "from probes.config import ProbeConfig\n"
+              "from probes.window import StepWindow, parse_steps\n"
+              f"out = Path({str(tmp_path)!r})\n"
+              "w = StepWindow(parse_steps('all'))\n"
+              "inst = optrace.install(ProbeConfig(out_dir=str(out), probes=['optrace'], steps='all'), w, out / 'rank0', 0)\n"
+              "import atexit; atexit.register(inst.close)\n"
+              "w.start(); torch.ones(2) + 1\n"
+              "raise ValueError('boom')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 1 and "ValueError: boom" in proc.stderr
+    footer = json.loads((tmp_path / "rank0" / "trace.jsonl").read_text().splitlines()[-1])
+    assert footer["stopped"] == "uncaught ValueError"
+
+
+# --------------------------------------------------------------------------- backward node, program
+
+def test_backward_records_name_their_node_and_forward_op(tmp_path):
+    lin = torch.nn.Linear(4, 3)
+    x = torch.randn(5, 4)
+    recs = trace(tmp_path, lambda: lin(x).relu().sum().backward())[1:-1]
+    by_id = {r["id"]: r for r in recs}
+    mm = next(r for r in recs if r["op"] == "aten.mm.default" and r["phase"] == "backward")
+    assert mm["meta"]["node"] == "AddmmBackward0" and by_id[mm["meta"]["fwd"]]["op"] == "aten.addmm.default"
+    thr = next(r for r in recs if r["op"] == "aten.threshold_backward.default")
+    assert thr["meta"]["node"] == "ReluBackward0" and by_id[thr["meta"]["fwd"]]["op"] == "aten.relu.default"
+    assert all("node" not in r.get("meta", {}) for r in recs if r["phase"] == "forward")
+
+
+def test_packages_that_issue_ops_are_recorded_with_versions(tmp_path, monkeypatch):
+    site = tmp_path / "lib" / "site-packages"
+    pkg = site / "fakeops"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import torch\ndef run(x):\n    return torch.exp(x)\n")
+    dist = site / "fakeops-1.2.3.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeops\nVersion: 1.2.3\n")
+    (dist / "top_level.txt").write_text("fakeops\n")
+    monkeypatch.syspath_prepend(str(site))
+    import importlib
+
+    fakeops = importlib.import_module("fakeops")
+    lines = trace(tmp_path / "t", lambda: fakeops.run(torch.ones(3)))
+    assert lines[0]["packages"] == {"fakeops": "1.2.3"} and lines[-1]["packages"] == {"fakeops": "1.2.3"}
+    assert "sha256" in lines[0]["program"]
+
+
+def test_digests_taken_before_a_flush_resolve_to_their_own_values(tmp_path, monkeypatch):
+    """An optimizer step's inputs are digested before its own ops run; when those ops trigger a
+    flush (here: every record), the step's record must still carry the values from before."""
+    monkeypatch.setattr(optrace, "FLUSH_SECONDS", 0.0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    before = {}
+
+    def fn():
+        opt.zero_grad()
+        model(torch.ones(3, 4)).sum().backward()
+        before["w"] = hexdigest(model.weight.detach().clone())
+        opt.step()
+
+    lines = trace(tmp_path, fn)
+    rec = next(x for x in lines[1:-1] if x.get("op") == "optimizer.step")
+    assert rec["in"][0]["h"] == before["w"] != rec["out"][0]["h"]
+    assert rec["out"][0]["h"] == hexdigest(model.weight.detach())

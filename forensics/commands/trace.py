@@ -66,7 +66,8 @@ def exit_code(returncode: int) -> int:
 
 def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
     """Run ``command``; signals sent to this process (SIGTERM, SIGHUP, SIGINT, ...) are passed on
-    to it, and this process waits for it to stop. Returns its exit status (128+N for signal N)."""
+    to it, and this process waits for it to stop. Returns its exit status (128+N when signal N
+    ended it), or 128+N when this process was sent signal N (it passed it on and waited)."""
     import signal  # noqa: PLC0415
 
     preexec = _die_with_parent if sys.platform.startswith("linux") else None
@@ -102,6 +103,8 @@ def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
                 signal.signal(sig, handler)
             except (ValueError, OSError):
                 pass
+    if received:  # asked to stop: say so the way a shell would, whatever the command made of it
+        return 128 + int(received[0])
     return exit_code(returncode)
 
 

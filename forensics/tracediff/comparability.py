@@ -71,6 +71,8 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
         if _ignored(key):
             continue
         va, vb = fa.get(key), fb.get(key)
+        if key.startswith("seeds") and (key not in fa or key not in fb):
+            continue  # seeds are known from a footer only: a killed run did not record them
         if va != vb:
             program = key in PROGRAM_FIELDS or key.startswith(PROGRAM_PREFIXES)
             if program and key in fa and key in fb:

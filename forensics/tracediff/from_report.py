@@ -170,6 +170,11 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
             firsts[int(key)] = d
     if not firsts:
         return _refuse("no rank diverged in this report: nothing to hand to the kernel rerun", verdict="NONE")
+    if rep.get("comparable") is False:
+        fields = [d.get("field") for d in rep.get("comparability") or []
+                  if isinstance(d, dict) and d.get("severity") == "not_comparable"]
+        return _refuse(f"the two runs were NOT COMPARABLE (they ran different programs: {', '.join(map(str, fields))} "
+                       "differ); trace two runs of one program", verdict="NOT_COMPARABLE")
     site_rank = rep.get("site_rank")
     origin = firsts.get(site_rank) if isinstance(site_rank, int) else None
     if origin is None or origin.get("verdict") != "ORIGIN":
@@ -178,7 +183,9 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
             r, d = min(firsts.items())
             what = {"RECEIVER": "a RECEIVER (its inputs already differed: the difference came from upstream or "
                                 "another rank; widen the window or the ranks)",
-                    "CONTROL_FLOW": "a CONTROL-FLOW divergence (the runs executed different ops; no site to rerun)"}
+                    "CONTROL_FLOW": "a CONTROL-FLOW divergence (the runs executed different ops; no site to rerun)",
+                    "INPUTS_UNKNOWN": "INPUTS_UNKNOWN (its inputs were not recorded, so the input test cannot tell an "
+                                      "origin from a receiver; record them first)"}
             return _refuse(f"first divergence on rank {r} ({d.get('identity')}) is "
                            f"{what.get(d['verdict'], repr(d['verdict']))}; refusing to hand an unproven site to "
                            f"`forensics kernel` (pattern {rep.get('pattern')})", rank=r, verdict=d["verdict"])
@@ -187,21 +194,22 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
     site = origin.get("site") or rep.get("site")
     identity = origin.get("identity")
     if origin.get("evidence") != "proven" or origin.get("inputs_matched") is not True:
+        why = origin.get("input_evidence") or "sampled/summary/metadata digests, or not observed"
         return _refuse(f"ORIGIN {identity} on rank {site_rank} rests on unproven evidence (inputs equal only by "
-                       "sampled/summary/metadata digests, or not observed): rerun the trace with full digests "
-                       "around it", rank=site_rank, verdict="ORIGIN", site=site)
+                       f"{why}): rerun the trace with order-sensitive full digests around it (`forensics trace "
+                       "--ordered-digests inputs`)", rank=site_rank, verdict="ORIGIN", site=site)
     hop = [w for w in origin.get("warnings") or [] if str(w).startswith("one hop later")]
     if hop:
         return _refuse(f"ORIGIN {identity} on rank {site_rank}: {hop[0]}", rank=site_rank, verdict="ORIGIN", site=site)
-    mapped = site_for_name(str(origin.get("name", "")), None)
-    if not site or (not str(site).startswith("gemm:") and mapped is None):
+    if not site:
         return _refuse(f"ORIGIN {identity} on rank {site_rank} (format {fmt}) maps to no site: a record name is a "
-                       "site only for GEMM meta or an ATen op (docs/formats/megatron.md)", rank=site_rank,
-                       verdict="ORIGIN")
+                       "site only for GEMM meta or a dispatcher op of a known namespace (docs/formats/megatron.md)",
+                       rank=site_rank, verdict="ORIGIN")
     try:
-        parse_site(site)
+        parse_site(str(site))  # the grammar `forensics kernel --site` accepts, and `diff` names by
     except BadSite as e:
-        raise BadInput(path, f"report site {site!r} does not parse: {e}") from None
+        return _refuse(f"ORIGIN {identity} on rank {site_rank}: the report's site {site!r} is not a site "
+                       f"`forensics kernel --site` accepts ({e})", rank=site_rank, verdict="ORIGIN")
     occurrence = origin.get("occurrence") if isinstance(origin.get("occurrence"), int) else None
     steps = _steps_arg((ranks.get(str(site_rank)) or {}).get("steps"))
     cmd = command or _traced_command(rep.get("next_command"))

@@ -84,6 +84,9 @@ class RankWalker:
         self.site_counts: Counter = Counter()
         self._steps_seen: set = set()
         self.last_b_seq = -1  # the latest (in B's order) B record matched so far
+        #: the last pairs walked (bounded): a B-only record found late may precede some of them in
+        #: B's order; they are walked again, aligned by order, after the control-flow divergence
+        self.history: deque[tuple[TraceRecord, TraceRecord]] = deque(maxlen=self.window)
         if self.end_a.partial:
             self.result.partial_a = self.end_a.reason
         if self.end_b.partial:
@@ -181,7 +184,11 @@ class RankWalker:
             i < len(a.inputs) and i < len(b.inputs) and (_tkey(a.inputs[i]), _tkey(b.inputs[i])) in self.tainted
             for i in inputs.differing)
         if not outputs_differ:  # inputs differ, outputs match or were not recorded
-            return None if tainted else judge(self.rank, a, b, inputs, outputs)
+            if tainted:
+                return None
+            if out_same:  # say what the match rests on (a screen, or proof)
+                outputs = compare_tensors(a.outputs, b.outputs, self.use_ordered)
+            return judge(self.rank, a, b, inputs, outputs)
         reason = artifact_reason(a)
         if reason is None and tainted:
             reason = "consumes only artifact-derived inputs (passed through)"
@@ -229,6 +236,8 @@ class RankWalker:
             res.records_compared += 1
             self._count_site(a)
             d = self._compare(a, b)
+            if d is None:
+                self.history.append((a, b))
             if d is not None:
                 self.bbuf[b.identity] = b  # put back: B's order may hold an earlier B-only record
                 earlier = self._b_only_before(b.seq)
@@ -236,6 +245,13 @@ class RankWalker:
                     res.records_compared -= 1
                     self.a_ahead.appendleft(a)
                     return self._control_flow_from(earlier, "B")
+                if self.history:
+                    ha, hb = self.history[-1]
+                    if hb.seq - ha.seq != b.seq - a.seq:
+                        d.warnings.append(f"the records before this one do not line up one to one: B's seq minus A's "
+                                          f"was {hb.seq - ha.seq} at {ha.identity}, is {b.seq - a.seq} here; an op may "
+                                          "have run in one run only, so the two records compared may be different "
+                                          "calls of one op (control flow): compare what each run executed around here")
                 res.first_divergence = d
                 return res
             if len(self.border) > 2 * self.window:
@@ -292,10 +308,21 @@ class RankWalker:
         res = self.result
         if res.first_divergence is None:
             res.first_divergence = control_flow(self.rank, rec, side)
-        self._trim_border()
-        a_rest = _chain(list(self.a_ahead), self.a)
+        unwound: list[TraceRecord] = []
+        b_from: list[TraceRecord]
+        if side == "B":
+            # pairs already walked whose B record comes after the B-only one: walk them again, by order
+            keep = [(x, y) for x, y in self.history if y.seq < rec.seq]
+            unwound = [x for x, y in self.history if y.seq > rec.seq]
+            self.history = deque(keep, maxlen=self.window)
+            res.records_compared -= len(unwound)
+            b_from = [r for r in self.border if r.seq >= rec.seq]
+        else:
+            self._trim_border()
+            b_from = self._unmatched_b()
+        a_rest = _chain(unwound + list(self.a_ahead), self.a)
         self.a_ahead.clear()
-        b_rest = _chain(self._unmatched_b(), self.b)
+        b_rest = _chain(b_from, self.b)
         self.bbuf.clear()
         self.border.clear()
         self._sequence_walk(a_rest, b_rest)

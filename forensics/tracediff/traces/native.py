@@ -146,15 +146,45 @@ def _bad_tensor(path: Path, line: int, what: str) -> BadInput:
     return BadInput(path, f"tensor entry: {what}", line)
 
 
-def _tensor(obj: Any, path: Path, line: int) -> TensorDigest | None:
-    if obj is None:
-        return None
+def _entry_ok(obj: Any, _int: type = int, _str: type = str, _list: type = list, _prod: Any = math.prod) -> bool:
+    """Fast check of one tensor entry's types (the differ runs it on every entry it compares)."""
+    if obj.__class__ is not dict:
+        return False
+    get = obj.get
+    shape = get("s")
+    if shape is not None:
+        if shape.__class__ is not _list:
+            return False
+        for d in shape:
+            if d.__class__ is not _int or d < 0:
+                return False
+    numel = get("n")
+    if numel is not None and (numel.__class__ is not _int or numel < 0 or (shape is not None and _prod(shape) != numel)):
+        return False
+    for key in ("h", "o", "t"):
+        v = get(key)
+        if v is not None and v.__class__ is not _str:
+            return False
+    chunks = get("c")
+    if chunks is not None:
+        if chunks.__class__ is not _list:
+            return False
+        for c in chunks:
+            if c.__class__ is not _str:
+                return False
+    ev = get("ev")
+    return ev is None or ev in EVIDENCE_LEVELS
+
+
+def _check_entry(obj: Any, path: Path, line: int) -> None:
+    """Types and consistency of one tensor entry (BadInput naming file and line)."""
+    if _entry_ok(obj):
+        return
     if obj.__class__ is not dict:
         raise BadInput(path, f"tensor entry is {type(obj).__name__}, expected an object or null", line)
     shape = obj.get("s")
     chunks = obj.get("c")
     numel, digest, dtype, ordered = obj.get("n"), obj.get("h"), obj.get("t"), obj.get("o")
-    evidence = obj.get("ev", "full")
     if shape is not None:
         if shape.__class__ is not list or any(d.__class__ is not int or d < 0 for d in shape):
             raise _bad_tensor(path, line, f"shape 's' must be a list of non-negative integers, got {shape!r}")
@@ -171,12 +201,18 @@ def _tensor(obj: Any, path: Path, line: int) -> TensorDigest | None:
         raise _bad_tensor(path, line, f"order-sensitive digest 'o' must be a string, got {ordered!r}")
     if chunks is not None and (chunks.__class__ is not list or any(c.__class__ is not str for c in chunks)):
         raise _bad_tensor(path, line, f"chunk digests 'c' must be a list of strings, got {chunks!r}")
-    if evidence not in EVIDENCE_LEVELS:
-        raise _bad_tensor(path, line, f"evidence 'ev' must be one of {', '.join(EVIDENCE_LEVELS)}, got {evidence!r}")
+    raise _bad_tensor(path, line, f"evidence 'ev' must be one of {', '.join(EVIDENCE_LEVELS)}, got {obj.get('ev')!r}")
+
+
+def _tensor(obj: Any, path: Path, line: int) -> TensorDigest | None:
+    if obj is None:
+        return None
+    _check_entry(obj, path, line)
+    shape, chunks = obj.get("s"), obj.get("c")
     t = _new(TensorDigest)  # frozen dataclass without its per-field __setattr__ cost (hot path)
-    t.__dict__.update(shape=tuple(shape) if shape is not None else None, dtype=dtype, numel=numel,
-                      digest=digest, chunks=tuple(chunks) if chunks is not None else None,
-                      evidence=evidence, ordered=ordered)
+    t.__dict__.update(shape=tuple(shape) if shape is not None else None, dtype=obj.get("t"), numel=obj.get("n"),
+                      digest=obj.get("h"), chunks=tuple(chunks) if chunks is not None else None,
+                      evidence=obj.get("ev", "full"), ordered=obj.get("o"))
     return t
 
 
@@ -227,21 +263,28 @@ class LazyTensors(list):
 
     def same_full_digests(self, other: object) -> bool:
         """Fast path for the differ: True when both lists are still unparsed, recorded identically,
-        every entry is a valid full-evidence digest. False means "compare the parsed digests" (not
-        "different"). Equal entries are equal as far as their digests go; whether that proves
-        equality (an order-sensitive digest) or is a screen is decided where it matters."""
+        and every entry is a valid full-evidence digest. False means "compare the parsed digests"
+        (not "different"). Equal entries are equal as far as their digests go; whether that proves
+        equality (an order-sensitive digest) or is a screen is decided where it matters. Entries
+        are checked here too (Python's ``4 == 4.0`` must not let a wrong type pass as equal)."""
         if not isinstance(other, LazyTensors) or self._raw is None or other._raw is None:
             return False
         raw = self._raw
         if raw != other._raw:
             return False
+        ok = _entry_ok
+        weak = False
         for t in raw:
             if t is None:
                 continue
-            if t.__class__ is not dict or "ev" in t or t.get("h").__class__ is not str or t.get("n", 0).__class__ is not int:
-                self._load()  # validates: BadInput on a wrong type
-                return False
-        return True
+            if not ok(t):
+                _check_entry(t, *self._where)
+            if "ev" in t or "h" not in t:
+                weak = True
+        for t in other._raw:  # equal by ==, yet 4.0 == 4: the other side's types are checked too
+            if t is not None and not ok(t):
+                _check_entry(t, *other._where)
+        return not weak
 
 
 def _check_record(obj: dict, path: Path, line: int) -> None:
