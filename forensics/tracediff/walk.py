@@ -34,6 +34,7 @@ from forensics.tracediff.align import edit_script
 from forensics.tracediff.compare import DIFFER, EQUAL, UNOBSERVED, UNPROVEN, ListTest, compare_tensors, lists_equal
 from forensics.tracediff.traces import StreamEnd, TraceRecord, stream_end
 from forensics.tracediff.verdicts import (
+    UNINITIALISED_OPS,
     Divergence,
     RankResult,
     after_control_flow,
@@ -53,6 +54,20 @@ MAX_LISTED = 20  # artifacts, control-flow regions and later differences listed 
 
 
 _SAME = ListTest(EQUAL, "digest")
+
+
+class _BoundedSet(dict):
+    """A set that forgets its oldest members past ``limit`` (the differ's memory stays bounded)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def add(self, key: Any) -> None:
+        self[key] = None
+        if len(self) > self.limit:
+            for old in list(self)[: self.limit // 2]:
+                del self[old]
 
 
 def _tkey(t: Any) -> tuple | None:
@@ -80,8 +95,9 @@ class RankWalker:
         self.bbuf: dict[str, TraceRecord] = {}  # unmatched B records read so far, by identity
         self.border: deque[TraceRecord] = deque()  # B records read so far, in B's order
         self.b_done = False
-        self.tainted: set = set()  # (A key, B key) of tensors derived from artifacts
+        self.tainted = _BoundedSet(4 * self.window)  # (A key, B key) of tensors derived from artifacts
         self.site_counts: Counter = Counter()
+        self._uninit: dict[str, bool] = {}  # op name -> its outputs are uninitialised memory
         self._steps_seen: set = set()
         self.last_b_seq = -1  # the latest (in B's order) B record matched so far
         #: the last pairs walked (bounded): a B-only record found late may precede some of them in
@@ -166,6 +182,12 @@ class RankWalker:
     # ------------------------------------------------------------------ comparing one pair
     def _compare(self, a: TraceRecord, b: TraceRecord) -> Divergence | None:
         """None when the pair matches (or differs only as a known probe artifact)."""
+        uninit = self._uninit.get(a.name)
+        if uninit is None:
+            uninit = self._uninit[a.name] = bool(UNINITIALISED_OPS.search(a.name))
+        if uninit:  # garbage bits even when their digests happen to match (recycled memory, reordered)
+            for x, y in zip(a.outputs, b.outputs):
+                self.tainted.add((_tkey(x), _tkey(y)))
         out_same = lists_equal(a.outputs, b.outputs)
         in_same = lists_equal(a.inputs, b.inputs)
         if out_same and in_same:
