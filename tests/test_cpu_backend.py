@@ -272,3 +272,34 @@ def test_probe_never_breaks_the_program_when_the_profiler_is_taken(tmp_path):
     reasons = [r for r in probe if r.get("event") == "unavailable"]
     assert [r["instrument"] for r in reasons] == ["torch_profiler"]
     assert os.path.exists(res.capture_dir / "a1" / "rank0" / "sites.jsonl")
+
+
+# --------------------------------------------------------------------------- bundle
+def test_bundle_of_a_cpu_capture_carries_the_library_lines_and_an_honest_repro(tmp_path):
+    import subprocess
+    import tarfile
+
+    from forensics.evidence.bundle import write_bundle
+
+    write_bundle(FIX / "conv1d-threads", tmp_path / "conv.tar.gz", site=CONV)
+    with tarfile.open(tmp_path / "conv.tar.gz") as tar:
+        names = tar.getnames()
+        top = names[0].split("/")[0]
+        report = tar.extractfile(f"{top}/report.md").read().decode()
+        repro = tar.extractfile(f"{top}/repro.py").read().decode()
+        mkl = [n for n in names if "/raw/a1/rank0/mkl." in n]
+        onednn = [n for n in names if "/raw/t1-omp_num_threads/rank0/onednn." in n]
+        assert len(mkl) == 1 and len(onednn) == 1
+        assert tar.extractfile(mkl[0]).read().decode().count("SGEMM(") == 8  # the site's 2 x 4 calls only
+        assert tar.extractfile(onednn[0]).read().decode().count(",convolution,jit_1x1:") == 2
+    assert "From the library logs (oneDNN verbose, oneMKL verbose)" in report
+    assert "| torch_profiler | onednn | mkl |" in report and "cuBLASLt log (`[Trace]`" not in report
+    assert "nothing to run" in repro and "sys.exit(2)" in repro  # a convolution is not the SGEMMs under it
+    write_bundle(FIX / "mm-cbwr", tmp_path / "mm.tar.gz", site=MM)
+    with tarfile.open(tmp_path / "mm.tar.gz") as tar:
+        top = tar.getnames()[0].split("/")[0]
+        tar.extractall(tmp_path / "mm", filter="data")
+    r = subprocess.run([sys.executable, str(tmp_path / "mm" / top / "repro.py"), "--device", "cpu"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "m=64 n=16 k=32 trans=TN float32 x float32 -> float32" in r.stdout and "from oneMKL verbose log" in r.stdout

@@ -8,7 +8,7 @@ import typer
 
 from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
-SHIPPED_EXAMPLE = "examples/corpus-ex-gpu"
+SHIPPED_CAPTURE = "tests/fixtures/cpu/conv1d-threads"  # a real capture of the CPU backend, in the repository
 
 
 def _split(values: Optional[List[str]]) -> list[str]:
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
         if not cmd:
             if dev == "cuda" and not tools.cuda and not dry_run:
                 typer.echo(f"forensics kernel: the bundled example on --device cuda needs a CUDA GPU ({tools.cuda_reason}); "
-                           f"run it on the CPU backend with --device cpu, or try `forensics analyze {SHIPPED_EXAMPLE}` "
+                           f"run it on the CPU backend with --device cpu, or try `forensics analyze {SHIPPED_CAPTURE}` "
                            "(a real capture of the CPU backend)", err=True)
                 raise typer.Exit(EXIT_UNAVAILABLE)
             cmd = lib.default_command(dev)

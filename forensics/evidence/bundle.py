@@ -57,6 +57,9 @@ PROBLEM_COLUMNS = ["m", "n", "k", "layout", "a_type", "b_type", "c_type", "d_typ
                    "beta"]
 ALGO_COLUMNS = ["algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme", "cta_swizzling",
                 "cluster_shape", "scheduling_mode"]
+#: The CPU backend's library-call descriptors (oneMKL routine/CNR/threads, oneDNN primitive) and attribution.
+CPU_COLUMNS = ["transa", "transb", "routine", "cnr", "nthr", "primitive", "implementation", "prop_kind",
+               "problem_desc", "attributed_by"]
 _HEADER = re.compile(r'"event"\s*:\s*"header"')
 
 
@@ -183,9 +186,9 @@ def _kernels_and_problems(ev: Evidence, site: str | None) -> tuple[pd.DataFrame,
             row["launches"] += 1
         for cr in ev.call_rows(r["arm"], r["rank"], r["label"]):
             problems.append({"arm": r["arm"], "rank": r["rank"], "label": r["label"],
-                             **{c: cr.get(c) for c in PROBLEM_COLUMNS + ALGO_COLUMNS}})
+                             **{c: cr.get(c) for c in PROBLEM_COLUMNS + ALGO_COLUMNS + CPU_COLUMNS}})
     kcols = ["arm", "mangled", "demangled", "family", "grid", "block", "instrument", "launches"]
-    pcols = ["arm", "rank", "label", *PROBLEM_COLUMNS, *ALGO_COLUMNS]
+    pcols = ["arm", "rank", "label", *PROBLEM_COLUMNS, *ALGO_COLUMNS, *CPU_COLUMNS]
     return pd.DataFrame(list(kernels.values()), columns=kcols), pd.DataFrame(problems, columns=pcols)
 
 
@@ -217,11 +220,14 @@ def _raw_members(ev: Evidence, bundle: Bundle) -> dict[str, str]:
         for r in an_sites[an_sites["label"].isin(labels)].to_dict("records"):
             for f in ev.capture.of("sites", arm=r.get("folder", r["arm"]), rank=r["rank"]):
                 lines_of.setdefault(f.path, set()).add(int(r["line"]))
-    for frame, text_instrument in ((ev.launches, "cupti"), (ev.calls, "cublaslt")):  # line-oriented text files only
+    from forensics import instruments  # noqa: PLC0415
+
+    call_logs = instruments.names_of_role(instruments.CALLS)  # cuBLASLt, cuBLAS, oneDNN, oneMKL: line-oriented text
+    for frame, text_instruments in ((ev.launches, ("cupti",)), (ev.calls, call_logs)):  # text files only
         if frame is None or frame.empty or "line" not in frame.columns:
             continue
         hit = frame[frame["site_label"].isin(labels) & frame["line"].notna() & frame["file"].notna()
-                    & (frame["instrument"] == text_instrument)]
+                    & frame["instrument"].isin(text_instruments)]
         for file, line in zip(hit["file"], hit["line"]):
             lines_of.setdefault(Path(file), set()).add(int(line))
     cupti_corr = _cupti_correlations(ev, labels)
@@ -347,15 +353,30 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
                                      "demangled"]))
 
     out.append("## Problem and algo descriptors\n")
-    out.append("From the cuBLASLt log (`[Trace]` matmul lines attributed to the site by host order and shape):\n")
+    cpu = bool(len(b.counts)) and any(c in b.counts.columns and b.counts[c].fillna(0).astype(bool).any()
+                                      for c in ("torch_profiler",))
+    if cpu:
+        out.append("From the library logs (oneDNN verbose, oneMKL verbose), each call attributed to the site by "
+                   "its timestamp or file offset (`attributed_by`, docs/cpu-backend.md):\n")
+    else:
+        out.append("From the cuBLASLt log (`[Trace]` matmul lines attributed to the site by host order and shape):\n")
     if b.problems.empty:
-        out.append("No cuBLASLt call was attributed to this site (no log, or no call matched its shapes): "
+        out.append("No library call was attributed to this site (no log, or no call matched it): "
                    "the algo descriptor is unknown; repro.py falls back to the site digests.\n")
-    out.append(_md_table(b.problems))
+    if cpu:
+        out.append(_md_table(b.problems[["arm", "rank", "label", "m", "n", "k", "a_type", *CPU_COLUMNS]]))
+    else:
+        out.append(_md_table(b.problems[["arm", "rank", "label", *PROBLEM_COLUMNS, *ALGO_COLUMNS]]))
 
     out.append("## Launch counts per instrument\n")
-    out.append("CUPTI, Kineto and nsys are one source; ncu and the cuBLASLt log are independent of it.\n")
-    out.append(_md_table(b.counts, ["arm", "rank", "scope", "short_name", "cupti", "kineto", "nsys", "ncu", "cublaslt"]))
+    if cpu:
+        out.append("On the CPU backend the profiler counts implementation-op executions; the oneDNN and oneMKL logs "
+                   "are independent of it and of each other.\n")
+        cols = ["arm", "rank", "scope", "short_name"] + [c for c in ("torch_profiler", "onednn", "mkl") if c in b.counts]
+    else:
+        out.append("CUPTI, Kineto and nsys are one source; ncu and the cuBLASLt log are independent of it.\n")
+        cols = ["arm", "rank", "scope", "short_name", "cupti", "kineto", "nsys", "ncu", "cublaslt"]
+    out.append(_md_table(b.counts, cols))
     out.append("\nTwo-instrument rule, per scope:\n")
     out.append(_md_table(b.verdicts, ["arm", "rank", "scope", "short_name", "verdict", "reason"]))
     if b.missing:

@@ -19,9 +19,15 @@ from forensics.site import parse_site, split_label
 
 #: cuBLASLt type tokens -> torch dtype names.
 LT_TO_TORCH = {"R_32F": "float32", "R_16F": "float16", "R_16BF": "bfloat16", "R_64F": "float64",
-               "R_8F_E4M3": "float8_e4m3fn", "R_8F_E5M2": "float8_e5m2", "R_8I": "int8", "R_32I": "int32"}
+               "R_8F_E4M3": "float8_e4m3fn", "R_8F_E5M2": "float8_e5m2", "R_8I": "int8", "R_32I": "int32",
+               # the CPU libraries' type names (oneMKL precision letters, oneDNN data types)
+               "f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16", "c64": "complex64",
+               "c128": "complex128", "s8": "int8", "u8": "uint8", "s32": "int32"}
 ALGO_KEYS = ("algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme", "cta_swizzling",
              "cluster_shape", "scheduling_mode")
+#: aten ops that are one GEMM (an ``aten.<op>`` site of these has a GEMM problem descriptor).
+GEMM_ATEN_OPS = frozenset({"mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "matmul",
+                           "_scaled_mm", "_addmm_activation"})
 #: Instrument settings that never belong in a repro (they configure logging, not the computation).
 NOT_KNOBS = ("CUBLASLT_LOG_", "CUBLAS_LOGINFO_DBG", "CUBLAS_LOGDEST_DBG", "NVTX_INJECTION", "FORENSICS_",
              "CUPTI_", "LD_LIBRARY_PATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_")
@@ -76,12 +82,19 @@ def gemm_problem(label: str, site_row: dict[str, Any], call: dict[str, Any] | No
     site = parse_site(site_text)
     ins, outs = list(site_row.get("in_digests") or []), list(site_row.get("out_digests") or [])
     acc = bool(site.acc) if site.acc is not None else False
+    gemm_op = site.is_gemm or (site.is_aten and site.name.split(".")[1] in GEMM_ATEN_OPS)
+    if not gemm_op:
+        call = None  # a library GEMM under another op (the thnn convolution's SGEMMs) is not the site's problem
     if call is not None and call.get("m") is not None and _dtype(call.get("a_type")):
+        from forensics import instruments  # noqa: PLC0415
+
+        inst = instruments.get(str(call.get("instrument")))
+        source = inst.label if inst is not None and call.get("instrument") != "cublaslt" else "cuBLASLt log"
         return GemmProblem(label, int(call["m"]), int(call["n"]), int(call["k"]), str(call.get("transa") or "N"),
                            str(call.get("transb") or "N"), _dtype(call.get("a_type")),
                            _dtype(call.get("b_type")) or _dtype(call.get("a_type")),
                            _dtype(call.get("d_type")) or _dtype(call.get("c_type")) or _dtype(call.get("a_type")),
-                           acc or str(call.get("beta")) == "1", _str(call.get("compute_type")), "cuBLASLt log",
+                           acc or str(call.get("beta")) == "1", _str(call.get("compute_type")), source,
                            device, ins, outs, {k: _str(call.get(k)) for k in ALGO_KEYS if _str(call.get(k)) is not None})
     if not site.is_gemm or not outs or len(outs[0].get("shape") or []) != 2 or len(ins) < 2:
         return None
@@ -127,8 +140,9 @@ def render_repro(problem: GemmProblem | None, knobs: dict[str, str], arm: str, c
 _NO_PROBLEM = '''#!/usr/bin/env python3
 """repro.py for {label} (forensics {version}).
 
-This site is not a GEMM with a captured problem descriptor (no cuBLASLt call attributed to it and
-no GEMM layout in its name), so no standalone reproduction could be generated. See report.md.
+This site is not a GEMM with a captured problem descriptor (no library GEMM call attributed to it
+as its own problem, no GEMM layout or GEMM op in its name), so no standalone reproduction could be
+generated. See report.md.
 """
 import sys
 
