@@ -30,6 +30,9 @@ def test_dry_run_prints_every_argv_and_runs_nothing(tmp_path, capsys):
     assert "pass t1-cublas_workspace_config (arm)" in text and "env:  CUBLAS_WORKSPACE_CONFIG=:0:0" in text
     assert "--target-processes all --nvtx --profile-from-start off" in text
     assert f"env:  CUBLASLT_LOG_FILE={out.resolve()}/a1/cublaslt.%i.log" in text
+    from probes.config import BOOTSTRAP_DIR
+
+    assert f"env:  PYTHONPATH={BOOTSTRAP_DIR}:" in text and "<probes bootstrap>" not in text  # the exact value
 
 
 def test_config_file_and_flags_override(tmp_path, capsys):

@@ -360,7 +360,10 @@ def describe_plan(plan: Plan, base_env: dict[str, str] | None = None) -> str:
         env = dict(p.env)
         if p.config_path is not None:
             env["FORENSICS_CONFIG"] = str(p.config_path)
-            env["PYTHONPATH"] = "<probes bootstrap>:<repo>" + (":$PYTHONPATH" if (base_env or os.environ).get("PYTHONPATH") else "")
+            from probes.config import bootstrap_env  # noqa: PLC0415
+
+            # the exact value the pass gets: bootstrap dir, repository root, then the inherited PYTHONPATH
+            env["PYTHONPATH"] = bootstrap_env(p.config_path, dict(base_env or os.environ))["PYTHONPATH"]
         for k, v in env.items():
             lines.append(f"  env:  {k}={v}")
         if p.probe_config is not None:
