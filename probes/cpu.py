@@ -4,14 +4,15 @@ The CPU backend's counterpart of :mod:`probes.cupti` plus the cuBLASLt log. Thre
 sources, each switched on only inside the step window:
 
 ``torch_profiler``
-    ``torch.profiler.profile(activities=[CPU], record_shapes=True)`` entered at window entry;
-    at window exit its Kineto trace is written to ``rank<R>/torchprof.<pid>.json.gz``. Each site
+    ``torch.profiler.profile(activities=[CPU], record_shapes=True)`` entered at the window's
+    first site occurrence (every instrument starts there: a process that runs none, such as the
+    torchrun agent, starts nothing and writes nothing); at window exit its Kineto trace is written to ``rank<R>/torchprof.<pid>.json.gz``. Each site
     occurrence is a ``record_function`` range named ``SITE#N`` (the NVTX range's twin), so the
     implementation ops below the dispatcher (``aten::mkldnn_convolution``,
     ``aten::_slow_conv2d_forward``, ``aten::mm``) nest inside it.
 ``onednn``
-    oneDNN prints its verbose lines to stdout only (this build has no log-file option). At window
-    entry fd 1 is pointed at ``rank<R>/onednn-window.<pid>.raw`` and ``mkldnn_set_verbose(1)``
+    oneDNN prints its verbose lines to stdout only (this build has no log-file option). At the
+    start fd 1 is pointed at ``rank<R>/onednn-window.<pid>.raw`` and ``mkldnn_set_verbose(1)``
     is called; at window exit verbose is switched off, fd 1 restored, the ``onednn_verbose`` lines
     go to ``rank<R>/onednn.<pid>.log`` and every other byte the program wrote meanwhile is
     written to the real stdout (late, never lost). ``ONEDNN_VERBOSE_TIMESTAMP=1`` (set by the
@@ -19,7 +20,7 @@ sources, each switched on only inside the step window:
     (epoch ms): the same clock as ``time.time_ns()``.
 ``mkl``
     ``MKL_VERBOSE_OUTPUT_FILE`` is set at activation (before torch is imported) to
-    ``rank<R>/mkl.<pid>.log``; ``mkl_verbose(1)`` at window entry, ``mkl_verbose(0)`` at exit.
+    ``rank<R>/mkl.<pid>.log``; ``mkl_verbose(1)`` at the start, ``mkl_verbose(0)`` at window exit.
     oneMKL writes each line when the call returns and stamps none, so each site occurrence
     records the file's size before and after the call: the lines in between belong to it.
 
@@ -93,6 +94,8 @@ class CpuCollector:
         self.env_changes: dict[str, dict[str, str | None]] = {}
         self.collecting = False
         self.closed = False
+        self.started = False
+        self.window_step: int | None = None
         self.occurrences = 0
         self.lock = threading.Lock()
         self.file = None
@@ -151,8 +154,21 @@ class CpuCollector:
 
     # ------------------------------------------------------------------ window
     def _enter(self, step: int) -> None:
+        """Arm: the instruments go on at the first site occurrence inside the window (:meth:`begin`).
+
+        A process that runs no occurrence (the torchrun agent, a launcher whose window holds step 0)
+        starts nothing and leaves no file: its stdout is never redirected, no profiler runs in it.
+        """
         global _active
+        self.window_step = step
+        self.collecting = True
+        _active = self
+
+    def _start(self) -> None:
+        """Switch the instruments on (once, at the first occurrence in the window)."""
+        self.started = True
         self._open()
+        step = self.window_step
         try:
             import torch  # noqa: PLC0415
         except Exception as e:  # noqa: BLE001
@@ -181,9 +197,8 @@ class CpuCollector:
                 self.prof = None
                 self._unavailable("torch_profiler", f"{type(e).__name__}: {e}")
         self._write({"event": "window", "step": step, "t_ns": time.time_ns(),
-                     "running": [i for i in self.instruments if i not in self.unavailable]})
-        self.collecting = True
-        _active = self
+                     "running": [i for i in self.instruments if i not in self.unavailable],
+                     "started_at": "first site occurrence in the window"})
 
     def _start_onednn(self, torch: Any, verbose: Any) -> None:
         try:
@@ -214,6 +229,10 @@ class CpuCollector:
     # ------------------------------------------------------------------ per site occurrence
     def begin(self, label: str) -> dict[str, Any]:
         """Open the ``record_function`` range of one occurrence; note the clock, thread and oneMKL file size."""
+        if not self.started:
+            with self.lock:
+                if not self.started and not self.closed:
+                    self._start()
         token: dict[str, Any] = {"tid": threading.get_native_id()}
         if "mkl" in self.instruments and "mkl" not in self.unavailable:
             token["mkl_span"] = [_size(self.mkl_path), None]

@@ -303,3 +303,23 @@ def test_bundle_of_a_cpu_capture_carries_the_library_lines_and_an_honest_repro(t
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "m=64 n=16 k=32 trans=TN float32 x float32 -> float32" in r.stdout and "from oneMKL verbose log" in r.stdout
+
+
+@pytest.mark.slow
+def test_cpu_backend_under_torchrun_rank_local_and_nothing_from_the_launcher(tmp_path, capsys):
+    """Two ranks under torchrun: every rank's own files; the agent (no RANK, window from step 0) runs no
+    occurrence, so it starts no instrument and writes nothing."""
+    out = tmp_path / "cap"
+    code = main(["kernel", "--device", "cpu", "--site", MM, "--steps", "0", "--arms", "1", "--out", str(out), "-q",
+                 "--timeout", "300", "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                 str(TRAIN), "--model", "mm", "--steps", "1"])
+    assert code == 0, capsys.readouterr().out
+    files = sorted(p.relative_to(out / "a1").as_posix() for p in (out / "a1").rglob("*") if p.is_file())
+    ranks = {f.split("/")[0] for f in files if f.startswith("rank")}
+    assert ranks == {"rank0", "rank1"}
+    for r in ("rank0", "rank1"):
+        mine = [f.split("/")[1].split(".")[0] for f in files if f.startswith(r + "/")]
+        assert sorted(mine) == ["cpuprobe", "mkl", "sites", "torchprof"]  # one of each: no launcher's extra files
+    an = analyze(out, site=MM)
+    assert set(an.verdicts["verdict"]) == {NAMED} and sorted(set(an.verdicts["rank"])) == [0, 1]
+    assert len(an.verdicts) == 10  # 5 aten.mm per rank in step 0
