@@ -361,7 +361,8 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     else:
         out.append("From the cuBLASLt log (`[Trace]` matmul lines attributed to the site by host order and shape):\n")
     if b.problems.empty:
-        out.append("No library call was attributed to this site (no log, or no call matched it): "
+        what = "library" if cpu else "cuBLASLt"
+        out.append(f"No {what} call was attributed to this site (no log, or no call matched its shapes): "
                    "the algo descriptor is unknown; repro.py falls back to the site digests.\n")
     if cpu:
         out.append(_md_table(b.problems[["arm", "rank", "label", "m", "n", "k", "a_type", *CPU_COLUMNS]]))
