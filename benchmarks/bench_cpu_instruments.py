@@ -1,7 +1,7 @@
 """Overhead of each CPU-backend instrument on the examples' step window, against the untraced window, same run.
 
 Every instrument is switched on exactly as ``probes/cpu.py`` does inside a capture (a
-``CpuCollector`` entering and leaving a step window): ``torch_profiler`` (CPU activities,
+``CpuCollector`` entering a step window, started by a first site occurrence, and leaving it): ``torch_profiler`` (CPU activities,
 ``record_shapes=True``), ``onednn`` (verbose on, fd 1 pointed at a file, lines split at exit),
 ``mkl`` (verbose on into ``MKL_VERBOSE_OUTPUT_FILE``), and ``all`` three. Untraced and traced
 windows alternate in one process (round robin, ``--repeats`` rounds of ``--steps`` steps each);
@@ -100,7 +100,9 @@ def window(step, steps: int, variant: str, block: int) -> tuple[float, float]:
         col = CpuCollector(cfg, win, out, 0)
         col.mkl_path = Path(os.environ["MKL_VERBOSE_OUTPUT_FILE"])
     t0 = time.perf_counter()
-    win.start()  # enters the window: the instruments go on
+    win.start()  # enters the window (armed)
+    if col is not None:
+        col.end(col.begin("bench#1"))  # the first site occurrence switches the instruments on, as in a capture
     t1 = time.perf_counter()
     for _ in range(steps):
         step()
