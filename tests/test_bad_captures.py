@@ -313,3 +313,18 @@ def test_kernel_config_not_utf8_is_one_line(tmp_path, capsys):
     code, out, err = _run(["kernel", "--config", str(cfg), "--dry-run", "--", "python", "train.py"], capsys)
     assert code == EXIT_BAD_INPUT and err.strip().splitlines() == [f"forensics: bad input: {cfg}:2: not UTF-8 text "
                                                                     "(byte 0xff at offset 32)"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "missing", "not json", "a list"])
+def test_bad_section_files_are_one_line(cap, tmp_path, capsys, kind):
+    section = tmp_path / "knob.section.json"
+    if kind == "fifo":
+        os.mkfifo(section)
+    elif kind == "not json":
+        section.write_text('{"title": "x", "markdown": ')
+    elif kind == "a list":
+        section.write_text("[1, 2]")
+    code, out, err = _run(["bundle", str(cap), "-o", str(tmp_path / "b.tar.gz"), "--section", str(section)], capsys)
+    lines = err.strip().splitlines()
+    assert code == EXIT_BAD_INPUT and len(lines) == 1 and str(section) in lines[0], err
+    assert not (tmp_path / "b.tar.gz").exists()

@@ -456,13 +456,10 @@ def read_section(path: str | Path) -> dict[str, Any]:
 
     ``forensics.knobs.report.bundle_section`` returns exactly this shape.
     """
+    from forensics.inputs import read_json  # noqa: PLC0415 - a FIFO, a directory or bad JSON: one line
+
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(path, "no such section file") from None
-    except json.JSONDecodeError as e:
-        raise BadInput(path, f"not valid JSON: {e.msg}", e.lineno) from None
+    data = read_json(path, what="section file")
     if not isinstance(data, dict) or not isinstance(data.get("markdown"), str):
         raise BadInput(path, 'a bundle section is a JSON object {"title", "markdown", "data"}')
     return data
