@@ -1,5 +1,5 @@
-"""Seeded mutation fuzzing of whole commands (analyze, compare, bundle) over captures, manifests,
-site and CUPTI files, and real corpus files.
+"""Seeded mutation fuzzing of whole commands (analyze, compare, bundle, diff) over captures,
+manifests, site and CUPTI files, traces, and real corpus files.
 
 Every case copies a base capture, damages one file in one seeded way and runs the command
 in-process under a watchdog. Whatever the damage, the command must end with:
@@ -13,7 +13,12 @@ never a traceback, an internal error (exit 70), another exit code or a hang. Oth
 (byte flips, truncation) may legitimately change a result: a flipped digit is another valid
 value, a file cut at a line boundary is a shorter valid file.
 
-Bounded for CI: 59 cases, about 35 s of CPU on 2 cores. ``FORENSICS_FUZZ_SEED`` and
+Traces: a real trace of a CPU training loop written by ``forensics trace`` (tests/data/scripts/
+optrace_threads.py) and the SYNTHETIC Megatron fixture, damaged the same way and diffed against
+the undamaged run with ``forensics diff``: exit 3 and one line, or the undamaged diff (no
+divergence), or a result that says it is partial.
+
+Bounded for CI: 59 command cases + 34 trace cases, about 40 s of CPU on 2 cores. ``FORENSICS_FUZZ_SEED`` and
 ``FORENSICS_FUZZ_SCALE`` (a multiplier) explore further; every case id names its seed, file
 and mutation, so a failure reproduces with ``pytest -k <id>``.
 
@@ -383,3 +388,72 @@ def test_damaged_input_is_one_line_or_a_correct_result(case: Case, bases, baseli
     disclosed = name in got[2] and name not in want[2]
     assert disclosed, (f"{where}: the result changed and nothing says so\n--- undamaged\n{want[1][:2000]}\n"
                        f"--- damaged\n{got[1][:2000]}")
+
+
+# --------------------------------------------------------------------------- traces through `forensics diff`
+TRACE_FILES = {"native": "rank0/trace.jsonl", "megatron": "rank_000000.jsonl"}
+
+
+def _trace_cases() -> list[Case]:
+    rng = random.Random(SEED + 1)
+    out = []
+    for base, count in (("native", 24), ("megatron", 10)):
+        for _ in range(max(1, int(count * SCALE))):
+            op = rng.choice(["type", "type", "type", "utf8", "garbage", "flip", "truncate"])
+            out.append(Case(base, "diff", TRACE_FILES[base], op, rng.randrange(1 << 30)))
+    return out
+
+
+TRACE_CASES = _trace_cases()
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> dict[str, Path]:
+    """A real trace of a CPU training loop (forensics trace) and the SYNTHETIC Megatron fixture."""
+    made = {"megatron": REPO / "tests" / "data" / "megatron" / "run_a"}
+    torch = pytest.importorskip("torch")
+    if hasattr(torch, "hash_tensor"):
+        import sys
+
+        from forensics.commands.trace import trace_command
+
+        out = tmp_path_factory.mktemp("fuzztrace") / "run"
+        code, _ = trace_command([sys.executable, str(REPO / "tests" / "data" / "scripts" / "optrace_threads.py"),
+                                 "--threads", "1", "--steps", "2"], out, steps="all")
+        assert code == 0
+        made["native"] = out
+    return made
+
+
+def _diff_result(code: object, stdout: str, work: Path) -> tuple[object, str]:
+    return code, stdout.replace(str(work), "<B>")
+
+
+@pytest.mark.parametrize("case", TRACE_CASES, ids=[c.id for c in TRACE_CASES])
+def test_damaged_trace_is_one_line_or_a_correct_diff(case: Case, traces, tmp_path):
+    if case.base not in traces:
+        pytest.skip("torch without hash_tensor: no native trace to fuzz")
+    base = traces[case.base]
+    work = tmp_path / "b"
+    shutil.copytree(base, work)
+    code0, out0, err0 = _run(["diff", str(base), str(work)])
+    assert code0 == 0, err0
+    want = _diff_result(code0, out0, work)
+    target = work / case.file
+    what = _mutate(target, case.op, random.Random(case.seed))
+    if what == "unchanged":
+        pytest.skip("nothing to mutate in the chosen record")
+    code, stdout, stderr = _run(["diff", str(base), str(work)])
+    where = f"{case.id}: {what}"
+    assert code != "HANG", f"{where}: still running after {WATCHDOG_S} s"
+    assert "Traceback" not in stdout + stderr, f"{where}: traceback\n{stderr}"
+    assert code in (0, 1, 3), f"{where}: exit {code}\n{stderr}"
+    if code == 3:
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("forensics: bad input: "), f"{where}: {stderr}"
+        return
+    if not case.strict:
+        return
+    got = _diff_result(code, stdout, work)
+    disclosed = any(word in stdout for word in ("partial", "truncated", target.name))
+    assert got == want or disclosed, f"{where}: the diff changed and nothing says so\n{want[1]}\n---\n{got[1]}"

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import reprlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,13 @@ SCHEMA_VERSION = 1
 FILE_NAME = "trace.jsonl"
 _RANK_DIR = re.compile(r"^rank(\d+)$")
 
+
+
+def _brief(value: Any) -> str:
+    """A short repr for messages: bounded depth and length (a 1,000-deep list must not overflow repr)."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlist, r.maxdict = 3, 60, 60, 6, 6
+    return r.repr(value)
 
 def rank_files(path: Path) -> dict[int, Path]:
     """``{rank: file}`` for a trace directory, or for a single rank file (rank from its header)."""
@@ -78,7 +86,7 @@ def read_header(path: Path) -> dict[str, Any]:
     if not isinstance(header, dict) or header.get("schema") != SCHEMA or header.get("type") != "header":
         raise BadInput(path, f"foreign schema: first line is not a {SCHEMA} header", 1)
     if header.get("version") != SCHEMA_VERSION:
-        raise BadInput(path, f"{SCHEMA} version {header.get('version')!r}; this reader reads version {SCHEMA_VERSION}", 1)
+        raise BadInput(path, f"{SCHEMA} version {_brief(header.get('version'))}; this reader reads version {SCHEMA_VERSION}", 1)
     return header
 
 
@@ -187,21 +195,21 @@ def _check_entry(obj: Any, path: Path, line: int) -> None:
     numel, digest, dtype, ordered = obj.get("n"), obj.get("h"), obj.get("t"), obj.get("o")
     if shape is not None:
         if shape.__class__ is not list or any(d.__class__ is not int or d < 0 for d in shape):
-            raise _bad_tensor(path, line, f"shape 's' must be a list of non-negative integers, got {shape!r}")
+            raise _bad_tensor(path, line, f"shape 's' must be a list of non-negative integers, got {_brief(shape)}")
     if numel is not None:
         if numel.__class__ is not int or numel < 0:
-            raise _bad_tensor(path, line, f"numel 'n' must be a non-negative integer, got {numel!r}")
+            raise _bad_tensor(path, line, f"numel 'n' must be a non-negative integer, got {_brief(numel)}")
         if shape is not None and math.prod(shape) != numel:
             raise _bad_tensor(path, line, f"numel {numel} does not match shape {shape}")
     if dtype is not None and dtype.__class__ is not str:
-        raise _bad_tensor(path, line, f"dtype 't' must be a string, got {dtype!r}")
+        raise _bad_tensor(path, line, f"dtype 't' must be a string, got {_brief(dtype)}")
     if digest is not None and digest.__class__ is not str:
-        raise _bad_tensor(path, line, f"digest 'h' must be a string, got {digest!r}")
+        raise _bad_tensor(path, line, f"digest 'h' must be a string, got {_brief(digest)}")
     if ordered is not None and ordered.__class__ is not str:
-        raise _bad_tensor(path, line, f"order-sensitive digest 'o' must be a string, got {ordered!r}")
+        raise _bad_tensor(path, line, f"order-sensitive digest 'o' must be a string, got {_brief(ordered)}")
     if chunks is not None and (chunks.__class__ is not list or any(c.__class__ is not str for c in chunks)):
-        raise _bad_tensor(path, line, f"chunk digests 'c' must be a list of strings, got {chunks!r}")
-    raise _bad_tensor(path, line, f"evidence 'ev' must be one of {', '.join(EVIDENCE_LEVELS)}, got {obj.get('ev')!r}")
+        raise _bad_tensor(path, line, f"chunk digests 'c' must be a list of strings, got {_brief(chunks)}")
+    raise _bad_tensor(path, line, f"evidence 'ev' must be one of {', '.join(EVIDENCE_LEVELS)}, got {_brief(obj.get('ev'))}")
 
 
 def _tensor(obj: Any, path: Path, line: int) -> TensorDigest | None:
@@ -292,15 +300,15 @@ def _check_record(obj: dict, path: Path, line: int) -> None:
     identity, name, kind, step, phase, meta = (obj.get("id"), obj.get("op"), obj.get("kind", "op"), obj.get("step"),
                                                obj.get("phase"), obj.get("meta"))
     if identity.__class__ is not str or not identity:
-        raise BadInput(path, f"record id must be a non-empty string, got {identity!r}", line)
+        raise BadInput(path, f"record id must be a non-empty string, got {_brief(identity)}", line)
     if name.__class__ is not str or not name:
-        raise BadInput(path, f"record op must be a non-empty string, got {name!r}", line)
+        raise BadInput(path, f"record op must be a non-empty string, got {_brief(name)}", line)
     if kind.__class__ is not str:
-        raise BadInput(path, f"record kind must be a string, got {kind!r}", line)
+        raise BadInput(path, f"record kind must be a string, got {_brief(kind)}", line)
     if step is not None and (step.__class__ is not int or step < 0):
-        raise BadInput(path, f"record step must be a non-negative integer or null, got {step!r}", line)
+        raise BadInput(path, f"record step must be a non-negative integer or null, got {_brief(step)}", line)
     if phase is not None and phase.__class__ is not str:
-        raise BadInput(path, f"record phase must be a string or null, got {phase!r}", line)
+        raise BadInput(path, f"record phase must be a string or null, got {_brief(phase)}", line)
     if meta is not None and meta.__class__ is not dict:
         raise BadInput(path, f"record meta must be an object, got {type(meta).__name__}", line)
 
@@ -348,13 +356,13 @@ def iter_records(path: Path, rank: int | None = None, end: StreamEnd | None = No
                     continue
                 if typ == "header":
                     raise BadInput(path, "second header inside the file (two traces concatenated?)", line_no)
-                raise BadInput(path, f"unknown line type {typ!r}", line_no)
+                raise BadInput(path, f"unknown line type {_brief(typ)}", line_no)
             try:
                 seq, identity, name = obj["seq"], obj["id"], obj["op"]
             except KeyError as e:
-                raise BadInput(path, f"record lacks field {e.args[0]!r}", line_no) from None
+                raise BadInput(path, f"record lacks field {_brief(e.args[0])}", line_no) from None
             if seq.__class__ is not int or seq <= last_seq:
-                raise BadInput(path, f"seq {seq!r} is not increasing (previous {last_seq})", line_no)
+                raise BadInput(path, f"seq {_brief(seq)} is not increasing (previous {last_seq})", line_no)
             check(obj, path, line_no)
             last_seq = seq
             raw_in, raw_out = obj.get("in") or [], obj.get("out") or []
@@ -392,7 +400,7 @@ def _header_ok(path: Path, header: dict) -> None:
     for key in ("rank", "world_size"):
         v = header.get(key)
         if v is not None and (v.__class__ is not int or v < 0):
-            raise BadInput(path, f"header {key} must be a non-negative integer, got {v!r}", 1)
+            raise BadInput(path, f"header {key} must be a non-negative integer, got {_brief(v)}", 1)
     for key in ("versions", "env", "program", "packages"):
         v = header.get(key)
         if v is not None and not isinstance(v, dict):
@@ -419,7 +427,7 @@ def run_info(path: Path) -> dict[str, Any]:
         if foot and foot.get("dropped"):
             d = foot["dropped"]
             if d.__class__ is not int or d < 0:
-                raise BadInput(f, f"footer dropped must be a non-negative integer, got {d!r}")
+                raise BadInput(f, f"footer dropped must be a non-negative integer, got {_brief(d)}")
             dropped[r] = d
         if foot and isinstance(foot.get("seeds"), dict) and "seeds" not in info:
             info["seeds"] = foot["seeds"]  # known only at the end of the run
