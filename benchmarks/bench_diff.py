@@ -127,7 +127,9 @@ METHODS = {"differ": run_differ, "pandas": run_pandas, "read_json": run_read_jso
 
 def measure(method: str, a: Path, b: Path) -> dict:
     out = subprocess.run([sys.executable, __file__, "--_run", method, str(a), str(b)],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True)
+    if out.returncode != 0:  # say why (e.g. a missing module), not only "exit status 1"
+        sys.exit(f"bench_diff: method {method} failed (exit {out.returncode}):\n{out.stderr.strip()}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
