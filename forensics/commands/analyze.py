@@ -18,6 +18,13 @@ def register(app: typer.Typer) -> None:
                                            "CAPTURE_DIR/analysis; DIR-2, DIR-3... when DIR holds anything: never overwritten)"),
         keep_going: bool = typer.Option(False, "--keep-going", help="skip unreadable files (listed) instead of stopping"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no table, only the verdict line"),
+        jobs: int = typer.Option(0, "--jobs", "-j", help="worker processes for many ranks (0: one per core; 1: none)"),
+        ranks: Optional[str] = typer.Option(None, "--ranks", help="only these ranks (0,3,8-15): one shard of a "
+                                            "multi-node analysis (docs/scale.md)"),
+        shard: Optional[str] = typer.Option(None, "--shard", help="only the K-th of N contiguous blocks of ranks "
+                                            "(K/N, K from 0: $SLURM_PROCID/$SLURM_NTASKS)"),
+        merge: Optional[Path] = typer.Option(None, "--merge", help="merge the shards' analysis.json files found in "
+                                             "this folder (or its subfolders) instead of reading instrument files"),
     ) -> None:
         """Count launches per instrument and NAME kernels that two independent instruments agree on.
 
@@ -27,11 +34,14 @@ def register(app: typer.Typer) -> None:
         from forensics.atomic import CannotWrite
         from forensics.console import make_console
         from forensics.errors import doing
-        from forensics.judge.analysis import analyze
         from forensics.judge.report import print_table, write_outputs
+        from forensics.judge.shards import analyze_ranks, merge_shards
 
         with doing(f"analysing the capture {capture_dir}"):
-            an = analyze(capture_dir, site=site, keep_going=keep_going)
+            if merge is not None:
+                an = merge_shards(capture_dir, merge, site=site)
+            else:
+                an = analyze_ranks(capture_dir, site=site, keep_going=keep_going, jobs=jobs, ranks=ranks, shard=shard)
         console = make_console()
         if not quiet:
             with doing("printing the verdict table"):

@@ -16,6 +16,7 @@ Otherwise the kernel is **DISAGREE** (two families, different counts: both shown
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,11 @@ class Analysis:
     #: What readers say they lost (dropped records, cut or skipped lines), one dict per loss with arm,
     #: rank, instrument, family and file; each also reaches the verdicts of that arm and rank.
     losses: list[dict[str, Any]] = field(default_factory=list)
+    #: The ranks analysed (``--ranks``/``--shard``), None for every rank of the capture.
+    ranks: list[int] | None = None
+    #: Rank groups analysed in worker processes and merged (0: one pass in this process). A merged
+    #: analysis keeps verdicts and counts only: its ``launches``/``calls``/``sites`` frames are empty.
+    rank_groups: int = 0
 
     @property
     def named(self) -> pd.DataFrame:
@@ -68,7 +74,10 @@ class Analysis:
 
         return {
             "capture": str(self.capture.root),
+            "manifest_sha256": manifest_digest(self.capture.root),
             "site": self.site,
+            "ranks": self.ranks,
+            "rank_groups": self.rank_groups,
             "arms": self.capture.arms,
             "instruments": sorted(self.capture.instruments()),
             "missing": self.missing,
@@ -82,6 +91,16 @@ class Analysis:
                 for f in self.capture.files
             ],
         }
+
+
+def manifest_digest(root: Path) -> str | None:
+    """SHA-256 of the capture's manifest.yaml (how a merge step knows shards analysed one capture)."""
+    import hashlib  # noqa: PLC0415
+
+    try:
+        return hashlib.sha256((Path(root) / "manifest.yaml").read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 # --------------------------------------------------------------------------- loading
@@ -121,12 +140,50 @@ def _sites_of(cap: Capture, losses: list[dict[str, Any]] | None = None) -> pd.Da
         columns=["folder", "arm", "rank", "label", "site", "occurrence", "external_id", "pid"])
 
 
-def _pid_ranks(sites: pd.DataFrame) -> dict[tuple[str, int], int]:
-    """(folder, pid) -> rank, from the pids the site probes recorded."""
+def _pid_ranks(sites: pd.DataFrame) -> dict[tuple[str, int], set[int]]:
+    """(folder, pid) -> the ranks whose site probes recorded that pid (more than one: pids reused
+    across nodes, which a multi-node job's containers do)."""
     if not len(sites) or "pid" not in sites:
         return {}
     known = sites.dropna(subset=["pid"])
-    return {(fo, int(p)): int(r) for fo, p, r in zip(known["folder"], known["pid"], known["rank"]) if pd.notna(r)}
+    out: dict[tuple[str, int], set[int]] = {}
+    for fo, p, r in zip(known["folder"], known["pid"], known["rank"]):
+        if pd.notna(r):
+            out.setdefault((fo, int(p)), set()).add(int(r))
+    return out
+
+
+def _rank_known(cap: Capture, f: InstrumentFile) -> bool:
+    """Whether the file's rank is stated by where it lies (a ``rank<R>/`` folder) or by the manifest;
+    otherwise (a flat per-process log such as ``cublaslt.<pid>.log``) the rank comes from its pid."""
+    if cap.manifest.get("files"):
+        return f.rank is not None
+    try:
+        parts = f.path.relative_to(cap.root / f.arm).parts[:-1]
+    except ValueError:
+        return f.rank is not None
+    return any(_RANK_PART.match(part) for part in parts)
+
+
+_RANK_PART = re.compile(r"^rank[-_]?(\d+)$")
+
+
+def file_rank(cap: Capture, f: InstrumentFile, pid_rank: dict[tuple[str, int], set[int]],
+              notes: list[str] | None = None) -> int | None:
+    """The rank a file counts for: its folder's (or the manifest's); for a flat per-process file the
+    rank whose site probe recorded the file's pid in the same folder, unless several did (then the
+    folder's default, and a note says why)."""
+    if f.pid is None or _rank_known(cap, f):
+        return f.rank
+    ranks = pid_rank.get((f.arm, f.pid))
+    if not ranks:
+        return f.rank
+    if len(ranks) > 1:
+        if notes is not None:
+            notes.append(f"{f.path}: pid {f.pid} was recorded by ranks {', '.join(map(str, sorted(ranks)))} of {f.arm} "
+                         f"(pids reused across nodes): counted for rank {f.rank}; write per-process logs under rank<R>/")
+        return f.rank
+    return next(iter(ranks))
 
 
 def _reader_notes(f: InstrumentFile, df: pd.DataFrame) -> list[str]:
@@ -147,7 +204,7 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
     pid_rank = _pid_ranks(sites)
     launch_frames, call_frames = [], []
     for f in cap.files:
-        rank = pid_rank.get((f.arm, f.pid), f.rank) if f.pid is not None else f.rank
+        rank = file_rank(cap, f, pid_rank, notes)
         try:
             fsites = sites[(sites["folder"] == f.arm) & (sites["rank"] == rank)] if len(sites) else sites
             with doing(f"reading {f.path} ({f.instrument})"):
