@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("forensics", "parsers", "probes", "benchmarks", "examples")
-OWN = {"forensics", "parsers", "probes", "tests"}
+OWN = {"forensics", "parsers", "probes", "tests", "benchmarks", "examples"}
 #: import name -> distribution name, where they differ.
 DISTRIBUTION = {"yaml": "pyyaml", "elftools": "pyelftools", "cupti": "cupti-python", "ncu_report": "ncu-report"}
 #: Imported only to look at a user's environment (never needed by forensics itself).
