@@ -117,7 +117,10 @@ def test_example_capture_identical_arms_nothing_over_claimed(capsys):
 def test_analyze_cli_on_the_committed_capture(tmp_path, capsys):
     code = main(["analyze", str(FIX / "conv1d-threads"), "--out", str(tmp_path / "an")])
     out = capsys.readouterr().out
-    assert code == 0 and "6 of 6 (scope, kernel) pairs NAMED" in out
+    assert code == 0 and "6 of 6 (scope, implementation) pairs NAMED" in out
+    assert "verdict: 2 implementation(s) NAMED" in out
+    assert "aten::_slow_conv2d_forward -> oneMKL SGEMM" in out
+    assert "aten::mkldnn_convolution -> oneDNN convolution jit_1x1:avx2" in out
     assert "Nsight" not in out and "CUPTI" not in out  # a CPU capture is not told the GPU instruments are missing
     data = json.loads((tmp_path / "an" / "analysis.json").read_text())
     assert {v["kernel"] for v in data["verdicts"]} == {"aten::_slow_conv2d_forward", "aten::mkldnn_convolution"}

@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         from forensics.atomic import CannotWrite
         from forensics.console import make_console
         from forensics.errors import doing
-        from forensics.judge.report import print_table, write_outputs
+        from forensics.judge.report import print_table, verdict_line, write_outputs
         from forensics.judge.shards import analyze_ranks, merge_shards
 
         with doing(f"analysing the capture {capture_dir}"):
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
                 print_table(an, console)
         target = out or (capture_dir / "analysis")
         n = an.named["kernel"].nunique() if an.any_named() else 0
-        verdict = f"verdict: {n} kernel(s) NAMED" if n else "verdict: no kernel NAMED"
+        verdict = verdict_line(an)
         try:
             written = write_outputs(an, target)
         except CannotWrite as e:

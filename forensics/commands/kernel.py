@@ -151,18 +151,19 @@ def _report(result, quiet: bool) -> int:  # noqa: ANN001
         from forensics.judge.report import print_table
 
         print_table(an, console)
-    try:
-        from forensics.judge.report import write_outputs
+    from forensics.judge.report import verdict_line, write_outputs
 
-        write_outputs(an, result.capture_dir / "analysis")
-    except Exception:  # noqa: BLE001
-        pass
+    try:
+        written = write_outputs(an, result.capture_dir / "analysis")
+        console.print(f"wrote {', '.join(str(p) for p in written)}", soft_wrap=True)
+    except Exception as e:  # noqa: BLE001  (the capture is complete; only the report files are missing)
+        console.print(f"note: analysis outputs not written ({type(e).__name__}: {e}); "
+                      f"`forensics analyze {result.capture_dir}` writes them", soft_wrap=True)
     if no_gpu:
         console.print(_no_gpu_verdict(result.cuda_reason), soft_wrap=True)
         return EXIT_UNAVAILABLE
     n = an.named["kernel"].nunique() if an.any_named() else 0
-    unit = "implementation(s)" if result.device == "cpu" else "kernel(s)"
-    console.print(f"verdict: {n} {unit} NAMED" if n else f"verdict: no {unit.replace('(s)', '')} NAMED")
+    console.print(verdict_line(an), soft_wrap=True)
     return EXIT_OK if n else EXIT_NOT_NAMED
 
 

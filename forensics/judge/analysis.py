@@ -563,9 +563,10 @@ def judge(counts: pd.DataFrame, observed: pd.DataFrame, losses: list[dict[str, A
             "arm": r["arm"], "rank": r["rank"], "scope": r["scope"], "kernel": r["kernel"], "mangled": r["mangled"],
             "short_name": r["short_name"], "verdict": verdict, "counts": by_family, "sources": sources,
             "cupti_instrument": cupti_src, "kernel_class": describe_kernel(name), "reason": reason,
+            "library": implementation if verdict == NAMED else None,
         })
     cols = ["arm", "rank", "scope", "kernel", "mangled", "short_name", "verdict", "counts", "sources",
-            "cupti_instrument", "kernel_class", "reason"]
+            "cupti_instrument", "kernel_class", "reason", "library"]
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -5,11 +5,10 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-
-from forensics.console import make_console
 from rich.table import Table
 
 from forensics import instruments
+from forensics.console import make_console
 from forensics.judge.analysis import NAMED, Analysis
 
 _STYLE = {"NAMED": "bold green", "DISAGREE": "bold red", "SINGLE-SOURCE": "yellow"}
@@ -29,21 +28,23 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
         console.print(f"[yellow]missing:[/yellow] {line}")
     for line in an.notes:
         console.print(f"[yellow]note:[/yellow] {line}")
+    noun = what_is_named(an)
     if not len(an.verdicts):
-        console.print("[yellow]no kernel launches to judge[/yellow]")
+        console.print(f"[yellow]no {noun[0]} to judge[/yellow]")
         return
     v = an.verdicts
     many = v["arm"].nunique() > 1 or v["rank"].nunique() > 1
-    t = Table(title="launch counts per instrument family and the two-instrument rule", show_lines=False)
+    t = Table(title=f"{noun[0]} counted per instrument family and the two-instrument rule", show_lines=False)
     fams = _families(an)
-    cols = (["arm", "rank"] if many else []) + ["scope", "kernel (short name)"] + \
+    cpu = noun[1] != "kernel"
+    cols = (["arm", "rank"] if many else []) + ["scope", "implementation -> library" if cpu else "kernel (short name)"] + \
         [instruments.FAMILIES[f].column for f in fams] + ["verdict"]
     for col in cols:
         t.add_column(col, overflow="fold")
     for r in v.head(max_rows).itertuples(index=False):
         c, src = r.counts, r.sources
         cells = ([str(r.arm), str(r.rank)] if many else []) + [
-            str(r.scope), _short(r.short_name or r.kernel, 48)] + [
+            str(r.scope), _label(r, 64 if cpu else 48)] + [
             _fmt(c.get(f), src.get(f) if src.get(f) != f else None) for f in fams] + [
             f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]"]
         t.add_row(*cells)
@@ -53,8 +54,33 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
     if not many:
         console.print(f"arm {v['arm'].iloc[0]}, rank {v['rank'].iloc[0]}; full demangled and mangled names in report.md")
     named = an.named
-    console.print(f"[bold]{len(named)} of {len(an.verdicts)} (scope, kernel) pairs NAMED[/bold] "
-                  f"({named['kernel'].nunique() if len(named) else 0} distinct kernels)")
+    console.print(f"[bold]{len(named)} of {len(an.verdicts)} (scope, {noun[1]}) pairs NAMED[/bold] "
+                  f"({named['kernel'].nunique() if len(named) else 0} distinct {noun[1]}s)")
+
+
+def what_is_named(an: Analysis) -> tuple[str, str]:
+    """(what is counted, what is named): kernel launches on the GPU, implementation ops on the CPU."""
+    devices = {instruments.device_of(n) for n in an.capture.instruments()} - {None}
+    if devices == {instruments.CPU}:
+        return "implementation-op executions", "implementation"
+    if instruments.CPU in devices:
+        return "kernel launches and implementation-op executions", "kernel or implementation"
+    return "kernel launches", "kernel"
+
+
+def verdict_line(an: Analysis) -> str:
+    """The closing ``verdict:`` line of ``analyze`` and ``kernel``."""
+    n = an.named["kernel"].nunique() if an.any_named() else 0
+    noun = what_is_named(an)[1]
+    return f"verdict: {n} {noun}(s) NAMED" if n else f"verdict: no {noun} NAMED"
+
+
+def _label(r: object, width: int) -> str:
+    """Short name, and on the CPU the library implementation the log names (``aten::mm -> oneMKL SGEMM``)."""
+    name = getattr(r, "short_name", None) or getattr(r, "kernel", None)
+    lib = getattr(r, "library", None)
+    text = f"{name} -> {lib}" if isinstance(lib, str) and lib else str(name)
+    return _short(text, width)
 
 
 def _families(an: Analysis) -> list[str]:
@@ -83,23 +109,25 @@ def render_markdown(an: Analysis) -> str:
         lines.append("- note: this directory points at the real public corpus, not at a forensics capture")
     if cap.manifest.get("synthetic"):
         lines.append("- **SYNTHETIC capture** (hand-built test data in real formats, not a real run)")
+    counted, noun = what_is_named(an)
+    one_family = " CUPTI, Kineto and nsys are one family." if noun != "implementation" else ""
     lines += ["", "## The rule", "",
-              "A kernel is NAMED only when two independent instrument families agree on its launch count "
-              f"in a scope: {', '.join(instruments.family_label(f) for f in _families(an))}. "
-              "CUPTI, Kineto and nsys are one family.", ""]
+              f"{'An' if noun[0] in 'aeiou' else 'A'} {noun} is NAMED only when two independent instrument families agree on its count "
+              f"({counted}) in a scope: {', '.join(instruments.family_label(f) for f in _families(an))}."
+              f"{one_family}", ""]
     if an.missing:
         lines += ["## Missing", ""] + [f"- {m}" for m in an.missing] + [""]
     fams = _families(an)
     heads = [instruments.FAMILIES[f].column for f in fams]
-    lines += ["## Verdicts", "", "| arm | rank | scope | kernel | " + " | ".join(heads) + " | verdict | reason |",
+    lines += ["## Verdicts", "", f"| arm | rank | scope | {noun} | " + " | ".join(heads) + " | verdict | reason |",
               "|---|---|---|---|" + "---|" * len(heads) + "---|---|"]
     for r in an.verdicts.itertuples(index=False):
         c = r.counts
-        lines.append(f"| {r.arm} | {r.rank} | `{r.scope}` | `{r.kernel}` | "
+        lines.append(f"| {r.arm} | {r.rank} | `{r.scope}` | `{_label(r, 10_000)}` | "
                      + " | ".join(str(c.get(f, "-")) for f in fams) + f" | **{r.verdict}** | {r.reason} |")
     named = an.verdicts[an.verdicts["verdict"] == NAMED]
     if len(named):
-        lines += ["", "## Named kernels (mangled)", ""]
+        lines += ["", f"## Named {noun}s (mangled)", ""]
         for k, m in named[["kernel", "mangled"]].drop_duplicates().itertuples(index=False):
             lines.append(f"- `{k}` — `{m if m is not None else 'not recorded by these instruments'}`")
     return "\n".join(lines) + "\n"
