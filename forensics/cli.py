@@ -42,6 +42,23 @@ app = typer.Typer(
 for _name in COMMAND_MODULES:
     importlib.import_module(f"forensics.commands.{_name}").register(app)
 
+
+def _conventional_usage_name(self) -> str:  # noqa: ANN001
+    """Usage-line name of an argument in the usual form: ``RUN_A``, ``[-- CMD ...]``, ``[PATH]...``.
+
+    (typer 0.2x writes required arguments as ``{run_a}``, which reads like a placeholder to fill.)
+    """
+    name = self.metavar or self.name.upper()
+    if not self.required and not name.startswith("["):
+        name = f"[{name}]"
+    if self.nargs != 1 and "..." not in name:
+        name += "..."
+    return name
+
+
+if hasattr(typer.core.TyperArgument, "_usage_display_name"):
+    typer.core.TyperArgument._usage_display_name = _conventional_usage_name
+
 #: errno values of an OSError that mean "this machine cannot take the output" (exit 4).
 _NO_RESOURCE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 #: errno values of an OSError naming a file that mean "this input cannot be read" (exit 3).

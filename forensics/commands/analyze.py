@@ -12,7 +12,7 @@ from forensics.errors import EXIT_NOT_NAMED, EXIT_OK
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
     def analyze_cmd(
-        capture_dir: Path = typer.Argument(..., help="capture directory (has manifest.yaml)"),
+        capture_dir: Path = typer.Argument(..., metavar="CAPTURE_DIR", help="capture directory (has manifest.yaml)"),
         site: Optional[str] = typer.Option(None, "--site", help="only this site (gemm:NT:acc0:grad1) or occurrence (SITE#N)"),
         out: Optional[Path] = typer.Option(None, "--out", help="where analysis.json and report.md go (default "
                                            "CAPTURE_DIR/analysis; DIR-2, DIR-3... when DIR holds anything: never overwritten)"),

@@ -10,7 +10,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("bundle")
     def bundle_cmd(
-        capture_dir: Path = typer.Argument(..., help="capture directory (has manifest.yaml)"),
+        capture_dir: Path = typer.Argument(..., metavar="CAPTURE_DIR", help="capture directory (has manifest.yaml)"),
         out: Path = typer.Option(..., "--out", "-o", help="bundle to write (.tar.gz); never overwritten"),
         site: Optional[str] = typer.Option(None, "--site", help="site (gemm:NT:acc0:grad1) or occurrence (SITE#N); "
                                                                  "default: the first divergent origin"),

@@ -13,7 +13,7 @@ from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, BadInput
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare_cmd(
-        capture_dir: Path = typer.Argument(..., help="capture directory (has manifest.yaml)"),
+        capture_dir: Path = typer.Argument(..., metavar="CAPTURE_DIR", help="capture directory (has manifest.yaml)"),
         site: Optional[str] = typer.Option(None, "--site", help="site (gemm:NT:acc0:grad1) or occurrence (SITE#N)"),
         json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON (never overwritten)"),
         force: bool = typer.Option(False, "--force", help="diff arms even when they are NOT COMPARABLE"),

@@ -19,8 +19,8 @@ def register(app: typer.Typer) -> None:
         "Exit 0: no divergence; 1: divergence found; 2: usage; 3: bad input.",
     )
     def diff_cmd(
-        run_a: Path = typer.Argument(..., help="trace of run A (directory or rank file)"),
-        run_b: Path = typer.Argument(..., help="trace of run B (directory or rank file)"),
+        run_a: Path = typer.Argument(..., metavar="RUN_A", help="trace of run A (directory or rank file)"),
+        run_b: Path = typer.Argument(..., metavar="RUN_B", help="trace of run B (directory or rank file)"),
         fmt: str = typer.Option("auto", "--format", metavar="auto|native|megatron|debugmode",
                                 help="trace reader: auto detects it (two traces of different formats are refused)"),
         json_out: Path | None = typer.Option(None, "--json", help="write the JSON report here (never overwrites)"),

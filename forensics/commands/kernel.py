@@ -21,8 +21,12 @@ def _split(values: Optional[List[str]]) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command("kernel", context_settings={"allow_interspersed_args": False})
     def kernel_cmd(
-        command: Optional[List[str]] = typer.Argument(None, metavar="-- CMD ...",
-                                                      help="the training command (default: the bundled example)"),
+        command: Optional[List[str]] = typer.Argument(None, metavar="[-- CMD ...]",
+                                                      help="after '--': the training command. Without one, the bundled "
+                                                           "example runs: `python -m forensics.capture.example_workload` "
+                                                           "(--cpu on the CPU backend), a Transformer-Engine-style "
+                                                           "linear layer trained for a few steps whose wgrad GEMM is the "
+                                                           "site gemm:NT:acc0:grad1"),
         site: Optional[str] = typer.Option(None, "--site", help="site or occurrence, e.g. gemm:NT:acc0:grad1 or gemm:NT:acc0:grad1#3"),
         steps: Optional[str] = typer.Option(None, "--steps", help="step window: N, A-B, A-, A-B:K, all (default 1-2)"),
         ranks: Optional[str] = typer.Option(None, "--ranks", help="ranks to capture: all or 0,3,8-15 (default all)"),

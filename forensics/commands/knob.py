@@ -22,14 +22,14 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "knob",
         help="Does an environment knob reach a site? Static scope (Python reads/writers/mentions, shared "
-        "libraries holding the name, the shipped catalog, verdict ON PATH / NOT ON PATH / UNKNOWN for --site) "
+        "libraries holding the name, the shipped catalog, verdict ON PATH / NOT ON PATH / CANNOT TELL STATICALLY / UNKNOWN for --site) "
         "and, with --values and '-- CMD', dynamic scope (one capture arm per value). "
         "Exit 0 ok; 2 usage; 3 bad input or unreadable paths under the scanned trees (report printed first); "
         "4 dynamic scope unavailable (static report still printed).",
     )
     def knob_cmd(
-        name: str = typer.Argument(..., help="environment variable, e.g. CUBLAS_WORKSPACE_CONFIG"),
-        command: list[str] | None = typer.Argument(None, help="after '--': the command to run one arm per value"),
+        name: str = typer.Argument(..., metavar="NAME", help="environment variable, e.g. CUBLAS_WORKSPACE_CONFIG"),
+        command: list[str] | None = typer.Argument(None, metavar="[-- CMD ...]", help="after '--': the command to run one arm per value"),
         site: str | None = typer.Option(None, "--site", help="site (or SITE#N), e.g. gemm:NT:acc0:grad1, aten.mm.default"),
         path: list[Path] | None = typer.Option(None, "--path", help="tree or file to scan (repeatable); default: this Python's site-packages"),
         values: str | None = typer.Option(None, "--values", help="comma-separated values, one capture arm each (needs '-- CMD')"),

@@ -186,7 +186,8 @@ def summarise(out: Path) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command(
         "trace",
-        help="forensics trace [OPTIONS] -- CMD ...  Run CMD with the op-level tracer on: every ATen op per rank with input/output digests, plus "
+        options_metavar="[OPTIONS] -- CMD ...",
+        help="Run CMD with the op-level tracer on: every ATen op per rank with input/output digests, plus "
         "collective, optimizer and backward records, into OUT/rank<R>/trace.jsonl. Then diff two runs "
         "with `forensics diff`.",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
