@@ -96,3 +96,49 @@ def build_capture(out: Path, ranks: int, planted: Planted | None = None, src: Pa
                 else:
                     _link_or_copy(f, d / f.name)
     return out
+
+
+# --------------------------------------------------------------------------- op traces
+def _header_with_rank(data: bytes, rank: int, world: int) -> bytes:
+    """A native rank file's bytes with the header's rank and world size changed (records carry none)."""
+    import json
+
+    head, sep, rest = data.partition(b"\n")
+    header = json.loads(head)
+    header["rank"], header["world_size"] = rank, world
+    return json.dumps(header).encode() + sep + rest
+
+
+@dataclass
+class TraceSources:
+    """Real rank files (``rank0/trace.jsonl`` of `forensics trace` runs of one program) in their roles.
+
+    ``a``/``same``: two runs that match (the baseline pair); ``origin``: a run whose values differ at
+    an op of its own (the ORIGIN, diffed against ``a``); ``a_window``/``receiver``: two runs traced
+    from a later step, where the first differing op already had differing inputs (the RECEIVER)."""
+
+    a: Path
+    same: Path
+    origin: Path
+    a_window: Path
+    receiver: Path
+
+
+def build_traces(out_a: Path, out_b: Path, ranks: int, src: TraceSources, origin: set[int],
+                 receiver: set[int]) -> tuple[Path, Path]:
+    """Two trace directories of ``ranks`` ranks from real rank files: rank R of A is ``src.a`` (or
+    ``src.a_window`` on receiver ranks) with its rank changed; rank R of B is ``src.same``, or
+    ``src.origin`` on origin ranks, or ``src.receiver`` on receiver ranks."""
+    if origin & receiver:
+        raise ValueError("a rank is either an origin or a receiver")
+    data = {k: Path(getattr(src, k)).read_bytes() for k in ("a", "same", "origin", "a_window", "receiver")}
+    for out in (out_a, out_b):
+        Path(out).mkdir(parents=True, exist_ok=False)
+    for r in range(ranks):
+        pick_a = "a_window" if r in receiver else "a"
+        pick_b = "origin" if r in origin else "receiver" if r in receiver else "same"
+        for out, pick in ((out_a, pick_a), (out_b, pick_b)):
+            d = Path(out) / f"rank{r}"
+            d.mkdir()
+            (d / "trace.jsonl").write_bytes(_header_with_rank(data[pick], r, ranks))
+    return Path(out_a), Path(out_b)

@@ -16,9 +16,6 @@ ranks no shard analysed.
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,19 +23,12 @@ from typing import Any
 import pandas as pd
 
 from forensics.capture.directory import Capture, InstrumentFile, load_capture
-from forensics.errors import BadInput, ForensicsError, doing
+from forensics.errors import BadInput, doing
 from forensics.judge.analysis import KEYS, Analysis, analyze, file_rank, manifest_digest
+from forensics.parallel import available_cores, run_groups, workers_for  # noqa: F401 (available_cores: API)
 
 #: Most ranks one worker task analyses at once (bounds a worker's memory).
 RANKS_PER_TASK = 8
-
-
-def available_cores() -> int:
-    """Cores this process may run on (affinity and cgroup CPU sets respected where the OS says)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 # --------------------------------------------------------------------------- which files count for which rank
@@ -120,34 +110,17 @@ class Part:
     facts: list[dict[str, Any]] = field(default_factory=list)
     losses: list[dict[str, Any]] = field(default_factory=list)
     labels: set[str] = field(default_factory=set)
-    #: a ForensicsError raised in the worker, as (class name, str, path, message, line): re-raised here
-    error: tuple[str, str, str | None, str | None, int | None] | None = None
 
 
 def analyze_group(root: Path, manifest: dict[str, Any], files: list[InstrumentFile], ranks: list[int | None],
                   site: str | None, keep_going: bool) -> Part:
     """Analyse the files of some ranks (runs in a worker process; also callable in-process)."""
     sub = Capture(root=Path(root), manifest=manifest, files=list(files), missing=[])
-    try:
-        an = analyze(sub, site=site, keep_going=keep_going)
-    except ForensicsError as e:
-        return Part(ranks, error=(type(e).__name__, str(e), getattr(e, "path", None), getattr(e, "message", None),
-                                  getattr(e, "line", None)))
+    an = analyze(sub, site=site, keep_going=keep_going)
     labels = set(an.launches["site_label"].dropna()) if "site_label" in an.launches else set()
     if len(an.sites) and "label" in an.sites:
         labels |= set(an.sites["label"].dropna())
     return Part(ranks, an.counts, an.verdicts, an.notes, an.facts, an.losses, labels)
-
-
-def _reraise(part: Part) -> None:
-    name, text, path, message, line = part.error
-    if name == "BadInput" and path is not None and message is not None:
-        raise BadInput(path, message, line)
-    from forensics import errors  # noqa: PLC0415
-
-    cls = getattr(errors, name, None)
-    raise (cls(text) if isinstance(cls, type) and issubclass(cls, ForensicsError) and name != "BadInput"
-           else BadInput("capture", text))
 
 
 # --------------------------------------------------------------------------- merge
@@ -199,39 +172,20 @@ def analyze_ranks(capture: str | Path | Capture, site: str | None = None, keep_g
         raise BadInput(cap.root, f"no rank of this capture is selected by --ranks {ranks or 'all'} --shard {shard or '-'} "
                                  f"(ranks here: {_span(sorted(by_rank, key=_order))})")
     groups = [chosen[i:i + RANKS_PER_TASK] for i in range(0, len(chosen), RANKS_PER_TASK)]
-    workers = min(len(groups), available_cores() if jobs is None or jobs <= 0 else jobs)
+    workers = workers_for(len(groups), jobs)
     if workers <= 1 and not subset:
-        an = analyze(cap, site=site, keep_going=keep_going)  # one process, every frame kept
-        return an
+        return analyze(cap, site=site, keep_going=keep_going)  # one process, every frame kept
     if workers <= 1:
         sub = Capture(cap.root, cap.manifest, [f for r in chosen for f in by_rank[r]], list(cap.missing))
         an = analyze(sub, site=site, keep_going=keep_going)
         an.ranks = [r for r in chosen if r is not None]
         an.notes = list(dict.fromkeys(notes + an.notes))
         return an
-    files_of = {r: by_rank[r] for r in chosen}
-    sub_cap = Capture(cap.root, cap.manifest, [f for r in chosen for f in files_of[r]], list(cap.missing))
-    parts: list[Part] = []
-    from forensics.progress import Progress  # noqa: PLC0415
-
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads (pyarrow, rich)
-    with doing(f"analysing {len(chosen)} ranks of {cap.root} in {workers} worker processes"), \
-            ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool, \
-            Progress("forensics analyze", total=len(chosen), every=10.0 if progress else float("inf")) as bar:
-        futures = [pool.submit(analyze_group, cap.root, cap.manifest, [f for r in g for f in files_of[r]], g,
-                               site, keep_going) for g in groups]
-        try:
-            for fut in as_completed(futures):
-                part = fut.result()
-                if part.error is not None:
-                    _reraise(part)
-                parts.append(part)
-                bar.advance(len(part.ranks))
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
-    parts.sort(key=lambda p: _order(p.ranks[0]))
+    sub_cap = Capture(cap.root, cap.manifest, [f for r in chosen for f in by_rank[r]], list(cap.missing))
+    tasks = [(cap.root, cap.manifest, [f for r in g for f in by_rank[r]], g, site, keep_going) for g in groups]
+    with doing(f"analysing {len(chosen)} ranks of {cap.root} in {workers} worker processes"):
+        parts = run_groups(analyze_group, tasks, [len(g) for g in groups], workers, "forensics analyze",
+                           progress=progress)
     return merge(sub_cap if subset else cap, parts, site, chosen if subset else None, notes)
 
 

@@ -1,0 +1,87 @@
+"""Rank groups in worker processes: the one place forensics starts a process pool.
+
+Python's :class:`concurrent.futures.ProcessPoolExecutor` with the ``spawn`` start method (no fork
+of a process that may hold threads: pyarrow's, rich's), one task per group of ranks, results
+returned in task order, progress on stderr (:mod:`forensics.progress`). A
+:class:`~forensics.errors.ForensicsError` raised in a worker (bad input naming a file and line)
+is raised again here as the same one-line error; any other exception is an internal error whose
+worker traceback is kept as its cause.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+from forensics.errors import BadInput, ForensicsError
+
+
+def available_cores() -> int:
+    """Cores this process may run on (affinity and cgroup CPU sets respected where the OS says)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def workers_for(tasks: int, jobs: int | None) -> int:
+    """Worker processes for ``tasks`` tasks: ``jobs`` (None or <= 0: one per core), at most one per task."""
+    return max(1, min(tasks, available_cores() if jobs is None or jobs <= 0 else jobs))
+
+
+@dataclass
+class _Failure:
+    """A ForensicsError raised in a worker, in a form that always crosses the process boundary."""
+
+    name: str
+    text: str
+    path: str | None
+    message: str | None
+    line: int | None
+
+    def raise_again(self) -> None:
+        if self.name == "BadInput" and self.path is not None and self.message is not None:
+            raise BadInput(self.path, self.message, self.line)
+        from forensics import errors  # noqa: PLC0415
+
+        cls = getattr(errors, self.name, None)
+        if isinstance(cls, type) and issubclass(cls, ForensicsError) and cls is not BadInput:
+            raise cls(self.text)
+        raise BadInput("worker", self.text)
+
+
+def _call(fn: Callable[..., Any], args: tuple) -> Any:
+    try:
+        return fn(*args)
+    except ForensicsError as e:
+        return _Failure(type(e).__name__, str(e), getattr(e, "path", None), getattr(e, "message", None),
+                        getattr(e, "line", None))
+
+
+def run_groups(fn: Callable[..., Any], tasks: Sequence[tuple], sizes: Sequence[int], jobs: int, what: str,
+               unit: str = "ranks", progress: bool = True) -> list[Any]:
+    """``[fn(*task) for task in tasks]`` in ``jobs`` worker processes (``fn`` importable at module
+    level); ``sizes`` (ranks per task) drive the progress line. Results in task order."""
+    from forensics.progress import Progress  # noqa: PLC0415
+
+    results: list[Any] = [None] * len(tasks)
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool, \
+            Progress(what, total=sum(sizes), unit=unit, every=10.0 if progress else float("inf")) as bar:
+        futures = {pool.submit(_call, fn, task): i for i, task in enumerate(tasks)}
+        try:
+            for fut in as_completed(futures):
+                i = futures[fut]
+                out = fut.result()
+                if isinstance(out, _Failure):
+                    out.raise_again()
+                results[i] = out
+                bar.advance(sizes[i])
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+    return results
