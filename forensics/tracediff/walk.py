@@ -25,6 +25,7 @@ other side's remaining records are "not compared", never a control-flow divergen
 """
 from __future__ import annotations
 
+import os
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -107,6 +108,56 @@ class RankWalker:
             self.result.partial_a = self.end_a.reason
         if self.end_b.partial:
             self.result.partial_b = self.end_b.reason
+        self._streams = (a_stream, b_stream)
+        self._resumed = False  # True once the columnar path compared a prefix (no leading-step skip then)
+
+    # ------------------------------------------------------------------ columnar prefix
+    def fast_forward(self) -> int:
+        """Compare the matching prefix of two native rank files in bulk (:mod:`forensics.tracediff.columnar`)
+        and resume the walk after it with the state the walk would have reached there. Returns the
+        records compared in bulk (0: the walk starts from the first record, as without it)."""
+        from forensics.tracediff import columnar  # noqa: PLC0415
+
+        sa, sb = self._streams
+        if getattr(sa, "reopen", None) is None or getattr(sb, "reopen", None) is None:
+            return 0
+        try:
+            if min(os.path.getsize(sa.path), os.path.getsize(sb.path)) < columnar.MIN_BYTES:
+                return 0
+        except OSError:
+            return 0  # the walk opens the files and says what is wrong
+
+        def on_gemm(raw: bytes, line_no: int) -> None:
+            self._count_site(sa.parse(raw, line_no))
+
+        def on_uninitialised(raw_a: bytes, line_a: int, raw_b: bytes, line_b: int) -> None:
+            a, b = sa.parse(raw_a, line_a), sb.parse(raw_b, line_b)
+            for x, y in zip(a.outputs, b.outputs):
+                self.tainted.add((_tkey(x), _tkey(y)))
+
+        try:
+            pre = columnar.compare_prefix(sa.path, sb.path, self.use_ordered, self.window, UNINITIALISED_OPS.pattern,
+                                          on_gemm=on_gemm, on_uninitialised=on_uninitialised)
+        except columnar.Unsupported:
+            return 0
+        if not pre.pairs:
+            self.site_counts.clear()
+            self.tainted.clear()
+            return 0
+        res = self.result
+        res.records_compared += pre.pairs
+        res.unproven_matches += pre.unproven
+        for step in pre.steps:
+            if step not in self._steps_seen:
+                self._steps_seen.add(step)
+                res.steps.append(step)
+        self.last_b_seq = pre.last_b_seq
+        (ra, la), (rb, lb) = pre.last_pair
+        self.history.append((sa.parse(ra, la), sb.parse(rb, lb)))
+        self.a = iter(sa.reopen(pre.a))
+        self.b = iter(sb.reopen(pre.b))
+        self._resumed = True
+        return pre.pairs
 
     # ------------------------------------------------------------------ reading
     def _next_a(self) -> TraceRecord | None:
@@ -236,7 +287,8 @@ class RankWalker:
     # ------------------------------------------------------------------ phase 1: identity walk
     def run(self) -> RankResult:
         res = self.result
-        self._skip_leading_steps()
+        if not self._resumed:
+            self._skip_leading_steps()
         while True:
             a = self._next_a()
             if a is None:
@@ -476,6 +528,11 @@ def _chain(head: list[TraceRecord], tail: Iterator[TraceRecord]) -> Iterator[Tra
 
 
 def walk_rank(rank: int, a_records: Iterable[TraceRecord], b_records: Iterable[TraceRecord], *,
-              window: int = WINDOW, use_ordered: bool = True) -> RankResult:
-    """First divergence of one rank's two streams (each in its own seq order), in bounded memory."""
-    return RankWalker(rank, a_records, b_records, window=window, use_ordered=use_ordered).run()
+              window: int = WINDOW, use_ordered: bool = True, columnar: bool = True) -> RankResult:
+    """First divergence of one rank's two streams (each in its own seq order), in bounded memory.
+
+    ``columnar``: two native rank files' matching prefix is compared in bulk first (same result)."""
+    walker = RankWalker(rank, a_records, b_records, window=window, use_ordered=use_ordered)
+    if columnar:
+        walker.fast_forward()
+    return walker.run()

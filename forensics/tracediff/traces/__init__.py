@@ -72,9 +72,15 @@ class RankStream:
     """A rank's record iterable plus how it ended (:class:`StreamEnd`). Readers that cannot tell
     return plain iterables; the differ then treats the stream as complete."""
 
-    def __init__(self, records: Iterable[TraceRecord], end: StreamEnd | None = None) -> None:
+    def __init__(self, records: Iterable[TraceRecord], end: StreamEnd | None = None, path: Path | None = None,
+                 reopen: Callable[[Any], Iterable[TraceRecord]] | None = None,
+                 parse: Callable[[bytes, int], TraceRecord] | None = None) -> None:
         self._records = records
         self.end = end or StreamEnd()
+        #: a native rank file's path, ``reopen(resume)`` its records from a later line
+        #: (:class:`forensics.tracediff.columnar.Resume`) and ``parse(line, line_no)`` one line's
+        #: record: what the differ's columnar fast path needs (None for other readers)
+        self.path, self.reopen, self.parse = path, reopen, parse
 
     def __iter__(self) -> Iterator[TraceRecord]:
         return iter(self._records)

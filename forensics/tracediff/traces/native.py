@@ -313,11 +313,15 @@ def _check_record(obj: dict, path: Path, line: int) -> None:
         raise BadInput(path, f"record meta must be an object, got {type(meta).__name__}", line)
 
 
-def iter_records(path: Path, rank: int | None = None, end: StreamEnd | None = None) -> Iterator[TraceRecord]:
+def iter_records(path: Path, rank: int | None = None, end: StreamEnd | None = None,
+                 start: Any = None) -> Iterator[TraceRecord]:
     """Records of one rank file, in seq order; BadInput (file:line) on anything malformed.
 
     A file without a footer is read up to its last complete line (a cut last line is dropped):
-    the process was killed. ``end`` (from :func:`stream_end_of`) is updated with what was read."""
+    the process was killed. ``end`` (from :func:`stream_end_of`) is updated with what was read.
+    ``start`` (a :class:`forensics.tracediff.columnar.Resume`: byte offset, line number, the seq
+    before it and the records before it) reads from a later line, as if the lines before it had
+    been read."""
     path = Path(path)
     header = read_header(path)
     rank = int(header.get("rank", 0)) if rank is None else rank
@@ -333,6 +337,9 @@ def iter_records(path: Path, rank: int | None = None, end: StreamEnd | None = No
         f.readline()
         line_no = 1
         last_seq = -1
+        if start is not None:
+            f.seek(start.offset)
+            line_no, last_seq, n_records = start.line - 1, start.last_seq, start.records
         for raw in f:
             line_no += 1
             if footer_seen:
@@ -388,12 +395,38 @@ def iter_records(path: Path, rank: int | None = None, end: StreamEnd | None = No
         end.reason = f"truncated at record {n_records} (no footer): partial"
 
 
+def record_from_line(raw: bytes, path: Path, line_no: int, rank: int) -> TraceRecord:
+    """One record line (already read by the columnar path) as a record, with the reader's checks."""
+    obj = _loads(raw)
+    if obj.__class__ is not dict:
+        raise BadInput(path, "corrupt line: not a JSON object", line_no)
+    _check_record(obj, path, line_no)
+    ins, outs = list.__new__(LazyTensors), list.__new__(LazyTensors)
+    ins._raw, ins._where = obj.get("in") or [], (path, line_no)
+    outs._raw, outs._where = obj.get("out") or [], (path, line_no)
+    rec = _new(TraceRecord)
+    rec.__dict__ = {
+        "rank": rank, "seq": obj["seq"], "identity": obj["id"], "name": obj["op"], "kind": obj.get("kind", "op"),
+        "step": obj.get("step"), "phase": obj.get("phase"), "inputs": ins, "outputs": outs,
+        "source": f"{path}:{line_no}", "extra": obj.get("meta") or {},
+    }
+    return rec
+
+
+def open_rank(file: Path, rank: int) -> RankStream:
+    """One rank file as a lazy record stream that the differ's columnar path can resume later."""
+    file = Path(file)
+    end = stream_end_of(file)
+    return RankStream(iter_records(file, rank, end), end, path=file,
+                      reopen=lambda start: iter_records(file, rank, end, start),
+                      parse=lambda raw, line_no: record_from_line(raw, file, line_no, rank))
+
+
 def iter_ranks(path: Path) -> Iterator[tuple[int, RankStream]]:
     """``(rank, lazy record stream)`` per rank file, ranks in order; each stream's ``end`` says
     whether the file is complete or partial (and why) before a record is read."""
     for rank, file in sorted(rank_files(Path(path)).items()):
-        end = stream_end_of(file)
-        yield rank, RankStream(iter_records(file, rank, end), end)
+        yield rank, open_rank(file, rank)
 
 
 def _header_ok(path: Path, header: dict) -> None:

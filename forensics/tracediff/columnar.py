@@ -1,0 +1,473 @@
+"""The differ's columnar fast path: the matching part of two native rank files, compared in bulk.
+
+Most of two traces of one program match record for record; the per-rank walk
+(:mod:`forensics.tracediff.walk`) spends its time parsing and comparing those records one by one in
+Python. This module reads both rank files in blocks and compares them as arrays:
+
+* run A's lines are parsed by pyarrow's JSON reader (C++, multi-threaded, an explicit schema: a
+  value of the wrong type fails the block), and every check of the native reader is applied to the
+  columns (seq increasing, non-empty id and op, a kind, steps, shapes, numel = product of the shape,
+  digests as text, known evidence levels);
+* both files' lines are also taken as byte strings (no copy) and must have the form our tracer
+  writes, ``{"seq":N,"id":"...",...}``; run B's seq and identity are read from that text;
+* records are aligned by identity within *closed segments* (runs of positions where both files
+  hold the same set of identities: one record when the order is the same, a few when neighbours
+  swapped), and a pair is equal when its two lines are byte for byte the same after the seq. Equal
+  text is equal values, so B's record passes every check A's passed.
+
+It never decides a divergence. It finds the longest prefix of segments in which every pair is equal
+and every record passes the reader's checks (and, since the walk's reader is orjson, is valid UTF-8
+and nested fewer than 1,024 levels), computes what the walk would have accumulated over that prefix
+(records compared, steps, matches resting on weak evidence, the GEMM site counts, the tensors of
+uninitialised ops, the last pair) and returns where each file resumes. The walk starts there with
+that state: whatever follows (the first divergence, a control-flow region, a partial end, a
+malformed line and its ``file:line``) is decided by the same code as before, so the verdicts are
+the same. Anything not handled exactly here (another key order, an escaped identity, a record kind
+left out, a segment longer than the walk's window, an identity twice in a segment, a block the
+schema refuses) only ends the prefix.
+
+Memory: one block of each file and the records of the current segments, never the trace.
+"""
+from __future__ import annotations
+
+import io
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from forensics.tracediff.traces import EVIDENCE_LEVELS
+
+BLOCK_BYTES = 8 << 20  # bytes of JSON lines parsed at once per file
+#: smaller rank files are walked record by record: setting up the columnar reader costs more there
+MIN_BYTES = 1 << 20
+ROUND_ROWS = 1 << 15  # records aligned per round (a segment never spans more than the walk's window)
+
+_ENTRY = pa.struct([("s", pa.list_(pa.int64())), ("t", pa.string()), ("n", pa.int64()), ("h", pa.string()),
+                    ("o", pa.string()), ("c", pa.list_(pa.string())), ("ev", pa.string())])
+SCHEMA = pa.schema([
+    ("type", pa.string()), ("seq", pa.int64()), ("id", pa.string()), ("op", pa.string()), ("kind", pa.string()),
+    ("step", pa.int64()), ("phase", pa.string()), ("in", pa.list_(_ENTRY)), ("out", pa.list_(_ENTRY)),
+    # meta is read only to know whether it is an object (or null) and whether it names a GEMM
+    ("meta", pa.struct([("gemm", pa.struct([]))])),
+])
+_PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
+_READ = pj.ReadOptions(block_size=1 << 20, use_threads=True)  # 1 MiB chunks: both cores busy
+_EXACT_PRODUCT = float(1 << 53)
+#: the start of a line as our tracer writes it; seq without leading zeros and within int64
+_HEAD = r'^\{"seq":(?P<seq>0|[1-9][0-9]{0,17}),"id":"(?P<id>[^"\\\x00-\x1f]+)",'
+_HEAD_ONLY = r'^\{"seq":(?:0|[1-9][0-9]{0,17}),'
+#: orjson (the walk's reader) refuses JSON nested deeper than 1,024 levels: a line with this many
+#: brackets is left to it
+_MAX_BRACKETS = 1000
+
+
+class Unsupported(Exception):
+    """This file cannot be read exactly here: the caller walks the rank from its first record."""
+
+
+@dataclass
+class Resume:
+    """Where one file resumes after the prefix: its byte offset, line number and last seq read."""
+
+    offset: int
+    line: int
+    last_seq: int
+    records: int  # records before it
+
+
+@dataclass
+class Prefix:
+    """What the walk would have accumulated over the records compared here."""
+
+    pairs: int = 0
+    steps: list[Any] = field(default_factory=list)
+    unproven: int = 0
+    last_pair: tuple[tuple[bytes, int], tuple[bytes, int]] | None = None  # (A line, its line no), (B line, no)
+    last_b_seq: int = -1
+    a: Resume | None = None
+    b: Resume | None = None
+
+
+# --------------------------------------------------------------------------- reading blocks
+class _Side:
+    """One rank file read in blocks: a table of parsed records and each record's offset and line."""
+
+    def __init__(self, path: Path, full: bool) -> None:
+        self.path = Path(path)
+        self.full = full  # A: every column parsed; B: seq and identity read from the line's text
+        self.f = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+        head = self.f.readline()
+        self.pos = len(head)  # file offset of the next unread byte
+        self.next_line = 2
+        self.carry = b""
+        self.eof = False
+        self.stopped = False  # a block the columnar reader does not read: nothing past it is compared here
+        self.table: pa.Table | None = None  # A: the parsed columns; B: seq and id
+        self.offsets = np.zeros(0, np.int64)  # byte offset of each buffered record's line
+        self.lines = np.zeros(0, np.int64)  # its line number
+        self.raw: list[bytes] = []  # the buffered blocks' bytes, and where each starts
+        self.raw_starts: list[int] = []
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __len__(self) -> int:
+        return 0 if self.table is None else self.table.num_rows
+
+    def fill(self, rows: int) -> None:
+        """Read blocks until ``rows`` records are buffered or the file ends."""
+        while len(self) < rows and not self.eof:
+            chunk = self.f.read(BLOCK_BYTES)
+            if not chunk:
+                self.eof = True
+                break
+            data = self.carry + chunk
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                self.carry = data
+                continue
+            block, carry = data[:cut], data[cut:]
+            start = self.pos
+            pieces = block.split(b"\n")  # C speed; the last piece is the empty one after the last newline
+            pieces.pop()
+            lens = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+            begins = np.cumsum(lens + 1) - (lens + 1)
+            deep = lens >= 2 * _MAX_BRACKETS  # only a line this long can nest that deep: count its brackets
+            for i in np.flatnonzero(deep):
+                deep[i] = pieces[i].count(b"[") + pieces[i].count(b"{") >= _MAX_BRACKETS
+            del pieces
+            tb = None if not lens.all() else self._parse(block, begins, deep)
+            if tb is None:  # a blank line, bytes that are not UTF-8, a value the schema refuses:
+                self.eof = self.stopped = True  # the prefix ends before this block (the walk reads it)
+                break
+            self.carry = carry
+            self.pos += len(block)
+            self.table = tb if self.table is None else pa.concat_tables([self.table, tb])
+            self.offsets = np.concatenate((self.offsets, begins + start))
+            self.lines = np.concatenate((self.lines, np.arange(self.next_line, self.next_line + len(begins))))
+            self.next_line += len(begins)
+            self.raw.append(block)
+            self.raw_starts.append(start)
+
+    def _parse(self, block: bytes, begins: np.ndarray, deep: np.ndarray) -> pa.Table | None:
+        """The block's records as a table with ``line`` (the text after the seq, or null when the
+        line is not in our tracer's form), ``deep`` (too many brackets to be sure orjson reads it)
+        and, for A, every parsed column, for B ``seq`` and ``id`` from the text."""
+        n = len(begins)
+        offsets = np.concatenate((begins, [len(block)])).astype(np.int32)
+        raw = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(block)])
+        try:
+            text = raw.cast(pa.string())  # validates UTF-8 (orjson refuses what is not)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        deep = pa.array(deep)
+        rest = pc.replace_substring_regex(raw, _HEAD_ONLY, "", max_replacements=1)  # same buffer when no match
+        ours = _np_int(pc.binary_length(raw), 0) > _np_int(pc.binary_length(rest), 0)  # the head was there
+        rest = pc.if_else(pa.array(ours), rest, pa.scalar(None, pa.binary()))
+        if self.full:
+            try:
+                tb = pj.read_json(io.BytesIO(block), read_options=_READ, parse_options=_PARSE)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                return None
+            if tb.num_rows != n:
+                return None
+        else:
+            head = pc.extract_regex(text, _HEAD)
+            tb = pa.table({"seq": pc.cast(pc.struct_field(head, "seq"), pa.int64()), "id": pc.struct_field(head, "id")})
+        return tb.append_column("line", rest).append_column("deep", deep)
+
+    def line_bytes(self, row: int) -> bytes:
+        """The raw bytes of a buffered record's line."""
+        off = int(self.offsets[row])
+        for block, start in zip(reversed(self.raw), reversed(self.raw_starts)):
+            if off >= start:
+                end = block.index(b"\n", off - start)
+                return block[off - start:end + 1]
+        raise IndexError(row)
+
+    def drop(self, rows: int) -> None:
+        """Forget the first ``rows`` buffered records (and the blocks no longer needed)."""
+        if rows <= 0:
+            return
+        self.table = self.table.slice(rows)
+        self.offsets = self.offsets[rows:]
+        self.lines = self.lines[rows:]
+        keep_from = int(self.offsets[0]) if len(self.offsets) else self.pos
+        while len(self.raw_starts) > 1 and self.raw_starts[1] <= keep_from:
+            self.raw.pop(0)
+            self.raw_starts.pop(0)
+        if not len(self.offsets):
+            self.raw, self.raw_starts = [], []
+
+
+# --------------------------------------------------------------------------- array helpers
+def _np_bool(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(pc.fill_null(a, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _np_int(a: pa.Array | pa.ChunkedArray, fill: int) -> np.ndarray:
+    return np.asarray(pc.fill_null(a, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _combine(a: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+
+
+def _segments(lists: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(length of each list (null: 0), start of each list's values in ``pc.list_flatten``)."""
+    lens = _np_int(pc.list_value_length(lists), 0)
+    return lens, np.cumsum(lens) - lens
+
+
+def _entries_valid(e: pa.StructArray) -> np.ndarray:
+    """Per entry: the checks of the native reader (non-negative shape and numel, numel = product of
+    the shape, chunk digests without nulls, a known evidence level). A product too large to check
+    exactly here counts as invalid (the walk checks it)."""
+    present = ~_np_bool(pc.is_null(e))
+    n = pc.struct_field(e, "n")
+    nv = _np_int(n, 0)
+    ok = nv >= 0
+    ev = pc.struct_field(e, "ev")
+    ok &= _np_bool(pc.is_in(pc.fill_null(ev, "full"), value_set=pa.array(list(EVIDENCE_LEVELS))))
+    s = _combine(pc.struct_field(e, "s"))
+    lens, starts = _segments(s)
+    flat = pc.list_flatten(s)
+    prod = np.ones(len(e), dtype=np.float64)
+    if len(flat):
+        nulls = _np_bool(pc.is_null(flat))
+        v = _np_int(flat, 0)
+        bad = nulls | (v < 0) | (v >= 1 << 52)
+        badc = np.add.reduceat(bad.astype(np.int64), starts[lens > 0]) if (lens > 0).any() else np.zeros(0, np.int64)
+        has = np.flatnonzero(lens > 0)
+        ok[has] &= badc == 0
+        vf = np.where(bad, 1, v).astype(np.float64)
+        prod[has] = np.multiply.reduceat(vf, starts[has])
+    check = ~_np_bool(pc.is_null(s)) & ~_np_bool(pc.is_null(n))
+    ok &= ~check | ((prod < _EXACT_PRODUCT) & (prod == nv.astype(np.float64)))
+    c = _combine(pc.struct_field(e, "c"))
+    cflat = pc.list_flatten(c)
+    if len(cflat):
+        clens, cstarts = _segments(c)
+        has = np.flatnonzero(clens > 0)
+        nulls = _np_bool(pc.is_null(cflat)).astype(np.int64)
+        ok[has] &= np.add.reduceat(nulls, cstarts[has]) == 0
+    return np.where(present, ok, True)
+
+
+def _entries_strong(e: pa.StructArray, use_ordered: bool) -> np.ndarray:
+    """Per entry: equality of two equal entries rests on a full digest (not a weak-evidence match)."""
+    full = _np_bool(pc.equal(pc.fill_null(pc.struct_field(e, "ev"), "full"), "full"))
+    digest = ~_np_bool(pc.is_null(pc.struct_field(e, "h")))
+    if use_ordered:
+        digest |= ~_np_bool(pc.is_null(pc.struct_field(e, "o")))
+    return np.where(_np_bool(pc.is_null(e)), True, full & digest)
+
+
+def _per_row(lists: pa.Array, per_entry: np.ndarray, rows: int) -> np.ndarray:
+    """Rows whose every entry has ``per_entry`` true (empty and null lists: true)."""
+    lists = _combine(lists)
+    parent = np.asarray(pc.list_parent_indices(lists).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return np.bincount(parent[~per_entry], minlength=rows) == 0
+
+
+def _seq_valid(t: pa.Table, last_seq: int) -> np.ndarray:
+    """Per record: a seq, greater than the one before (nothing after the first failure is trusted)."""
+    seq = t.column("seq")
+    s = _np_int(seq, -1)
+    ok = ~_np_bool(pc.is_null(seq)) & (s > np.concatenate(([last_seq], s[:-1])))
+    first_bad = np.flatnonzero(~ok)
+    if len(first_bad):
+        ok[first_bad[0]:] = False
+    return ok
+
+
+def _rows_valid(t: pa.Table, last_seq: int) -> np.ndarray:
+    """Per record: a plain record line the native reader would accept (types are the schema's)."""
+    n = t.num_rows
+    typ = t.column("type")
+    ok = _np_bool(pc.or_kleene(pc.is_null(typ), pc.equal(typ, "op")))
+    seq = t.column("seq")
+    ok &= ~_np_bool(pc.is_null(seq))
+    s = _np_int(seq, -1)
+    prev = np.concatenate(([last_seq], s[:-1]))
+    ok &= s > prev
+    # one bad seq breaks the comparison with the next: stop at the first
+    for name in ("id", "op"):
+        col = t.column(name)
+        ok &= _np_int(pc.utf8_length(col), 0) > 0
+    ok &= ~_np_bool(pc.is_null(t.column("kind")))  # explicit null (invalid) cannot be told from absent ("op")
+    ok &= _np_int(t.column("step"), 0) >= 0
+    for side in ("in", "out"):
+        lists = _combine(t.column(side))
+        ents = pc.list_flatten(lists)
+        ok &= _per_row(lists, _entries_valid(ents), n)
+    first_bad = np.flatnonzero(~ok)
+    if len(first_bad):  # seq order is relative: nothing after an invalid record is trusted
+        ok[first_bad[0]:] = False
+    return ok
+
+
+# --------------------------------------------------------------------------- alignment
+def _closures(codes_a: np.ndarray, codes_b: np.ndarray, n_codes: int) -> np.ndarray:
+    """Positions p (1..n) where A[:p] and B[:p] hold the same identities (random 64-bit weights per
+    identity, summed: equal sums mark candidates, verified exactly afterwards)."""
+    rng = np.random.default_rng(0x5EED)
+    w = rng.integers(1, np.iinfo(np.int64).max, size=max(n_codes, 1), dtype=np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        ca = np.cumsum(w[codes_a], dtype=np.uint64)
+        cb = np.cumsum(w[codes_b], dtype=np.uint64)
+    return np.flatnonzero(ca == cb) + 1
+
+
+def _step_key(col: pa.ChunkedArray) -> np.ndarray:
+    return _np_int(col, -1)
+
+
+def compare_prefix(path_a: Path, path_b: Path, use_ordered: bool = True, window: int = 16_384,
+                   uninitialised: str | None = None, on_gemm: Callable[[bytes, int], None] | None = None,
+                   on_uninitialised: Callable[[bytes, int, bytes, int], None] | None = None) -> Prefix:
+    """The longest prefix of matching, valid segments of two native rank files (see the module text).
+
+    ``on_gemm(line, line_no)`` is called, in A's order, for every A record of the prefix whose meta
+    names a GEMM (the walk counts site occurrences from them); ``on_uninitialised(line_a, no_a, line_b, no_b)``
+    (with their line numbers) for every pair whose op matches the regular expression ``uninitialised`` (its outputs are
+    garbage: the walk follows them). Raises :class:`Unsupported` when a file cannot be opened here
+    (the walk reads it and says why)."""
+    try:
+        a, b = _Side(path_a, True), _Side(path_b, False)
+    except OSError as e:
+        raise Unsupported(str(e)) from None
+    pre = Prefix()
+    seen_steps: set[Any] = set()
+    last_a = last_b = -1
+    pool = ThreadPoolExecutor(1)  # B's lines are split and matched while A's JSON is parsed
+    try:
+        first = True
+        while True:
+            _fill_both(a, b, ROUND_ROWS, pool)
+            n = min(len(a), len(b))
+            if n == 0:
+                break
+            ta, tb = a.table.slice(0, n), b.table.slice(0, n)
+            if first:
+                sa, sb = ta.column("step")[0].as_py(), _first_step(b)
+                if sb is _UNREAD or isinstance(sa, int) and isinstance(sb, int) and sa != sb:
+                    break  # the walk skips leading steps of one run: it decides from the start
+                first = False
+            ids = pa.chunked_array(ta.column("id").chunks + tb.column("id").chunks).combine_chunks()
+            enc = pc.dictionary_encode(pc.fill_null(ids, ""))
+            codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+            ca, cb = codes[:n], codes[n:]
+            ends = _closures(ca, cb, len(enc.dictionary))
+            if not len(ends):
+                if n >= window or (a.eof and b.eof) or (a.eof and len(a) == n) or (b.eof and len(b) == n):
+                    break  # no re-closing within reach: the walk decides from here
+                _fill_both(a, b, ROUND_ROWS + max(len(a), len(b)), pool)
+                if min(len(a), len(b)) == n:
+                    break
+                continue
+            upto = int(ends[-1])
+            starts = np.concatenate(([0], ends[:-1]))
+            seg_len = ends - starts
+            seg = np.repeat(np.arange(len(ends)), seg_len)
+            oa = np.lexsort((ca[:upto], seg))
+            ob = np.lexsort((cb[:upto], seg))
+            seg_ok = np.ones(len(ends), dtype=bool)
+            exact = ca[:upto][oa] == cb[:upto][ob]
+            dup = np.zeros(upto, dtype=bool)
+            sorted_codes, sorted_seg = ca[:upto][oa], seg[oa]
+            dup[1:] = (sorted_codes[1:] == sorted_codes[:-1]) & (sorted_seg[1:] == sorted_seg[:-1])
+            seg_ok &= np.bincount(sorted_seg[~exact | dup], minlength=len(ends)) == 0
+            seg_ok &= seg_len <= window
+            match_b = np.empty(upto, dtype=np.int64)
+            match_b[oa] = ob  # A position -> B position of the same identity
+            ta_u = ta.slice(0, upto)
+            lines_b = tb.column("line").slice(0, upto)
+            if not np.array_equal(match_b, np.arange(upto)):  # reordered neighbours: B's lines in A's order
+                lines_b = lines_b.take(pa.array(match_b))
+            pair_ok = _rows_valid(ta_u, last_a)
+            pair_ok &= ~_np_bool(ta_u.column("deep"))
+            valid_b = _seq_valid(tb.slice(0, upto), last_b) & ~_np_bool(tb.column("deep").slice(0, upto))
+            pair_ok &= valid_b[match_b]
+            pair_ok &= _np_bool(pc.equal(ta_u.column("line"), lines_b))  # null (not our form) never equal
+            seg_ok &= np.bincount(seg[~pair_ok], minlength=len(ends)) == 0
+            bad = np.flatnonzero(~seg_ok)
+            stop_seg = int(bad[0]) if len(bad) else len(ends)
+            k = int(starts[stop_seg]) if stop_seg < len(ends) else upto
+            if k:
+                _accumulate(pre, a, b, ta_u.slice(0, k), match_b[:k], use_ordered, seen_steps, uninitialised,
+                            on_gemm, on_uninitialised)
+                last_a = int(_np_int(ta.column("seq"), -1)[k - 1])
+                last_b = int(_np_int(tb.column("seq"), -1)[k - 1])
+                pre.last_b_seq = last_b
+                a.drop(k)
+                b.drop(k)
+            if stop_seg < len(ends):
+                break
+        pre.a = _resume(a, last_a, pre.pairs)
+        pre.b = _resume(b, last_b, pre.pairs)
+        return pre
+    finally:
+        pool.shutdown()
+        a.close()
+        b.close()
+
+
+def _fill_both(a: _Side, b: _Side, rows: int, pool: ThreadPoolExecutor) -> None:
+    fut = pool.submit(b.fill, rows)
+    a.fill(rows)
+    fut.result()
+
+
+_UNREAD = object()
+
+
+def _first_step(side: _Side) -> Any:
+    """The step of a side's first buffered record (its line parsed here), or ``_UNREAD``."""
+    import json  # noqa: PLC0415
+
+    try:
+        obj = json.loads(side.line_bytes(0))
+    except (ValueError, IndexError):
+        return _UNREAD
+    return obj.get("step") if isinstance(obj, dict) else _UNREAD
+
+
+def _resume(side: _Side, last_seq: int, records: int) -> Resume:
+    if len(side):
+        return Resume(int(side.offsets[0]), int(side.lines[0]), last_seq, records)
+    return Resume(side.pos, side.next_line, last_seq, records)  # what follows was not read here
+
+
+def _accumulate(pre: Prefix, a: _Side, b: _Side, ta: pa.Table, match_b: np.ndarray, use_ordered: bool,
+                seen_steps: set[Any], uninitialised: str | None, on_gemm: Callable[[bytes, int], None] | None,
+                on_uninitialised: Callable[[bytes, int, bytes, int], None] | None) -> None:
+    k = ta.num_rows
+    pre.pairs += k
+    for s in pc.unique(ta.column("step")).to_pylist():  # in order of first appearance
+        if s not in seen_steps:
+            seen_steps.add(s)
+            pre.steps.append(s)
+    outs = _combine(ta.column("out"))
+    strong = _per_row(outs, _entries_strong(pc.list_flatten(outs), use_ordered), k)
+    nonempty = _np_int(pc.list_value_length(outs), 0) > 0
+    pre.unproven += int(np.count_nonzero(nonempty & ~strong))
+    if on_gemm is not None:
+        meta = _combine(ta.column("meta"))
+        for row in np.flatnonzero(~_np_bool(pc.is_null(pc.struct_field(meta, "gemm")))):
+            on_gemm(a.line_bytes(int(row)), int(a.lines[row]))
+    if uninitialised and on_uninitialised is not None:
+        for row in np.flatnonzero(_np_bool(pc.match_substring_regex(ta.column("op"), uninitialised))):
+            j = int(match_b[row])
+            on_uninitialised(a.line_bytes(int(row)), int(a.lines[row]), b.line_bytes(j), int(b.lines[j]))
+    last = k - 1
+    pre.last_pair = ((a.line_bytes(last), int(a.lines[last])),
+                     (b.line_bytes(int(match_b[last])), int(b.lines[match_b[last]])))
