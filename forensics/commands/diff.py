@@ -28,13 +28,27 @@ def register(app: typer.Typer) -> None:
         window: int = typer.Option(16_384, "--window", min=256,
                                    help="records held per side while aligning (bounds memory; ops reordered by "
                                         "more than this count as control flow)"),
+        jobs: int = typer.Option(0, "--jobs", "-j", help="worker processes for many ranks (0: one per core; 1: none)"),
+        ranks: str | None = typer.Option(None, "--ranks", help="only these ranks (0,3,8-15): one shard of a "
+                                         "multi-node diff (docs/scale.md)"),
+        shard: str | None = typer.Option(None, "--shard", help="only the K-th of N contiguous blocks of ranks "
+                                         "(K/N, K from 0: $SLURM_PROCID/$SLURM_NTASKS)"),
+        merge: Path | None = typer.Option(None, "--merge", help="merge the shards' --json reports found in this "
+                                          "folder (or its subfolders) instead of reading the traces' records"),
     ) -> None:
         from forensics.tracediff.diff import diff_paths, format_report  # noqa: PLC0415
 
         if json_out is not None and os.path.lexists(json_out):  # a dangling link too
             typer.echo(f"forensics diff: {json_out} exists; not overwriting it (choose another --json path)", err=True)
             raise typer.Exit(EXIT_USAGE)
-        report = diff_paths(run_a, run_b, fmt=fmt, rank=rank, window=window)
+        from forensics.tracediff.shards import diff_ranks, merge_reports  # noqa: PLC0415
+
+        if merge is not None:
+            report = merge_reports(run_a, run_b, merge, fmt=fmt)
+        elif rank is not None:
+            report = diff_paths(run_a, run_b, fmt=fmt, rank=rank, window=window)
+        else:
+            report = diff_ranks(run_a, run_b, fmt=fmt, window=window, jobs=jobs, ranks=ranks, shard=shard)
         typer.echo(format_report(report))
         if json_out is not None:
             from forensics.atomic import write_atomic  # noqa: PLC0415 - whole or nothing, never overwrites

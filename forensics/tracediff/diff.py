@@ -114,8 +114,10 @@ def classify_pattern(results: dict[int, RankResult], world_size: int | None = No
         for d in coll:
             d.verdict = ORIGIN
             d.site = d.site or (d.name if d.name.startswith("c10d.") and _valid_site(d.name) else None)
-            d.warnings.append("every rank fed this collective matching inputs: the collective itself differs "
-                              "(reduction order / algorithm)")
+            note = ("every rank fed this collective matching inputs: the collective itself differs "
+                    "(reduction order / algorithm)")
+            if note not in d.warnings:  # a merge of shards may classify results classified once already
+                d.warnings.append(note)
     origins = {r: d for r, d in firsts.items() if d.verdict == ORIGIN}
     control = {r: d for r, d in firsts.items() if d.verdict == CONTROL_FLOW}
     unknown = {r: d for r, d in firsts.items() if d.verdict == INPUTS_UNKNOWN}
@@ -221,14 +223,8 @@ def _ordered_algorithms_agree(info_a: dict, info_b: dict) -> tuple[bool, str | N
 
 
 def _diff_streams(a_ranks, b_ranks, *, a_name, b_name, fmt, run_info_a, run_info_b, only_rank, window):  # noqa: ANN001, ANN202
-    from forensics.tracediff.comparability import compare_runs  # noqa: PLC0415
-
     run_info_a, run_info_b = run_info_a or {}, run_info_b or {}
-    report = DiffReport(a=a_name, b=b_name, format=fmt, ranks={}, window=window)
-    report.comparability = [d.to_json() for d in compare_runs(run_info_a, run_info_b)]
-    use_ordered, why = _ordered_algorithms_agree(run_info_a, run_info_b)
-    if why:
-        report.warnings.append(why)
+    report, use_ordered = start_report(a_name, b_name, fmt, run_info_a, run_info_b, window)
     ranks = sorted(set(a_ranks) | set(b_ranks))
     if only_rank is not None:
         if only_rank not in ranks:
@@ -240,8 +236,28 @@ def _diff_streams(a_ranks, b_ranks, *, a_name, b_name, fmt, run_info_a, run_info
             report.warnings.append(f"rank {r} traced only in {side}: not compared")
             continue
         report.ranks[r] = walk_rank(r, a_ranks[r], b_ranks[r], window=window, use_ordered=use_ordered)
+    return finish_report(report, run_info_a, run_info_b)
+
+
+def start_report(a_name: str, b_name: str, fmt: str, run_info_a: dict, run_info_b: dict,
+                 window: int = WINDOW) -> tuple[DiffReport, bool]:
+    """An empty report with the comparability of the two runs, and whether order-sensitive digests
+    of the two runs can be compared (one algorithm made both)."""
+    from forensics.tracediff.comparability import compare_runs  # noqa: PLC0415
+
+    report = DiffReport(a=a_name, b=b_name, format=fmt, ranks={}, window=window)
+    report.comparability = [d.to_json() for d in compare_runs(run_info_a, run_info_b)]
+    use_ordered, why = _ordered_algorithms_agree(run_info_a, run_info_b)
+    if why:
+        report.warnings.append(why)
+    return report, use_ordered
+
+
+def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> DiffReport:
+    """The cross-rank part, once every rank's result is in ``report.ranks`` (from one process or
+    merged from rank groups): the pattern, the site, the next command and the run-wide warnings."""
     if not report.ranks:
-        raise BadInput(b_name, f"no rank in common with {a_name}: nothing to compare")
+        raise BadInput(report.b, f"no rank in common with {report.a}: nothing to compare")
     world = run_info_a.get("world_size")
     report.pattern, report.pattern_explanation = classify_pattern(report.ranks, world if isinstance(world, int) else None)
     origin = suggest_site(report.ranks)
@@ -258,20 +274,29 @@ def _diff_streams(a_ranks, b_ranks, *, a_name, b_name, fmt, run_info_a, run_info
             report.warnings.append(f"{side} rank {r} dropped {n} record(s) past its record budget: nothing is known "
                                    "beyond the last record kept (raise --max-records or narrow --steps)")
     for res in report.ranks.values():
-        for side, reason in (("A", res.partial_a), ("B", res.partial_b)):
-            if reason:
-                res.warnings.append(f"{side} is partial: {reason}; compared up to where it stops")
+        notes = [f"{side} is partial: {reason}; compared up to where it stops"
+                 for side, reason in (("A", res.partial_a), ("B", res.partial_b)) if reason]
         if res.first_divergence is None and res.artifacts_total:
-            res.warnings.append(f"{res.artifacts_total} probe artifact(s) passed over; no real divergence")
+            notes.append(f"{res.artifacts_total} probe artifact(s) passed over; no real divergence")
+        res.warnings.extend(n for n in notes if n not in res.warnings)  # once, also when shards are merged
     return report
 
 
 def diff_paths(path_a: Path, path_b: Path, fmt: str = "auto", rank: int | None = None,
                window: int = WINDOW) -> DiffReport:
     """Open two traces with their reader (detected or given) and diff them."""
+    path_a, path_b = Path(path_a), Path(path_b)
+    fmt, reader = resolve_reader(path_a, path_b, fmt)
+    a_ranks, info_a = _open(reader, path_a)
+    b_ranks, info_b = _open(reader, path_b)
+    return diff_streams(a_ranks, b_ranks, a_name=str(path_a), b_name=str(path_b), fmt=fmt,
+                        run_info_a=info_a, run_info_b=info_b, only_rank=rank, window=window)
+
+
+def resolve_reader(path_a: Path, path_b: Path, fmt: str = "auto") -> tuple[str, Any]:
+    """``(format, reader)`` for two traces: the given format, or the one both are detected as."""
     from forensics.tracediff.traces import detect_format, readers  # noqa: PLC0415
 
-    path_a, path_b = Path(path_a), Path(path_b)
     for p in (path_a, path_b):
         if not p.exists():
             raise BadInput(p, "no such file or directory")
@@ -288,11 +313,7 @@ def diff_paths(path_a: Path, path_b: Path, fmt: str = "auto", rank: int | None =
         fmt = fa
     if fmt not in all_readers:
         raise BadInput(path_a, f"unknown trace format {fmt!r}; known: {', '.join(sorted(all_readers))}")
-    reader = all_readers[fmt]
-    a_ranks, info_a = _open(reader, path_a)
-    b_ranks, info_b = _open(reader, path_b)
-    return diff_streams(a_ranks, b_ranks, a_name=str(path_a), b_name=str(path_b), fmt=fmt,
-                        run_info_a=info_a, run_info_b=info_b, only_rank=rank, window=window)
+    return fmt, all_readers[fmt]
 
 
 def _open(reader: Any, path: Path) -> tuple[dict[int, Iterable[TraceRecord]], dict]:

@@ -88,6 +88,11 @@ class Divergence:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Divergence:
+        """The inverse of :meth:`to_json` (a report written by a shard of ranks, read back to merge)."""
+        return cls(**data)
+
 
 @dataclass
 class RankResult:
@@ -128,6 +133,17 @@ class RankResult:
             "after_control_flow_total": self.after_control_flow_total,
             "records_compared_after_control_flow": self.records_compared_after_control_flow,
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RankResult:
+        """The inverse of :meth:`to_json`."""
+        d = dict(data)
+        first = d.pop("first_divergence", None)
+        res = cls(**{k: v for k, v in d.items() if k not in ("artifacts", "after_control_flow")})
+        res.first_divergence = Divergence.from_json(first) if first else None
+        res.artifacts = [Divergence.from_json(x) for x in data.get("artifacts") or []]
+        res.after_control_flow = [Divergence.from_json(x) for x in data.get("after_control_flow") or []]
+        return res
 
 
 # --------------------------------------------------------------------------- naming
