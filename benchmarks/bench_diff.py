@@ -1,17 +1,22 @@
-"""Diff throughput: the streaming differ vs a pandas-merge baseline, on two generated traces.
+"""Diff throughput: the differ vs an orjson + pandas-merge baseline, on two generated traces.
 
 The traces are GENERATED here (SYNTHETIC, native optrace format, docs/trace-format.md): N records
 on one rank, ``--per-step`` records per step, 20 op names, one tensor input, one argument
 digest, one tensor output. B holds the same records with neighbours swapped inside each step (so
-positions differ and only identity alignment works) and the LAST record's output changed: both
-methods must read everything and find that record as ORIGIN.
+positions differ and only identity alignment works) and the LAST record's output changed: every
+method must read everything and find that record as ORIGIN.
 
-Each method runs in its own process; wall time and peak RSS (VmHWM) are measured there.
-Baseline: every line parsed with the same orjson into columns, two DataFrames, ``merge`` on
-(step, identity), first differing output by A's seq, then the input test. Optionally
-``--read-json`` adds the plain ``pandas.read_json(lines=True)`` baseline.
+Methods, each in its own process (wall time and peak RSS, VmHWM, measured there):
 
-    python benchmarks/bench_diff.py --records 2000000
+* ``differ``: ``forensics diff`` as shipped (the columnar prefix, then the walk);
+* ``walk`` (``--walk``): the record-by-record walk alone (the differ before the columnar path);
+* ``pandas``: the baseline: every line parsed with orjson into columns (the in/out lists kept as
+  their JSON text), two DataFrames, ``merge`` on (step, identity), first differing output by A's
+  seq, then the input test. Its address space is capped (``--baseline-cap-gb``) so that it fails
+  alone instead of exhausting a shared machine;
+* ``read_json`` (``--read-json``): ``pandas.read_json(lines=True)`` and the same merge.
+
+    python benchmarks/bench_diff.py --records 2000000 10000000
 """
 from __future__ import annotations
 
@@ -64,6 +69,15 @@ def run_differ(a: Path, b: Path) -> dict:
     return {"identity": d.identity if d else None, "verdict": d.verdict if d else None}
 
 
+def run_walk(a: Path, b: Path) -> dict:
+    import forensics.tracediff.diff as diff_mod
+    from forensics.tracediff import walk
+
+    orig = walk.walk_rank
+    diff_mod.walk_rank = lambda *x, **k: orig(*x, **{**k, "columnar": False})
+    return run_differ(a, b)
+
+
 def _columns(path: Path):
     import orjson
     import pandas as pd
@@ -78,8 +92,8 @@ def _columns(path: Path):
             ids.append(o["id"])
             seqs.append(o["seq"])
             steps.append(o["step"])
-            ins.append(orjson.dumps(o["in"]))
-            outs.append(orjson.dumps(o["out"]))
+            ins.append(orjson.dumps(o["in"]).decode())  # text: each bytes object orjson returns holds a ~4 KB
+            outs.append(orjson.dumps(o["out"]).decode())  # buffer (8.2 GB at 500K records); its text does not
     return pd.DataFrame({"identity": ids, "seq": seqs, "step": steps, "in": ins, "out": outs})
 
 
@@ -122,24 +136,34 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-METHODS = {"differ": run_differ, "pandas": run_pandas, "read_json": run_read_json}
+METHODS = {"differ": run_differ, "walk": run_walk, "pandas": run_pandas, "read_json": run_read_json}
 
 
-def measure(method: str, a: Path, b: Path) -> dict:
+def measure(method: str, a: Path, b: Path, cap_gb: float | None = None) -> dict:
+    def cap() -> None:
+        if cap_gb:
+            limit = int(cap_gb * (1 << 30))
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    t = time.perf_counter()
     out = subprocess.run([sys.executable, __file__, "--_run", method, str(a), str(b)],
-                         capture_output=True, text=True)
-    if out.returncode != 0:  # say why (e.g. a missing module), not only "exit status 1"
-        sys.exit(f"bench_diff: method {method} failed (exit {out.returncode}):\n{out.stderr.strip()}")
+                         capture_output=True, text=True, preexec_fn=cap if method == "pandas" else None)
+    if out.returncode != 0:  # say why (a missing module, the memory cap), not only "exit status 1"
+        tail = out.stderr.strip().splitlines()[-1:] or ["(no message)"]
+        return {"method": method, "failed": f"exit {out.returncode} after {time.perf_counter() - t:.0f} s: {tail[0]}"}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--records", type=int, default=2_000_000)
+    p.add_argument("--records", type=int, nargs="+", default=[2_000_000, 10_000_000])
     p.add_argument("--per-step", type=int, default=100_000)
-    p.add_argument("--dir", type=Path, default=None)
+    p.add_argument("--dir", type=Path, default=Path(__file__).resolve().parent / "_data" / "diff")
+    p.add_argument("--walk", action="store_true", help="also time the record-by-record walk alone")
     p.add_argument("--read-json", action="store_true", help="also time pandas.read_json (slow)")
     p.add_argument("--differ-only", action="store_true", help="skip the baselines (memory-bound check at large N)")
+    p.add_argument("--baseline-cap-gb", type=float, default=14.0, help="address-space cap of the pandas baseline")
+    p.add_argument("--keep", action="store_true", help="keep the generated traces")
     p.add_argument("--_run", nargs=3, metavar=("METHOD", "A", "B"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args._run:
@@ -150,27 +174,39 @@ def main() -> None:
         rss = peak_rss_mb()
         print(json.dumps({"method": method, "seconds": dt, "peak_rss_mb": rss, **result}))
         return
-    base = args.dir or Path(tempfile.mkdtemp(prefix="bench_diff_"))
-    base.mkdir(parents=True, exist_ok=True)
-    a, b = base / "a.jsonl", base / "b.jsonl"
-    t = time.perf_counter()
-    generate(a, args.records, args.per_step, False)
-    generate(b, args.records, args.per_step, True)
-    print(f"generated 2 x {args.records:,} records ({a.stat().st_size / 1e9:.2f} GB each) in "
-          f"{time.perf_counter() - t:.0f} s; {args.per_step:,} records per step")
-    methods = ["differ"] if args.differ_only else ["differ", "pandas"] + (["read_json"] if args.read_json else [])
-    results = {m: measure(m, a, b) for m in methods}
-    for m, r in results.items():
-        print(f"{m:10s} {r['seconds']:8.1f} s  {args.records / r['seconds'] / 1e3:8.0f} k records/s  "
-              f"peak RSS {r['peak_rss_mb']:7.0f} MB  first divergence {r['identity']} {r['verdict']}")
-    assert len({(r["identity"], r["verdict"]) for r in results.values()}) == 1, "methods disagree"
-    if "pandas" in results:
-        base_t = results["pandas"]["seconds"]
-        print(f"differ / pandas-merge time ratio: {results['differ']['seconds'] / base_t:.2f} (target < 0.5)")
-    if "read_json" in results:
-        print(f"differ / read_json-merge time ratio: {results['differ']['seconds'] / results['read_json']['seconds']:.2f}")
-    a.unlink()
-    b.unlink()
+    import os
+
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} CPUs")
+    args.dir.mkdir(parents=True, exist_ok=True)
+    for n in args.records:
+        a, b = args.dir / f"a{n}.jsonl", args.dir / f"b{n}.jsonl"
+        t = time.perf_counter()
+        if not (a.exists() and b.exists()):
+            generate(a, n, args.per_step, False)
+            generate(b, n, args.per_step, True)
+        print(f"{n:,} records per trace ({a.stat().st_size / 1e9:.2f} GB each; made in {time.perf_counter() - t:.0f} s), "
+              f"{args.per_step:,} records per step")
+        methods = ["differ"] + (["walk"] if args.walk else []) + ([] if args.differ_only else ["pandas"]) \
+            + (["read_json"] if args.read_json else [])
+        results = {m: measure(m, a, b, args.baseline_cap_gb) for m in methods}
+        for m, r in results.items():
+            if "failed" in r:
+                print(f"  {m:10s} FAILED ({r['failed']})")
+                continue
+            print(f"  {m:10s} {r['seconds']:8.1f} s  {n / r['seconds'] / 1e3:8.0f} k records/s  "
+                  f"peak RSS {r['peak_rss_mb']:7.0f} MB  first divergence {r['identity']} {r['verdict']}")
+        done = {m: r for m, r in results.items() if "failed" not in r}
+        assert len({(r["identity"], r["verdict"]) for r in done.values()}) == 1, "methods disagree"
+        for other in ("pandas", "walk", "read_json"):
+            if other in done and "differ" in done:
+                print(f"  differ / {other} time ratio: {done['differ']['seconds'] / done[other]['seconds']:.2f}"
+                      + (" (target < 0.5)" if other == "pandas" else ""))
+        if not args.keep:
+            a.unlink()
+            b.unlink()
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 if __name__ == "__main__":
