@@ -72,9 +72,10 @@ class _BoundedSet(dict):
 
 
 def _tkey(t: Any) -> tuple | None:
-    """A tensor value's key for following artifacts from a producer's output to a consumer's input
-    (the whole-tensor digest: the one digest both sides always carry)."""
-    return None if t is None else (t.shape, t.dtype, t.digest)
+    """A tensor value's key for following artifacts from a producer's output to a consumer's input:
+    its whole-tensor digest (the XOR digest, or the order-sensitive one that CPU tensors carry
+    instead)."""
+    return None if t is None else (t.shape, t.dtype, t.digest if t.digest is not None else t.ordered)
 
 
 class RankWalker:
