@@ -7,7 +7,7 @@ ratios against the untraced median measured in the same run. DebugMode is
 hash_inputs=True)``: the same digest function on inputs and outputs (feature-detected; skipped
 when absent).
 
-    python benchmarks/bench_tracer.py --width 512 --layers 4 --batch 64 --steps 20
+    python benchmarks/bench_tracer.py --batch 64 1024 --steps 20 --profile
 """
 from __future__ import annotations
 
@@ -86,16 +86,8 @@ def debugmode_arm():
     return arm
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--width", type=int, default=512)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    step = make_step(args.width, args.layers, args.batch)
+def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
+    step = make_step(args.width, args.layers, batch)
     out = Path(tempfile.mkdtemp(prefix="bench_tracer_"))
     ours = OptraceArm(out)
     dbg = debugmode_arm()
@@ -116,18 +108,98 @@ def main() -> None:
     records = ours.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     base = med["untraced"]
-    print(f"model: {args.layers}x Linear({args.width})+GELU+LayerNorm, batch {args.batch}, AdamW, "
-          f"{args.threads} thread(s); {args.steps} interleaved steps per arm; torch {torch.__version__}")
-    print(f"optrace records per step: {records / (args.steps + 2):.0f}")
+    print(f"batch {batch}: optrace records per step: {records / (args.steps + 2):.0f}")
     for k, v in med.items():
-        print(f"{k:10s} median step {v * 1e3:8.2f} ms   x{v / base:5.2f} of untraced")
+        print(f"  {k:10s} median step {v * 1e3:8.2f} ms   x{v / base:5.2f} of untraced")
     if "debugmode" in med:
         ours_over, dbg_over = med["optrace"] - base, med["debugmode"] - base
-        print(f"overhead: optrace +{ours_over * 1e3:.2f} ms, DebugMode +{dbg_over * 1e3:.2f} ms; "
+        print(f"  overhead: optrace +{ours_over * 1e3:.2f} ms, DebugMode +{dbg_over * 1e3:.2f} ms; "
               f"optrace/DebugMode overhead ratio {ours_over / dbg_over:.2f} (target < 0.5)")
     else:
-        print("DebugMode with log_tensor_hashes not available in this torch: comparison skipped")
-    print(f"optrace slowdown x{med['optrace'] / base:.2f} (target < 2)")
+        print("  DebugMode with log_tensor_hashes not available in this torch: comparison skipped")
+    print(f"  optrace slowdown x{med['optrace'] / base:.2f} (target < 2)")
+    return med
+
+
+#: where tracer time goes: substrings of cProfile's function labels, per category (first match wins)
+_CATEGORIES = {
+    "order-independent digest (numpy XOR, hash_tensor)": ("'reduce' of 'numpy.ufunc'", "hash_tensor", "xor_cpu"),
+    "order-sensitive digest (xxh3, row-major copies)": ("xxh3_64", "'contiguous'", "ordered_cpu"),
+    "digest bookkeeping (entries, numpy views)": ("(_digest)", "'numpy' of", "'detach' of", "'view' of", "format",
+                                                  "(_dtype_name)", "'reshape' of", "(__init__)"),
+    "dispatch bookkeeping (identity, phase, autograd, issuer)": (
+        "(_dispatch)", "(__torch_dispatch__)", "(add_record)", "(_leaves)", "(_args_digest)", "(_stable_repr)",
+        "(_autograd_meta)", "(_recording)", "(_phase)", "(_next_identity)", "(note)", "(_gemm_meta)", "(_ordered_for)",
+        "tree_", "(_fn)", "(<listcomp>)", "isinstance", "'get' of 'dict'", "find_torch_dispatch_rule", "__str__",
+        "_graph_task_id", "_get_sequence_nr", "getattr", "(_packet)", "(_is_opaque)", "(_non_blocking)"),
+    "writing (resolve, JSON, file)": ("(flush)", "(_resolve)", "(_dumps)", "orjson", "'write' of"),
+}
+
+
+def profile(batch: int, args: argparse.Namespace) -> None:
+    """Where the traced step's time goes: cProfile's own time per function, grouped."""
+    import cProfile
+    import pstats
+
+    step = make_step(args.width, args.layers, batch)
+    ours = OptraceArm(Path(tempfile.mkdtemp(prefix="bench_tracer_prof_")))
+    for _ in range(2):
+        step()
+        with ours():
+            step()
+    n = max(5, args.steps // 2)
+    t = time.perf_counter()
+    for _ in range(n):
+        step()
+    untraced = (time.perf_counter() - t) / n
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        with ours():
+            step()
+    prof.disable()
+    ours.close()
+    stats = pstats.Stats(prof).stats
+    total = sum(v[2] for v in stats.values()) / n
+    groups = {k: 0.0 for k in _CATEGORIES}
+    rest = 0.0
+    for (file, _line, name), v in stats.items():
+        own = v[2] / n
+        label = f"{file}({name})" if file != "~" else name
+        cat = next((c for c, keys in _CATEGORIES.items() if any(k in label for k in keys)), None)
+        if cat is None:
+            rest += own
+        else:
+            groups[cat] += own
+    print(f"profile, batch {batch} (cProfile inflates Python time): untraced step {untraced * 1e3:.1f} ms, "
+          f"traced step {total * 1e3:.1f} ms of which:")
+    for cat, sec in sorted(groups.items(), key=lambda kv: -kv[1]):
+        print(f"  {sec * 1e3:7.1f} ms  {cat}")
+    print(f"  {rest * 1e3:7.1f} ms  the model's own ops and everything else")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--batch", type=int, nargs="+", default=[64, 1024])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--profile", action="store_true", help="also say where the traced step's time goes (cProfile)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    import os
+
+    load = os.getloadavg()
+    print(f"model: {args.layers}x Linear({args.width})+GELU+LayerNorm, AdamW, {args.threads} thread(s); "
+          f"{args.steps} interleaved steps per arm; torch {torch.__version__}; load average {load[0]:.2f} "
+          f"{load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs")
+    for batch in args.batch:
+        run_batch(batch, args)
+    if args.profile:
+        profile(args.batch[0], args)
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 if __name__ == "__main__":
