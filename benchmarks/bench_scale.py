@@ -11,7 +11,11 @@ analysis time; the CLI's own start-up is shown apart), peak RSS of the whole pro
 workers, sampled every 50 ms) and of its largest process, at N and at N/4 ranks (memory bounded by
 the workers, not the ranks).
 
-    python benchmarks/bench_scale.py analyze --ranks 1024
+diff: the traces are built from the real rank files of tests/fixtures/traces-cpu-divergence (the CPU
+example traced by `forensics trace`), rank changed per rank, ORIGIN and RECEIVER ranks planted
+(tests/many_ranks.py); the same figures against one rank's in-process diff time.
+
+    python benchmarks/bench_scale.py all --ranks 1024
 """
 from __future__ import annotations
 
@@ -113,7 +117,7 @@ def one_rank_seconds(capture: Path, repeats: int = 5) -> float:
 
 
 def bench_analyze(n: int, jobs: int) -> None:
-    from forensics.judge.shards import available_cores
+    from forensics.parallel import available_cores
     from tests.many_ranks import build_capture
 
     cores = available_cores() if jobs <= 0 else jobs
@@ -160,15 +164,68 @@ def bench_analyze(n: int, jobs: int) -> None:
     shutil.rmtree(one, ignore_errors=True)
 
 
+def one_rank_diff_seconds(a: Path, b: Path, repeats: int = 20) -> float:
+    """In-process diff time of one rank (median of warm runs)."""
+    code = ("import statistics, sys, time; from forensics.tracediff.diff import diff_paths; diff_paths(sys.argv[1], sys.argv[2]); ts=[]\n"
+            "for _ in range(int(sys.argv[3])):\n t=time.perf_counter(); diff_paths(sys.argv[1], sys.argv[2]); ts.append(time.perf_counter()-t)\n"
+            "print(statistics.median(ts))")
+    out = subprocess.run([sys.executable, "-c", code, str(a), str(b), str(repeats)], capture_output=True, text=True,
+                         env=_env(), check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def bench_diff(n: int, jobs: int) -> None:
+    from forensics.parallel import available_cores
+    from tests.many_ranks import TraceSources, build_traces
+
+    fix = ROOT / "tests" / "fixtures" / "traces-cpu-divergence"
+    src = TraceSources(fix / "a.jsonl", fix / "same.jsonl", fix / "origin.jsonl", fix / "a_window.jsonl",
+                       fix / "receiver.jsonl")
+    cores = available_cores() if jobs <= 0 else jobs
+    DATA.mkdir(parents=True, exist_ok=True)
+    per_rank = one_rank_diff_seconds(fix / "a.jsonl", fix / "origin.jsonl")
+    print(f"one rank (real CPU-example traces, 130 records, ORIGIN at record 28): diff {per_rank * 1e3:.1f} ms in-process")
+    results = {}
+    for size in (max(1, n // 4), n):
+        origin = {r for r in range(size) if r % 97 == 13}
+        receiver = {r for r in range(size) if r % 89 == 50} - origin
+        base = DATA / f"diff-{size}"
+        shutil.rmtree(base, ignore_errors=True)
+        build_traces(base / "A", base / "B", size, src, origin, receiver)
+        out = base / "report.json"
+        r = run_measured([sys.executable, "-m", "forensics", "diff", str(base / "A"), str(base / "B"), "--json", str(out),
+                          "--jobs", str(jobs)], _env())
+        got = None
+        if r["rc"] in (0, 1) and out.exists():
+            rep = json.loads(out.read_text())
+            got = {int(k): v["first_divergence"]["verdict"] for k, v in rep["ranks"].items() if v["first_divergence"]}
+        want = {**{x: "ORIGIN" for x in origin}, **{x: "RECEIVER" for x in receiver}}
+        ideal = per_rank * size / cores
+        results[size] = r
+        print(f"{size} ranks: wall {r['wall_s']:.1f} s, exit {r['rc']}; one rank x {size} / {cores} cores = {ideal:.1f} s; "
+              f"ratio {r['wall_s'] / ideal:.2f} (target < 10); peak RSS tree {r['peak_tree_mb']:.0f} MB, largest "
+              f"process {r['peak_one_mb']:.0f} MB")
+        print(f"  planted: {len(origin)} ORIGIN ranks, {len(receiver)} RECEIVER ranks; recovered exactly: {got == want}")
+        if got != want:
+            print(f"  MISMATCH: {sorted(set((got or {}).items()) ^ set(want.items()))[:10]}")
+            print(r["stderr"][-2000:])
+        shutil.rmtree(base, ignore_errors=True)
+    small, big = results[max(1, n // 4)], results[n]
+    print(f"peak RSS at {n // 4} vs {n} ranks: tree {small['peak_tree_mb']:.0f} vs {big['peak_tree_mb']:.0f} MB, "
+          f"largest process {small['peak_one_mb']:.0f} vs {big['peak_one_mb']:.0f} MB")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["analyze"])
+    p.add_argument("what", choices=["analyze", "diff", "all"])
     p.add_argument("--ranks", type=int, default=1024)
     p.add_argument("--jobs", type=int, default=0, help="worker processes (0: one per core)")
     args = p.parse_args()
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} CPUs")
-    if args.what == "analyze":
+    if args.what in ("diff", "all"):
+        bench_diff(args.ranks, args.jobs)
+    if args.what in ("analyze", "all"):
         bench_analyze(args.ranks, args.jobs)
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

@@ -44,12 +44,12 @@ def _rank_lists(reader: Any, fmt: str, path: Path) -> list[int]:
         else sorted(reader.read(path).ranks)
 
 
-def _streams(reader: Any, fmt: str, path: Path, ranks: list[int]) -> dict[int, Any]:
-    """Lazy record streams of some ranks of one trace."""
+def _streams(reader: Any, fmt: str, path: Path | dict[int, Path], ranks: list[int]) -> dict[int, Any]:
+    """Lazy record streams of some ranks of one trace (``path``: the trace, or its rank files)."""
     if fmt == "native":
         from forensics.tracediff.traces import native  # noqa: PLC0415
 
-        files = native.rank_files(path)
+        files = path if isinstance(path, dict) else native.rank_files(path)
         return {r: native.open_rank(files[r], r) for r in ranks}
     wanted = set(ranks)
     if reader.iter_ranks is not None:
@@ -57,13 +57,14 @@ def _streams(reader: Any, fmt: str, path: Path, ranks: list[int]) -> dict[int, A
     return {r: recs for r, recs in reader.read(path).ranks.items() if r in wanted}
 
 
-def walk_group(fmt: str, path_a: Path, path_b: Path, ranks: list[int], window: int,
+def walk_group(fmt: str, path_a: Path | dict[int, Path], path_b: Path | dict[int, Path], ranks: list[int], window: int,
                use_ordered: bool) -> dict[int, RankResult]:
     """Walk some ranks of two traces (runs in a worker process; callable in-process too)."""
     from forensics.tracediff.traces import readers  # noqa: PLC0415
 
     reader = readers()[fmt]
-    a, b = _streams(reader, fmt, Path(path_a), ranks), _streams(reader, fmt, Path(path_b), ranks)
+    a = _streams(reader, fmt, path_a if isinstance(path_a, dict) else Path(path_a), ranks)
+    b = _streams(reader, fmt, path_b if isinstance(path_b, dict) else Path(path_b), ranks)
     was = gc.isenabled()
     gc.disable()  # records are acyclic (see diff_streams)
     try:
@@ -99,7 +100,13 @@ def diff_ranks(path_a: Path, path_b: Path, fmt: str = "auto", window: int = WIND
         for g in groups:
             report.ranks.update(walk_group(fmt, path_a, path_b, g, window, use_ordered))
     else:
-        tasks = [(fmt, path_a, path_b, g, window, use_ordered) for g in groups]
+        if fmt == "native":  # each task gets its ranks' files (no listing of the trace directories per task)
+            from forensics.tracediff.traces import native  # noqa: PLC0415
+
+            fa, fb = native.rank_files(path_a), native.rank_files(path_b)
+            tasks = [(fmt, {r: fa[r] for r in g}, {r: fb[r] for r in g}, g, window, use_ordered) for g in groups]
+        else:
+            tasks = [(fmt, path_a, path_b, g, window, use_ordered) for g in groups]
         with doing(f"diffing {len(common)} ranks in {workers} worker processes"):
             for part in run_groups(walk_group, tasks, [len(g) for g in groups], workers, "forensics diff",
                                    progress=progress):
