@@ -44,6 +44,26 @@ from torch.utils._pytree import tree_leaves
 from probes.config import ProbeConfig
 from probes.window import StepWindow, world_size
 
+#: Signals whose Python handlers (SIGTERM: footer; SIGINT: KeyboardInterrupt) must not run in the
+#: middle of a batch write: a handler writing to the same buffered file then fails ("reentrant
+#: call"), and the trace loses its footer. They are held for the few microseconds of the write.
+_DEFERRED_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+class _signals_deferred:
+    """Block SIGTERM/SIGINT in this thread while a batch is written; delivered right after."""
+
+    def __enter__(self) -> None:
+        self.old = None
+        try:
+            self.old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+        except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        if self.old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
+
 try:  # order-sensitive digests of CPU tensors; without it CPU inputs carry the XOR digest only
     from xxhash import xxh3_64_intdigest as _xxh3
 except ImportError:  # pragma: no cover - depends on the environment
@@ -626,8 +646,9 @@ class OpTracer(TorchDispatchMode):
                 n = len(self.records)
                 self.records = []
                 self._ensure_open()
-                self.file.write("\n".join(lines) + "\n")
-                self.file.flush()  # to the OS now: a killed process keeps this batch
+                with _signals_deferred():  # a SIGTERM handler never writes into a half-written batch
+                    self.file.write("\n".join(lines) + "\n")
+                    self.file.flush()  # to the OS now: a killed process keeps this batch
                 self.written += n
                 self.last_flush = time.monotonic()
             except Exception as e:  # noqa: BLE001 - disk full, a vanished directory...: stop, never break

@@ -380,6 +380,38 @@ def test_close_in_the_middle_of_a_write_writes_the_footer_only(tmp_path):
     inst.close()
 
 
+def test_sigterm_is_held_while_a_batch_is_written(tmp_path):
+    """A SIGTERM handler that closed the tracer in the middle of the buffered write could not write
+    the footer ("reentrant call inside BufferedWriter"): seen under load in the kill test. The
+    signal is held for the write and delivered right after it."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        pytest.skip("no pthread_sigmask on this platform")
+    x = torch.ones(2)
+    window, inst = _installed(tmp_path)
+    tracer = inst.tracer
+    x + 1
+    tracer._ensure_open()
+    real, seen = tracer.file, []
+
+    class Spy:
+        def write(self, data):
+            seen.append(signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+            return real.write(data)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    tracer.file = Spy()
+    tracer.flush()
+    tracer.file = real
+    assert seen == [True]
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # unblocked after it
+    window.close()
+    inst.close()
+
+
 def test_uncaught_exception_is_in_the_footer(tmp_path):
     script = ("import torch, sys\n"
               "from pathlib import Path\n"
