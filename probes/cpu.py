@@ -154,18 +154,38 @@ class CpuCollector:
 
     # ------------------------------------------------------------------ window
     def _enter(self, step: int) -> None:
-        """Arm: the instruments go on at the first site occurrence inside the window (:meth:`begin`).
+        """Arm: the instruments go on at the window's first GEMM outside backward (:meth:`prime`) or
+        at its first site occurrence (:meth:`begin`), whichever comes first.
 
-        A process that runs no occurrence (the torchrun agent, a launcher whose window holds step 0)
-        starts nothing and leaves no file: its stdout is never redirected, no profiler runs in it.
+        A process that runs no GEMM in the window (the torchrun agent, a launcher whose window holds
+        step 0) starts nothing and leaves no file: its stdout is never redirected, no profiler runs in it.
         """
         global _active
         self.window_step = step
         self.collecting = True
         _active = self
 
-    def _start(self) -> None:
-        """Switch the instruments on (once, at the first occurrence in the window)."""
+    def prime(self) -> None:
+        """Start the instruments now, from a GEMM the program runs outside the autograd engine.
+
+        The site probe's dispatch mode calls this for every GEMM in the window until the instruments
+        are on. A profiler started inside backward would be lost (see :meth:`_start`), so the forward
+        GEMMs before it are where it starts.
+        """
+        if not self.started and not self.closed and self.collecting:
+            with self.lock:
+                if not self.started and not self.closed:
+                    self._start()
+
+    def _start(self, in_backward: bool = False) -> None:
+        """Switch the instruments on (once, at the first GEMM or occurrence in the window).
+
+        ``in_backward``: the caller runs inside the autograd engine, which runs each backward node
+        under the thread state of the ``backward()`` call and restores it afterwards; a
+        torch.profiler started there loses its callbacks when the node returns, and stopping it
+        later crashed the program (SIGSEGV, torch 2.13). The profiler is then not started and says
+        why; oneDNN and oneMKL verbose are process-wide and start as usual.
+        """
         self.started = True
         self._open()
         step = self.window_step
@@ -186,7 +206,11 @@ class CpuCollector:
                     raise RuntimeError("mkl_set_verbose(1) refused")
             except Exception as e:  # noqa: BLE001
                 self._unavailable("mkl", f"{type(e).__name__}: {e}")
-        if "torch_profiler" in self.instruments:
+        if "torch_profiler" in self.instruments and in_backward:
+            self._unavailable("torch_profiler", "the window's first GEMM ran inside backward (the autograd engine): "
+                                                "a profiler started there is lost when the node returns; "
+                                                "widen --steps to start a step earlier")
+        elif "torch_profiler" in self.instruments:
             try:
                 if _profiler_running(torch):
                     raise RuntimeError("the program runs its own torch.profiler (one per process): "
@@ -232,7 +256,7 @@ class CpuCollector:
         if not self.started:
             with self.lock:
                 if not self.started and not self.closed:
-                    self._start()
+                    self._start(in_backward=_in_backward())
         token: dict[str, Any] = {"tid": threading.get_native_id()}
         if "mkl" in self.instruments and "mkl" not in self.unavailable:
             token["mkl_span"] = [_size(self.mkl_path), None]
@@ -340,6 +364,16 @@ def _profiler_running(torch: Any) -> bool:
         except Exception:  # noqa: BLE001
             continue
     return False
+
+
+def _in_backward() -> bool:
+    """True inside the autograd engine (a backward node is running on this thread)."""
+    try:
+        import torch  # noqa: PLC0415
+
+        return torch._C._current_graph_task_id() != -1
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _size(path: Path) -> int:

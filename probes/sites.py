@@ -336,6 +336,8 @@ def _make_mode(probe: SiteProbe):
         if p is not None:
             packets.add(p)
 
+    cpu_unprimed = ["probes.cpu" in sys.modules]  # the CPU instruments still wait for a GEMM outside backward
+
     class GemmSiteMode(TorchDispatchMode):
         inactive = False
 
@@ -343,6 +345,9 @@ def _make_mode(probe: SiteProbe):
             kwargs = kwargs or {}
             if self.inactive or not probe.window.active:
                 return func(*args, **kwargs)
+            if cpu_unprimed[0] and graph_task_id() == -1 and (
+                    func.overloadpacket in packets or (aten_site is not None and _matches_aten(func, aten_site))):
+                _prime_cpu(cpu_unprimed)
             if aten_site is not None:
                 if not _matches_aten(func, aten_site):
                     return func(*args, **kwargs)
@@ -464,6 +469,17 @@ def wrap_transformer_engine(probe: SiteProbe) -> bool:
 def _cupti_collector():
     mod = sys.modules.get("probes.cupti")
     return mod.active() if mod is not None else None
+
+
+def _prime_cpu(flag: list[bool]) -> None:
+    """Start the CPU instruments from a GEMM outside backward (once; see :meth:`probes.cpu.CpuCollector.prime`)."""
+    mod = sys.modules.get("probes.cpu")
+    c = mod.active() if mod is not None else None
+    if c is None:
+        return  # not armed (yet): ask again at the next GEMM
+    if not c.started:
+        c.prime()
+    flag[0] = False
 
 
 def _cpu_collector():

@@ -277,6 +277,71 @@ def test_probe_never_breaks_the_program_when_the_profiler_is_taken(tmp_path):
     assert os.path.exists(res.capture_dir / "a1" / "rank0" / "sites.jsonl")
 
 
+@pytest.mark.slow
+def test_a_backward_site_on_the_readme_example_is_named_and_both_arms_exit_0(tmp_path, capsys):
+    """The README's next step after `forensics diff`: the wgrad site of the CPU example, step 0.
+
+    Regression: the instruments used to start at the first site occurrence, here inside backward;
+    the profiler started there lost its thread state when the autograd node returned and both
+    arms died with SIGSEGV when it was stopped. They now start at the window's first forward GEMM.
+    """
+    site = "gemm:NT:acc0:grad1#1"
+    out = tmp_path / "cap"
+    code = main(["kernel", "--site", site, "--ranks", "0", "--steps", "0", "--device", "cpu", "--out", str(out),
+                 "-q", "--timeout", "300", "--", sys.executable, str(REPO / "examples" / "cpu-divergence" / "train.py"),
+                 "--threads", "1"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    an = analyze(out, site=site)
+    import yaml
+
+    arms = yaml.safe_load((out / "manifest.yaml").read_text())["arms"]
+    assert [(a["name"], a["status"], a["rc"]) for a in arms] == [("a1", "ok", 0), ("a2", "ok", 0)]
+    v = _verdicts(an)
+    assert {k: (x[0], x[1]) for k, x in v.items()} == {("a1", site): (NAMED, "aten::mm"), ("a2", site): (NAMED, "aten::mm")}
+    assert "verdict: 1 implementation(s) NAMED" in text
+    assert "aten::mm -> oneMKL SGEMM" in (out / "analysis" / "report.md").read_text()
+    for arm in ("a1", "a2"):
+        log = (out / "passes" / f"{arm}.log").read_text()
+        assert "threads=1 loss=" in log and "no active profiling session" not in log
+        probe = [json.loads(x) for x in next((out / arm / "rank0").glob("cpuprobe*.jsonl")).read_text().splitlines()]
+        assert probe[-1]["event"] == "summary" and probe[-1]["unavailable"] == {}
+
+
+@pytest.mark.slow
+def test_instruments_first_wanted_inside_backward_leave_the_profiler_off_and_the_program_alive(tmp_path):
+    """No GEMM before backward: the profiler is not started there (it would be lost), says why; the run goes on."""
+    script = tmp_path / "backward_only_gemm.py"
+    script.write_text(
+        "import torch\n"
+        "class Scale(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, w):\n"
+        "        ctx.save_for_backward(x, w)\n"
+        "        return x * w.sum()\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        x, w = ctx.saved_tensors\n"
+        "        return g * w.sum(), torch.mm(x.t(), g).sum().expand_as(w)\n"
+        "x = torch.randn(64, 32); w = torch.randn(32, 32, requires_grad=True)\n"
+        "opt = torch.optim.SGD([w], lr=0.1)\n"
+        "for _ in range(2):\n"
+        "    Scale.apply(x, w).sum().backward(); opt.step()\n"
+        "print('done')\n")
+    from forensics.capture.kernel import run_kernel
+
+    res = run_kernel("aten.mm.default", [sys.executable, str(script)], device="cpu", arms=1, out=tmp_path / "c",
+                     steps="0", progress=False, timeout_s=300)
+    assert [(p.name, p.status) for p in res.passes] == [("a1", "ok")]
+    log = (res.capture_dir / "passes" / "a1.log").read_text()
+    assert "done" in log and "no active profiling session" not in log
+    probe = [json.loads(x) for x in next((res.capture_dir / "a1" / "rank0").glob("cpuprobe*.jsonl")).read_text().splitlines()]
+    assert [r["instrument"] for r in probe if r.get("event") == "unavailable"] == ["torch_profiler"]
+    assert "inside backward" in probe[-1]["unavailable"]["torch_profiler"]
+    sites = [json.loads(x) for x in next((res.capture_dir / "a1" / "rank0").glob("sites*.jsonl")).read_text().splitlines()]
+    assert [r["label"] for r in sites if r.get("event") == "site"] == ["aten.mm.default#1"]
+
+
 # --------------------------------------------------------------------------- bundle
 def test_bundle_of_a_cpu_capture_carries_the_library_lines_and_an_honest_repro(tmp_path):
     import subprocess
