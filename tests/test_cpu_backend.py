@@ -81,7 +81,8 @@ def test_conv1d_threads_compare_says_the_selection_differs(capsys):
     assert (tog.kernel_changed, tog.algo_changed, tog.bits_changed) == (True, True, True)
     assert main(["compare", str(FIX / "conv1d-threads"), "--site", CONV]) == 1
     out = capsys.readouterr().out
-    assert f"first divergence {CONV}#1: SELECTION DIFFERS (origin)" in out
+    assert f"first divergence {CONV}#1: SELECTION DIFFERS (origin); kernel and algo differ; bits differ" in out
+    assert "grid" not in out  # no launch geometry on the CPU: nothing said about one
 
 
 # --------------------------------------------------------------------------- case 2: aten.mm, MKL_CBWR

@@ -276,7 +276,8 @@ def _occurrence_row(ev: Evidence, rank: int, seq: int, label: str, a: dict | Non
     bits_differ = None if cls in (NO_COUNTERPART, NO_DIGEST) else a["out_key"] != b["out_key"]
     detail = MEANING[cls]
     if cls == SELECTION_DIFFERS:
-        what = [w for w, differs in (("kernel/grid/block", ka and kb and ka != kb), ("algo", aa and ab and aa != ab))
+        launch_what = "kernel/grid/block" if any(x[1] not in ("None", "nan") for x in ka + kb) else "kernel"
+        what = [w for w, differs in ((launch_what, ka and kb and ka != kb), ("algo", aa and ab and aa != ab))
                 if differs]
         detail = f"{' and '.join(what)} differ; bits {'differ' if bits_differ else 'identical'}"
     elif cls == SAME_KERNEL_DIFFERENT_BITS and not (aa and ab):
