@@ -125,6 +125,20 @@ def test_empty_artifact_and_its_consumer_are_passed_over(tmp_path):
     assert r.first_divergence.identity == "aten.sum.default:1" and r.first_divergence.verdict == ORIGIN
 
 
+def test_every_artifact_passed_over_is_counted_and_the_unlisted_ones_are_said(tmp_path):
+    """SYNTHETIC: five differing empties; the text lists three and says two more, never a silent cut."""
+    from forensics.tracediff.diff import format_report
+
+    def recs(tag: str):
+        return [rec("aten.empty.memory_format", i, [], [tensor(f"e{i}{tag}")]) for i in range(1, 6)] + [
+            rec("aten.sum.default", 1, [tensor("x")], [tensor(f"s{tag}", shape=())])]
+    rep = diff_paths(write_trace(tmp_path / "a", {0: recs("a")}), write_trace(tmp_path / "b", {0: recs("b")}))
+    text = format_report(rep)
+    assert "5 probe artifact(s) passed over" in text
+    assert text.count("    artifact passed over: ") == 3
+    assert "    ... and 2 more artifact(s) passed over; the JSON report (--json) lists 5" in text
+
+
 def test_non_blocking_copy_is_artifact_but_blocking_copy_is_not(tmp_path):
     def recs(h: str, nb: bool):
         return [rec("aten._to_copy.default", 1, [tensor("x")], [tensor(h)], meta={"non_blocking": nb})]

@@ -38,8 +38,21 @@ def test_plain_clone_runs_the_readme_main_command(tmp_path):
     assert not (clone.parent / "shared").exists()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     env["PYTHONPATH"] = str(clone)
-    r = subprocess.run([sys.executable, "-m", "forensics", "analyze", "examples/corpus-ex-gpu", "--out",
-                        str(tmp_path / "analysis")], cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+
+    def forensics(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "forensics", *args], cwd=clone, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    # the README's main command, exactly as written there: our own real CPU capture, analysed offline
+    r = forensics("analyze", "tests/fixtures/cpu/conv1d-threads")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "verdict: 2 implementation(s) NAMED" in r.stdout
+    assert "aten::_slow_conv2d_forward -> oneMKL SGEMM" in r.stdout
+    assert "aten::mkldnn_convolution -> oneDNN convolution jit_1x1:avx2" in r.stdout
+    assert (clone / "tests" / "fixtures" / "cpu" / "conv1d-threads" / "analysis" / "report.md").exists()
+    assert "Traceback" not in r.stderr
+    # and the public GPU pair the README shows next
+    r = forensics("analyze", "examples/corpus-ex-gpu", "--out", str(tmp_path / "analysis"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "verdict: 5 kernel(s) NAMED" in r.stdout
     for kernel in ("init_array", "vector_add", "vector_add1", "vector_mul", "vector_dot"):

@@ -402,6 +402,11 @@ def format_report(report: DiffReport) -> str:
                 lines.append(f"      {_divergence_line(later)} (after a control-flow divergence: not an origin)")
         for a in res.artifacts[:3]:
             lines.append(f"    artifact passed over: {a.identity} ({a.artifact})")
+        if res.artifacts_total > 3:
+            listed = len(res.artifacts)
+            where = (f"the JSON report (--json) lists {listed}" if listed >= res.artifacts_total
+                     else f"the JSON report (--json) lists the first {listed}")
+            lines.append(f"    ... and {res.artifacts_total - 3} more artifact(s) passed over; {where}")
         for w in res.warnings:
             lines.append(f"    note: {w}")
     for w in report.warnings:
