@@ -119,7 +119,9 @@ def test_compare_traces_v2_missing_event_is_control_flow():
 
 
 @pytest.mark.parametrize("text,message", [
-    ('{"schema": "forensics.diff", "version": 1, "ranks": {', "not JSON"),
+    ('{"schema": "forensics.diff", "version": 1, "ranks": {', "truncated JSON"),
+    ('{"schema": "forensics.diff", "version": 1, "ranks": {}}\n{"x": 1}\n', "trailing data after the JSON value"),
+    ('{"schema": "forensics.diff", "version": 1, "ranks": {]}', "malformed JSON"),
     ('{"schema": "forensics.diff", "version": 3, "ranks": {}}', "version 3"),
     ('{"hello": "world"}', "not a forensics diff report"),
     ("", "empty report"),

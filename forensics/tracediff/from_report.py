@@ -25,7 +25,6 @@ Record name -> site mapping (docs/formats/megatron.md, docs/formats/debugmode.md
 """
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,10 +107,9 @@ def _load(path: Path) -> dict[str, Any]:
         raise BadInput(path, f"cannot read report: {e}") from None
     if not text.strip():
         raise BadInput(path, "empty report file")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BadInput(path, f"not JSON ({e.msg}): truncated or not a report", e.lineno) from None
+    from forensics.inputs import loads_json  # noqa: PLC0415
+
+    obj = loads_json(text, path)  # truncated, trailing data or malformed: said as such, with the line
     if not isinstance(obj, dict):
         raise BadInput(path, "report is not a JSON object")
     return obj
