@@ -5,8 +5,9 @@ sources, each switched on only inside the step window:
 
 ``torch_profiler``
     ``torch.profiler.profile(activities=[CPU], record_shapes=True)`` entered at the window's
-    first site occurrence (every instrument starts there: a process that runs none, such as the
-    torchrun agent, starts nothing and writes nothing); at window exit its Kineto trace is written to ``rank<R>/torchprof.<pid>.json.gz``. Each site
+    first GEMM outside backward or first site occurrence, whichever comes first (every instrument
+    starts there: a process that runs no GEMM, such as the torchrun agent, starts nothing and
+    writes nothing; never inside backward, see :meth:`CpuCollector._start`); at window exit its Kineto trace is written to ``rank<R>/torchprof.<pid>.json.gz``. Each site
     occurrence is a ``record_function`` range named ``SITE#N`` (the NVTX range's twin), so the
     implementation ops below the dispatcher (``aten::mkldnn_convolution``,
     ``aten::_slow_conv2d_forward``, ``aten::mm``) nest inside it.
@@ -175,9 +176,9 @@ class CpuCollector:
         if not self.started and not self.closed and self.collecting:
             with self.lock:
                 if not self.started and not self.closed:
-                    self._start()
+                    self._start(trigger="the window's first GEMM outside backward")
 
-    def _start(self, in_backward: bool = False) -> None:
+    def _start(self, in_backward: bool = False, trigger: str = "the window's first site occurrence") -> None:
         """Switch the instruments on (once, at the first GEMM or occurrence in the window).
 
         ``in_backward``: the caller runs inside the autograd engine, which runs each backward node
@@ -222,7 +223,7 @@ class CpuCollector:
                 self._unavailable("torch_profiler", f"{type(e).__name__}: {e}")
         self._write({"event": "window", "step": step, "t_ns": time.time_ns(),
                      "running": [i for i in self.instruments if i not in self.unavailable],
-                     "started_at": "first site occurrence in the window"})
+                     "started_at": trigger})
 
     def _start_onednn(self, torch: Any, verbose: Any) -> None:
         try:

@@ -67,9 +67,14 @@ def cleanup(proc: subprocess.Popen, below: set[int]) -> None:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
-    """The same job run to its end (60 steps): complete traces to diff the stopped ones against."""
+    """The same job run to its end: complete traces to diff the stopped ones against.
+
+    600 steps: far past where a stop lands (about 0.3 s after step 40). With 60, a stop delayed by
+    a loaded machine landed after the reference's last step, and the diff rightly reported the
+    stopped run's extra steps as control flow (the reference's program had ended there).
+    """
     base = tmp_path_factory.mktemp("kill_ref")
-    code, out = trace_command(job(base / "ready", steps=60), base / "ref")
+    code, out = trace_command(job(base / "ready", steps=600), base / "ref")
     assert code == 0
     return out
 
@@ -113,6 +118,10 @@ def killed(tmp_path_factory) -> tuple[Path, set[int]]:
     return base / "run", left
 
 
+def _records(run: Path, rank: int) -> int:
+    return stream_end_of(run / f"rank{rank}" / "trace.jsonl").records
+
+
 def test_sigterm_stops_every_rank_and_each_trace_says_it_was_interrupted(terminated):
     run, code, stdout, left = terminated
     assert code == 128 + signal.SIGTERM and not left
@@ -127,6 +136,7 @@ def test_sigterm_stops_every_rank_and_each_trace_says_it_was_interrupted(termina
 def test_sigterm_traces_are_diffed_up_to_where_they_stop(reference, terminated):
     run = terminated[0]
     rep = diff_paths(reference, run)
+    assert all(rep.ranks[r].records_compared < _records(reference, r) for r in (0, 1)), "stopped after the reference's end"
     assert not rep.diverged and rep.pattern == "none"
     for rank in (0, 1):
         res = rep.ranks[rank]
@@ -151,6 +161,7 @@ def test_sigkill_leaves_readable_traces_marked_truncated(killed):
 def test_sigkill_traces_are_diffed_up_to_where_they_stop(reference, killed, terminated):
     run = killed[0]
     rep = diff_paths(reference, run)
+    assert all(rep.ranks[r].records_compared < _records(reference, r) for r in (0, 1)), "stopped after the reference's end"
     assert not rep.diverged
     for rank in (0, 1):
         res = rep.ranks[rank]
