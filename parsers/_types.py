@@ -71,10 +71,11 @@ def check_cupti_record(obj: dict, path: Path, line: int) -> None:
 def _check_digest(d: Any, path: Path, line: int, where: str) -> None:
     if not isinstance(d, dict):
         raise BadInput(path, f"{where} must be a digest object, not {_kind(d)}", line)
-    _check_fields(d, DIGEST_INTS, ("dtype", "hash_error"), path, line, f"{where}.")
-    h = d.get("hash")  # a 64-bit digest: signed or unsigned
-    if h is not None and not (isinstance(h, int) and not isinstance(h, bool) and -_INT64 <= h < 2 * _INT64):
-        raise BadInput(path, f"{where}.hash must be a 64-bit integer, not {_kind(h)}", line)
+    _check_fields(d, DIGEST_INTS, ("dtype", "hash_error", "ohash_error"), path, line, f"{where}.")
+    for key in ("hash", "ohash"):
+        h = d.get(key)  # a 64-bit digest: signed or unsigned
+        if h is not None and not (isinstance(h, int) and not isinstance(h, bool) and -_INT64 <= h < 2 * _INT64):
+            raise BadInput(path, f"{where}.{key} must be a 64-bit integer, not {_kind(h)}", line)
     shape = d.get("shape")
     if shape is not None:
         if not isinstance(shape, list) or not all(_nonneg_int(x) for x in shape):

@@ -8,9 +8,11 @@ Every line is a JSON object with an ``event``: ``site`` records (one per occurre
 docs/parsers/sites-jsonl.md has the full description.
 
 Digest keys: ``in_key``/``out_key`` are stable strings built from each digest's dtype, shape,
-numel and hash, so two rows' inputs are bitwise-equal exactly when ``in_key == in_key``. A key is
-``None`` ("unknown, cannot prove equality") when any digest has ``hash_error`` or no ``hash``, or
-when the list is empty; ``None`` never compares equal to anything in pandas (``==`` gives False).
+numel and ``hash`` (``torch.hash_tensor``, an XOR of the elements' bits: different keys prove a
+difference, equal keys do not prove equality); ``in_okey``/``out_okey`` the same from the
+order-sensitive ``ohash`` (equal keys are the evidence of equality). A key is ``None`` ("unknown,
+cannot prove equality") when any digest lacks that hash or has its ``*_error``, or when the list
+is empty; ``None`` never compares equal to anything in pandas (``==`` gives False).
 """
 from __future__ import annotations
 
@@ -37,27 +39,34 @@ SITE_COLUMNS: dict[str, str] = {
     "out_digests": "object",
     "in_key": "object",
     "out_key": "object",
+    "in_okey": "object",
+    "out_okey": "object",
     "line": "Int64",
 }
 
 
-def digest_key(digest: dict) -> str | None:
-    """``"bfloat16[2048,4096]n8388608:h0123456789abcdef"``; None when the hash is unknown."""
-    if not isinstance(digest, dict) or "hash_error" in digest or digest.get("hash") is None:
+def digest_key(digest: dict, ordered: bool = False) -> str | None:
+    """``"bfloat16[2048,4096]n8388608:h0123456789abcdef"``; None when the hash is unknown.
+
+    ``ordered``: the same key from the order-sensitive ``ohash`` (``...:o0123...``); None when
+    the record has none (an older probe, the campaign's recorder) or it failed.
+    """
+    field, tag = ("ohash", "o") if ordered else ("hash", "h")
+    if not isinstance(digest, dict) or f"{field}_error" in digest or digest.get(field) is None:
         return None
     try:
-        h = int(digest["hash"]) % (1 << 64)
+        h = int(digest[field]) % (1 << 64)
         shape = ",".join(str(int(d)) for d in digest.get("shape") or [])
     except (TypeError, ValueError):
         return None
-    return f"{digest.get('dtype')}[{shape}]n{digest.get('numel')}:h{h:016x}"
+    return f"{digest.get('dtype')}[{shape}]n{digest.get('numel')}:{tag}{h:016x}"
 
 
-def digests_key(digests) -> str | None:
+def digests_key(digests, ordered: bool = False) -> str | None:
     """Key of a digest list: keys joined by ``|``; None when empty or any digest is unknown."""
     if not isinstance(digests, list) or not digests:
         return None
-    keys = [digest_key(d) for d in digests]
+    keys = [digest_key(d, ordered) for d in digests]
     return None if any(k is None for k in keys) else "|".join(keys)
 
 
@@ -109,6 +118,8 @@ def read_sites(path: str | PathLike[str]) -> pd.DataFrame:
             out_digests=outs,
             in_key=digests_key(ins),
             out_key=digests_key(outs),
+            in_okey=digests_key(ins, ordered=True),
+            out_okey=digests_key(outs, ordered=True),
             line=number,
         )
         rows.append(row)

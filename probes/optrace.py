@@ -42,6 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_leaves
 
 from probes.config import ProbeConfig
+from probes.digests import _GOLDEN, _INT_OF_SIZE, ordered_device  # noqa: F401  (ordered_device: part of this module's API)
 from probes.window import StepWindow, world_size
 
 #: Signals whose Python handlers (SIGTERM: footer; SIGINT: KeyboardInterrupt) must not run in the
@@ -128,10 +129,7 @@ N_CHUNKS = 16
 FLUSH_EVERY = 2048  # records kept pending (digests on device) before one host transfer and write
 FLUSH_SECONDS = 1.0  # ... or this long since the last write, whichever comes first
 MAX_FORWARD_NODES = 1 << 20  # autograd sequence numbers remembered to name a backward op's forward op
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_C1, _C2 = -4658895280553007687, -7723592293110705685  # 0xBF58476D1CE4E5B9, 0x94D049BB133111EB (splitmix64)
 _MASK = (1 << 64) - 1
-_GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64: odd, so weights stay distinct
 
 
 def _op_name(func: Any) -> str:
@@ -234,29 +232,6 @@ def xor_cpu(t: torch.Tensor) -> str | None:
         return None
     arr = x.numpy()
     return format(int(np.bitwise_xor.reduce(arr.view(_XOR_WORD[size]), axis=None)), "016x")
-
-
-def _lshr(z: torch.Tensor, s: int) -> torch.Tensor:
-    return (z >> s) & ((1 << (64 - s)) - 1)  # logical shift of int64 words
-
-
-def ordered_device(t: torch.Tensor) -> torch.Tensor:
-    """Order-sensitive digest computed on the tensor's own device (one int64, stays there): every
-    element's bits xor a key of its position, mixed by the splitmix64 finalizer, summed mod 2^64.
-    A permutation, a swap or paired sign flips change it (the mixer is nonlinear)."""
-    x = t.detach()
-    if x.is_complex():
-        x = torch.view_as_real(x)
-    flat = x.reshape(-1)
-    size = flat.element_size()
-    z = (flat.view(_INT_OF_SIZE[size]) if flat.dtype != _INT_OF_SIZE.get(size) else flat).to(torch.int64)
-    z = z ^ torch.arange(z.numel(), device=z.device, dtype=torch.int64).mul_(_GOLDEN)
-    z ^= _lshr(z, 30)
-    z *= _C1
-    z ^= _lshr(z, 27)
-    z *= _C2
-    z ^= _lshr(z, 31)
-    return z.sum()
 
 
 class _Digest:

@@ -287,10 +287,17 @@ def describe(t: Any) -> dict[str, Any]:
 
 
 def stage(t: Any) -> dict[str, Any]:
-    """Digest of a tensor, hash kept on its device (``_h``) until :func:`resolve`."""
+    """Digests of a tensor, kept on its device until :func:`resolve`.
+
+    ``hash`` (staged as ``_h``): ``torch.hash_tensor``, the XOR of every element's bits: a
+    different value proves a difference, an equal one does not prove equality. ``ohash`` (staged
+    as ``_o``): the order-sensitive digest of :mod:`probes.digests`, which does. A failure of one
+    leaves the other (``hash_error`` / ``ohash_error``).
+    """
     d: dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "numel": int(t.numel())}
     if d["numel"] == 0:
         d["hash"] = 0  # empty-tensor sentinel: numel tells it from an all-zero tensor
+        d["ohash"] = 0
         return d
     try:
         import torch  # noqa: PLC0415
@@ -298,27 +305,34 @@ def stage(t: Any) -> dict[str, Any]:
         d["_h"] = torch.hash_tensor(t.detach())
     except Exception as e:  # noqa: BLE001
         d["hash_error"] = f"{type(e).__name__}: {e}"[:200]
+    try:
+        from probes.digests import ordered_device  # noqa: PLC0415
+
+        d["_o"] = ordered_device(t)
+    except Exception as e:  # noqa: BLE001
+        d["ohash_error"] = f"{type(e).__name__}: {e}"[:200]
     return d
 
 
 def resolve(records: list[dict[str, Any]]) -> None:
-    """Replace every staged ``_h`` by its integer value; one copy per device."""
-    staged = [d for r in records for key in ("in", "out") for d in r.get(key, ()) if "_h" in d]
+    """Replace every staged ``_h`` / ``_o`` by its integer value (``hash`` / ``ohash``); one copy per device."""
+    staged = [(d, src, dst) for r in records for key in ("in", "out") for d in r.get(key, ())
+              for src, dst in (("_h", "hash"), ("_o", "ohash")) if src in d]
     if not staged:
         return
     import torch  # noqa: PLC0415
 
-    by_device: dict[Any, list[dict[str, Any]]] = {}
-    for d in staged:
-        by_device.setdefault(d["_h"].device, []).append(d)
+    by_device: dict[Any, list[tuple[dict[str, Any], str, str]]] = {}
+    for item in staged:
+        by_device.setdefault(item[0][item[1]].device, []).append(item)
     for group in by_device.values():
         try:
-            values = torch.stack([d["_h"] for d in group]).cpu().tolist()
+            values = torch.stack([d[src].reshape(()).to(torch.int64) for d, src, _ in group]).cpu().tolist()
         except Exception:  # noqa: BLE001
-            values = [int(d["_h"].item()) for d in group]
-        for d, v in zip(group, values):
-            d["hash"] = int(v) % (1 << 64)
-            del d["_h"]
+            values = [int(d[src].item()) for d, src, _ in group]
+        for (d, src, dst), v in zip(group, values):
+            d[dst] = int(v) % (1 << 64)
+            del d[src]
 
 
 # --------------------------------------------------------------------------- the dispatch mode

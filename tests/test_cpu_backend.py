@@ -50,7 +50,7 @@ def test_conv1d_threads_capture_names_thnn_with_mkl_and_onednn_with_profiler():
                              "implementation-op execution(s)")
     assert "unit compared: implementation-op executions" in reason and "SGEMM(N,N,8,16,8) CNR:OFF NThr:1 x4" in reason
     other = an.verdicts.set_index(["arm", "scope"]).loc[("t1-omp_num_threads", f"{CONV}#1"), "reason"]
-    assert other.startswith("aten::mkldnn_convolution -> oneDNN convolution jit_1x1:avx2:")
+    assert other.startswith("aten::mkldnn_convolution -> oneDNN convolution jit_1x1:avx512_core:")
     # the thnn path: one SGEMM per sample of the batch of 4, attributed by the oneMKL file's offsets
     for arm in ("a1", "a2"):
         calls = _attributed(an, arm)
@@ -61,7 +61,7 @@ def test_conv1d_threads_capture_names_thnn_with_mkl_and_onednn_with_profiler():
     # the oneDNN path: per occurrence one convolution primitive (plus its reorders), by timestamp
     calls = _attributed(an, "t1-omp_num_threads")
     conv = calls[calls["primitive"] == "convolution"]
-    assert list(conv["implementation"]) == ["jit_1x1:avx2", "jit_1x1:avx2"]
+    assert list(conv["implementation"]) == ["jit_1x1:avx512_core", "jit_1x1:avx512_core"]
     assert list(conv["problem_desc"]) == ["mb4_ic8oc16_ih1oh1kh1sh1dh0ph0_iw8ow8kw1sw1dw0pw0",
                                           "mb4_ic16oc4_ih1oh1kh1sh1dh0ph0_iw8ow8kw1sw1dw0pw0"]
     assert len(calls) == 8 and set(calls["attributed_by"]) == {"timestamp within the occurrence's [t0, t1] (same process)"}
@@ -121,7 +121,7 @@ def test_analyze_cli_on_the_committed_capture(tmp_path, capsys):
     assert code == 0 and "6 of 6 (scope, implementation) pairs NAMED" in out
     assert "verdict: 2 implementation(s) NAMED" in out
     assert "aten::_slow_conv2d_forward -> oneMKL SGEMM" in out
-    assert "aten::mkldnn_convolution -> oneDNN convolution jit_1x1:avx2" in out
+    assert "aten::mkldnn_convolution -> oneDNN convolution jit_1x1:avx512_core" in out
     assert "Nsight" not in out and "CUPTI" not in out  # a CPU capture is not told the GPU instruments are missing
     data = json.loads((tmp_path / "an" / "analysis.json").read_text())
     assert {v["kernel"] for v in data["verdicts"]} == {"aten::_slow_conv2d_forward", "aten::mkldnn_convolution"}

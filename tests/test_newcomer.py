@@ -48,7 +48,7 @@ def test_plain_clone_runs_the_readme_main_command(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "verdict: 2 implementation(s) NAMED" in r.stdout
     assert "aten::_slow_conv2d_forward -> oneMKL SGEMM" in r.stdout
-    assert "aten::mkldnn_convolution -> oneDNN convolution jit_1x1:avx2" in r.stdout
+    assert "aten::mkldnn_convolution -> oneDNN convolution jit_1x1:avx512_core" in r.stdout
     assert (clone / "tests" / "fixtures" / "cpu" / "conv1d-threads" / "analysis" / "report.md").exists()
     assert "Traceback" not in r.stderr
     # and the public GPU pair the README shows next

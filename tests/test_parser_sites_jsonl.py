@@ -48,6 +48,19 @@ def test_digest_key_is_stable_and_distinguishes():
     assert digest_key({"shape": [1], "dtype": "f", "numel": 1, "hash_error": "x"}) is None
     assert digests_key([]) is None
     assert digests_key([d, d]) == digest_key(d) + "|" + digest_key(d)
+    # the order-sensitive key: from ohash only; None when a digest has none (never mixed with hash)
+    assert digest_key(dict(d, ohash=5), ordered=True) == "float32[2,3]n6:o0000000000000005"
+    assert digest_key(d, ordered=True) is None and digests_key([dict(d, ohash=5), d], ordered=True) is None
+    assert digest_key(dict(d, ohash=5)) == digest_key(d)  # the hash key ignores ohash (old and new records compare)
+
+
+def test_a_wrong_typed_ohash_is_bad_input(tmp_path):
+    f = tmp_path / "sites.jsonl"
+    f.write_text('{"event": "site", "label": "gemm:NT:acc0:grad1#1", "in": [{"shape": [2], "dtype": "float32", '
+                 '"numel": 2, "hash": 1, "ohash": 1.5}], "out": []}\n')
+    with pytest.raises(BadInput) as e:
+        sites_jsonl.read_sites(f)
+    assert "in[0].ohash must be a 64-bit integer" in str(e.value) and ":1" in str(e.value)
 
 
 def test_header_fills_rank_pid_and_events():

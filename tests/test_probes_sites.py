@@ -73,7 +73,13 @@ def test_digests_are_hash_tensor_values_in_cublas_order(tmp_path):
     fprop = next(r for r in lines(path) if r.get("label") == "gemm:TN:acc0:grad0#1")
     h = lambda t: torch.hash_tensor(t).item() % (1 << 64)  # noqa: E731
     assert [d["hash"] for d in fprop["in"]] == [h(w.t()), h(x)]  # cuBLAS A = W^T, B = x
-    assert fprop["in"][0] == {"shape": [4, 6], "dtype": "float32", "numel": 24, "hash": h(w)}
+    # hash_tensor XORs the bits: W and W^T get the same hash; the order-sensitive ohash tells them apart
+    from probes.digests import ordered_device
+
+    o = lambda t: int(ordered_device(t).item()) % (1 << 64)  # noqa: E731
+    assert fprop["in"][0] == {"shape": [4, 6], "dtype": "float32", "numel": 24, "hash": h(w), "ohash": o(w.t())}
+    assert o(w.t()) != o(w) and h(w.t()) == h(w)
+    assert fprop["out"][0]["ohash"] == o(torch.mm(x, w.t()))
     assert fprop["out"][0]["hash"] == h(torch.mm(x, w.t())) and fprop["out"][0]["shape"] == [8, 6]
     assert fprop["op"] == "aten.mm.default" and fprop["meta"]["layout"] == "TN"
     assert (fprop["meta"]["m"], fprop["meta"]["n"], fprop["meta"]["k"]) == (6, 8, 4)

@@ -20,6 +20,7 @@ from forensics.judge.verdicts import (
     IDENTICAL,
     INPUTS_DIFFER,
     NO_COUNTERPART,
+    NO_DIFFERENCE_SEEN,
     NO_DIGEST,
     SAME_KERNEL_DIFFERENT_BITS,
     SELECTION_DIFFERS,
@@ -222,3 +223,42 @@ def test_compare_cli(every_class_dir, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "exists" in err
     assert main(["compare", str(every_class_dir), "--site", "gemm:TN:acc0:grad0#1"]) == EXIT_OK
+
+
+# --------------------------------------------------------------------------- evidence of equality
+def test_equal_xor_digests_are_no_difference_seen_never_identical(tmp_path):
+    """SYNTHETIC: torch.hash_tensor (an XOR of the bits) alone cannot prove two outputs equal."""
+    gemms = [Gemm("gemm:TN:acc0:grad0", 256, 512, 256, xor_only_in=("a1", "a2", "t")),  # older records: hash only
+             Gemm("gemm:NT:acc0:grad1", 256, 256, 512, xor_only_in=("a2",)),  # one side has no ohash
+             Gemm("gemm:NN:acc0:grad1", 256, 512, 256, xor_only_in=("a1", "a2", "t"), diverge_in=("a2",)),
+             Gemm("gemm:TT:acc0:grad0", 256, 256, 256)]  # ohash on both sides: proven
+    cap = build_capture(tmp_path / "cap", gemms, [Arm("a1"), Arm("a2"), Arm("t", toggle={"NVTE_EXT_MARGIN_SM": "8"})])
+    pair = compare_arms(cap).pair("a2")
+    got = dict(zip(pair.occurrences["label"], pair.occurrences["classification"]))
+    assert got == {"gemm:TN:acc0:grad0#1": NO_DIFFERENCE_SEEN, "gemm:NT:acc0:grad1#1": NO_DIFFERENCE_SEEN,
+                   "gemm:NN:acc0:grad1#1": SAME_KERNEL_DIFFERENT_BITS,
+                   "gemm:TT:acc0:grad0#1": IDENTICAL}
+    first = pair.first_divergence[0]
+    assert first["label"] == "gemm:NN:acc0:grad1#1" and first["role"] == "origin, unproven"
+    assert "inputs equal by an order-independent digest only (unproven)" in first["detail"]
+    tog, = toggle_report(cap).results
+    assert tog.bits_changed is False and not tog.bits_unchanged_proven
+    assert "bits: no change seen (order-independent digests only: unproven)" in tog.summary()
+    assert "bits unchanged" not in tog.summary()
+
+
+def test_a_permutation_is_caught_by_the_order_sensitive_digest(tmp_path):
+    """SYNTHETIC: same XOR hash, different ohash (the arm's output is a permutation): bits differ, proven."""
+    gemms = [Gemm("gemm:NT:acc0:grad1", 256, 256, 512, permuted_in=("a2",))]
+    cap = build_capture(tmp_path / "cap", gemms, [Arm("a1"), Arm("a2")])
+    occ = compare_arms(cap).pair("a2").occurrences.iloc[0]
+    assert occ["classification"] == SAME_KERNEL_DIFFERENT_BITS and bool(occ["bits_differ"]) and bool(occ["bits_proven"])
+    assert compare_arms(cap).pair("a2").first_divergence[0]["role"] == "origin"
+
+
+def test_cli_never_says_identical_on_xor_digests(tmp_path, capsys):
+    gemms = [Gemm("gemm:TN:acc0:grad0", 256, 512, 256, xor_only_in=("a1", "a2"))]
+    cap = build_capture(tmp_path / "cap", gemms, [Arm("a1"), Arm("a2")])
+    assert main(["compare", str(cap)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "a2 (replica) vs a1: NO DIFFERENCE SEEN 1" in out and "IDENTICAL" not in out

@@ -180,14 +180,9 @@ PROBLEM = {problem}
 
 
 def digest(t):
-    """Order-independent bit digest (torch.hash_tensor) or, without it, sha256 of the bytes."""
-    t = t.detach()
-    if hasattr(torch, "hash_tensor"):
-        try:
-            return "%016x" % (int(torch.hash_tensor(t).item()) % (1 << 64))
-        except Exception:  # noqa: BLE001 - dtype/device not supported: fall back
-            pass
-    raw = t.contiguous().cpu().view(torch.uint8).reshape(-1)
+    """sha256 of the output's bytes in row-major order: equal digests mean equal bits, in order
+    (torch.hash_tensor, an XOR of the bits, cannot show that: a permutation leaves it unchanged)."""
+    raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8)
     try:
         data = raw.numpy().tobytes()
     except Exception:  # noqa: BLE001 - torch without numpy

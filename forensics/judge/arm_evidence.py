@@ -129,7 +129,7 @@ def from_analysis(analysis: Any) -> Evidence:
 
 
 SITE_COLUMNS = ["arm", "rank", "seq", "label", "site", "occurrence", "iteration", "external_id",
-                "in_key", "out_key", "in_digests", "out_digests", "meta"]
+                "in_key", "out_key", "in_okey", "out_okey", "in_digests", "out_digests", "meta"]
 
 
 def own_sites(sites: pd.DataFrame) -> pd.DataFrame:

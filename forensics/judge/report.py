@@ -44,7 +44,7 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
     for r in v.head(max_rows).itertuples(index=False):
         c, src = r.counts, r.sources
         cells = ([str(r.arm), str(r.rank)] if many else []) + [
-            str(r.scope), _label(r, 64 if cpu else 48)] + [
+            str(r.scope), _label(r, 100 if cpu else 48)] + [
             _fmt(c.get(f), src.get(f) if src.get(f) != f else None) for f in fams] + [
             f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]"]
         t.add_row(*cells)

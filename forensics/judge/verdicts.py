@@ -26,16 +26,19 @@ from forensics.capture.environment import RELEVANT_PREFIXES
 from forensics.site import Occurrence, parse_site, parse_site_or_occurrence, split_label
 
 IDENTICAL = "IDENTICAL"
+NO_DIFFERENCE_SEEN = "NO DIFFERENCE SEEN"
 INPUTS_DIFFER = "INPUTS DIFFER"
 SELECTION_DIFFERS = "SELECTION DIFFERS"
 SAME_KERNEL_DIFFERENT_BITS = "SAME KERNEL, DIFFERENT BITS"
 BITS_DIFFER_KERNEL_UNKNOWN = "BITS DIFFER, KERNEL UNKNOWN"
 NO_COUNTERPART = "NO COUNTERPART"
 NO_DIGEST = "NO DIGEST"
-CLASSIFICATIONS = (IDENTICAL, INPUTS_DIFFER, SELECTION_DIFFERS, SAME_KERNEL_DIFFERENT_BITS,
+CLASSIFICATIONS = (IDENTICAL, NO_DIFFERENCE_SEEN, INPUTS_DIFFER, SELECTION_DIFFERS, SAME_KERNEL_DIFFERENT_BITS,
                    BITS_DIFFER_KERNEL_UNKNOWN, NO_COUNTERPART, NO_DIGEST)
 MEANING = {
-    IDENTICAL: "inputs and output bit-identical (and the same kernel/algo where known)",
+    IDENTICAL: "inputs and output bit-identical by order-sensitive digests (and the same kernel/algo where known)",
+    NO_DIFFERENCE_SEEN: ("inputs and output digests equal, but only by order-independent digests "
+                         "(torch.hash_tensor, an XOR of the bits): no difference seen, equality not proven"),
     INPUTS_DIFFER: "a receiver: it consumed a value that already differed; walk back",
     SELECTION_DIFFERS: "different kernel symbol, grid/block or algo descriptor: a heuristic or config difference",
     SAME_KERNEL_DIFFERENT_BITS: "inputs matched, same kernel and algo, output differs: the kernel is nondeterministic",
@@ -173,19 +176,36 @@ def _algo_text(sig: tuple) -> str | None:
     return " | ".join(" ".join(f"{k}={v}" for k, v in zip(ALGO_COLUMNS, row) if v is not None) for row in sig)
 
 
+def digests_equal(a: dict, b: dict, side: str) -> tuple[bool, bool]:
+    """(equal, proven) for the ``side`` ("in"/"out") digests of two site rows with known keys.
+
+    Different ``hash`` keys prove a difference. Equal ones prove nothing by themselves (the XOR of
+    the bits is blind to a permutation or paired flips): equality is proven only when both rows
+    carry order-sensitive keys (``ohash``) and those are equal; different ones prove a difference.
+    """
+    if a[f"{side}_key"] != b[f"{side}_key"]:
+        return False, True
+    oa, ob = a.get(f"{side}_okey"), b.get(f"{side}_okey")
+    if oa is None or ob is None or (isinstance(oa, float) and pd.isna(oa)) or (isinstance(ob, float) and pd.isna(ob)):
+        return True, False
+    return oa == ob, True
+
+
 def classify(a: dict | None, b: dict | None, kernels: tuple[tuple, tuple], algos: tuple[tuple, tuple]) -> str:
     """Classification of one aligned occurrence (site rows ``a`` baseline, ``b`` other arm)."""
     if a is None or b is None:
         return NO_COUNTERPART
     if a["in_key"] is None or b["in_key"] is None or a["out_key"] is None or b["out_key"] is None:
         return NO_DIGEST
-    if a["in_key"] != b["in_key"]:
+    inputs_equal, inputs_proven = digests_equal(a, b, "in")
+    if not inputs_equal:
         return INPUTS_DIFFER
     (ka, kb), (aa, ab) = kernels, algos
     if (ka and kb and ka != kb) or (aa and ab and aa != ab):
         return SELECTION_DIFFERS
-    if a["out_key"] == b["out_key"]:
-        return IDENTICAL
+    out_equal, out_proven = digests_equal(a, b, "out")
+    if out_equal:
+        return IDENTICAL if (inputs_proven and out_proven) else NO_DIFFERENCE_SEEN
     return SAME_KERNEL_DIFFERENT_BITS if (ka and kb) else BITS_DIFFER_KERNEL_UNKNOWN
 
 
@@ -241,7 +261,7 @@ class ArmComparison:
 
 
 OCCURRENCE_COLUMNS = ["rank", "seq", "label", "site", "occurrence", "classification", "inputs_match",
-                      "bits_differ", "kernel_baseline", "kernel_arm", "grid_block_baseline", "grid_block_arm",
+                      "inputs_proven", "bits_differ", "bits_proven", "kernel_baseline", "kernel_arm", "grid_block_baseline", "grid_block_arm",
                       "algo_baseline", "algo_arm", "kernel_source", "detail"]
 
 
@@ -272,22 +292,30 @@ def _occurrence_row(ev: Evidence, rank: int, seq: int, label: str, a: dict | Non
     aa = algo_signature(ev.call_rows(baseline, rank, label)) if a is not None else ()
     ab = algo_signature(ev.call_rows(arm, rank, label)) if b is not None else ()
     cls = classify(a, b, (ka, kb), (aa, ab))
-    inputs_match = None if cls in (NO_COUNTERPART, NO_DIGEST) else a["in_key"] == b["in_key"]
-    bits_differ = None if cls in (NO_COUNTERPART, NO_DIGEST) else a["out_key"] != b["out_key"]
+    known = cls not in (NO_COUNTERPART, NO_DIGEST)
+    ins = digests_equal(a, b, "in") if known else (None, None)
+    outs = digests_equal(a, b, "out") if known else (None, None)
+    inputs_match, inputs_proven = ins
+    bits_differ = None if outs[0] is None else not outs[0]
+    bits_proven = outs[1]
     detail = MEANING[cls]
     if cls == SELECTION_DIFFERS:
         launch_what = "kernel/grid/block" if any(x[1] not in ("None", "nan") for x in ka + kb) else "kernel"
         what = [w for w, differs in ((launch_what, ka and kb and ka != kb), ("algo", aa and ab and aa != ab))
                 if differs]
-        detail = f"{' and '.join(what)} differ; bits {'differ' if bits_differ else 'identical'}"
+        bits = "differ" if bits_differ else ("identical" if bits_proven else "no difference seen (order-independent digest)")
+        detail = f"{' and '.join(what)} {'differ' if len(what) > 1 else 'differs'}; bits {bits}"
     elif cls == SAME_KERNEL_DIFFERENT_BITS and not (aa and ab):
         detail += " (algo descriptor not captured)"
     elif cls == BITS_DIFFER_KERNEL_UNKNOWN and aa and ab:
         detail += " (cuBLASLt algo descriptor identical)"
+    if inputs_match is True and not inputs_proven and cls != NO_DIFFERENCE_SEEN:
+        detail += "; inputs equal by an order-independent digest only (unproven)"
     site, n = split_label(label)
     sources = sorted({str(r.get("instrument")) for r in la})
     return {"rank": int(rank), "seq": seq, "label": label, "site": site, "occurrence": n, "classification": cls,
-            "inputs_match": inputs_match, "bits_differ": bits_differ,
+            "inputs_match": inputs_match, "inputs_proven": inputs_proven, "bits_differ": bits_differ,
+            "bits_proven": bits_proven,
             "kernel_baseline": _kernels_text(ka), "kernel_arm": _kernels_text(kb),
             "grid_block_baseline": " + ".join(f"{g}x{bl}" for _, g, bl in ka) or None,
             "grid_block_arm": " + ".join(f"{g}x{bl}" for _, g, bl in kb) or None,
@@ -301,8 +329,8 @@ def _first_divergence(occ: pd.DataFrame) -> dict[int, dict[str, Any]]:
         hit = rows[(rows["bits_differ"] == True) | (rows["classification"] == NO_COUNTERPART)]  # noqa: E712
         if not hit.empty:
             row = hit.iloc[0].to_dict()
-            row["role"] = "origin" if row["inputs_match"] is True else (
-                "receiver" if row["inputs_match"] is False else "control flow")
+            row["role"] = ("origin" if row.get("inputs_proven") else "origin, unproven") if row["inputs_match"] is True \
+                else ("receiver" if row["inputs_match"] is False else "control flow")
             out[int(rank)] = _plain(row)
     return out
 
@@ -454,7 +482,7 @@ def _has_gemm(sites: pd.DataFrame) -> bool:
 
 
 def _status(occ: dict) -> str:
-    if occ["classification"] == IDENTICAL:
+    if occ["classification"] in (IDENTICAL, NO_DIFFERENCE_SEEN):
         return CLEAN
     if occ["inputs_match"] is True and occ["bits_differ"] is True:
         return DIVERGENT
@@ -521,9 +549,13 @@ class ToggleResult:
     bits_changed: bool | None
     occurrences: pd.DataFrame  # rank, label, kernel_changed, algo_changed, bits_changed, inputs_changed, ...
     baseline_run_to_run: str | None = None  # replica arms' own behaviour, to read bits_changed against
+    #: False when ``bits_changed`` is False only by order-independent digests somewhere (not proven).
+    bits_unchanged_proven: bool = True
 
     def summary(self) -> str:
         def word(v: bool | None, what: str) -> str:
+            if what == "bits" and v is False and not self.bits_unchanged_proven:
+                return "bits: no change seen (order-independent digests only: unproven)"
             return f"{what} unknown" if v is None else f"{what} {'CHANGED' if v else 'unchanged'}"
 
         knob = ", ".join(f"{k}={v}" for k, v in self.toggle.items())
@@ -535,7 +567,8 @@ class ToggleResult:
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "toggle": self.toggle, "baseline": self.baseline, "comparable": self.comparable,
                 "reasons": self.reasons, "kernel_changed": self.kernel_changed, "algo_changed": self.algo_changed,
-                "bits_changed": self.bits_changed, "baseline_run_to_run": self.baseline_run_to_run,
+                "bits_changed": self.bits_changed, "bits_unchanged_proven": self.bits_unchanged_proven,
+                "baseline_run_to_run": self.baseline_run_to_run,
                 "summary": self.summary(), "occurrences": records(self.occurrences)}
 
 
@@ -578,9 +611,12 @@ def toggle_report(source: Any, site: str | None = None, names: list[str] | None 
     run_to_run = None
     if replica:
         div = sum(int((p.occurrences["bits_differ"] == True).sum()) for p in replica)  # noqa: E712
-        run_to_run = (f"replica arms ({', '.join(p.arm for p in replica)}) differ from {comparison.baseline} "
-                      f"in {div} occurrence(s)" if div else
-                      f"replica arms ({', '.join(p.arm for p in replica)}) are bit-identical to {comparison.baseline}")
+        proven = all(bool(v) for p in replica for v in p.occurrences["bits_proven"])
+        arms = ", ".join(p.arm for p in replica)
+        run_to_run = (f"replica arms ({arms}) differ from {comparison.baseline} in {div} occurrence(s)" if div else
+                      f"replica arms ({arms}) are bit-identical to {comparison.baseline}" if proven else
+                      f"replica arms ({arms}) show no difference from {comparison.baseline} "
+                      "(order-independent digests only: equality unproven)")
     results = []
     for pair in comparison.pairs:
         if not pair.toggle or (names and not set(names) & set(pair.toggle)):
@@ -594,10 +630,11 @@ def toggle_report(source: Any, site: str | None = None, names: list[str] | None 
                 lambda v: None if v is None else not v),
             "kernel_baseline": occ["kernel_baseline"], "kernel_arm": occ["kernel_arm"],
             "algo_baseline": occ["algo_baseline"], "algo_arm": occ["algo_arm"]})
+        unchanged = occ[occ["bits_differ"] == False]  # noqa: E712
         results.append(ToggleResult(pair.arm, pair.toggle, pair.baseline, pair.comparable, pair.reasons,
                                     _any(list(per["kernel_changed"])), _any(list(per["algo_changed"])),
                                     _any([None if pd.isna(v) else bool(v) for v in per["bits_changed"]]),
-                                    per, run_to_run))
+                                    per, run_to_run, all(bool(v) for v in unchanged["bits_proven"])))
     return ToggleReport(site, comparison.baseline, results)
 
 
