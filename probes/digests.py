@@ -19,10 +19,16 @@ def _lshr(z: torch.Tensor, s: int) -> torch.Tensor:
     return (z >> s) & ((1 << (64 - s)) - 1)  # logical shift of int64 words
 
 
+#: Elements digested per step: the int64 temporaries stay under ~32 MB each on the tensor's device,
+#: however large the tensor (a probe must not push a training job over its memory limit).
+CHUNK = 1 << 22
+
+
 def ordered_device(t: torch.Tensor) -> torch.Tensor:
     """Order-sensitive digest computed on the tensor's own device (one int64, stays there): every
     element's bits xor a key of its position, mixed by the splitmix64 finalizer, summed mod 2^64.
-    A permutation, a swap or paired sign flips change it (the mixer is nonlinear)."""
+    A permutation, a swap or paired sign flips change it (the mixer is nonlinear). Computed in
+    chunks of :data:`CHUNK` elements (same value as in one pass: the key is the global position)."""
     x = t.detach()
     if x.is_conj():
         x = x.resolve_conj()
@@ -32,11 +38,16 @@ def ordered_device(t: torch.Tensor) -> torch.Tensor:
         x = torch.view_as_real(x)
     flat = x.reshape(-1)
     size = flat.element_size()
-    z = (flat.view(_INT_OF_SIZE[size]) if flat.dtype != _INT_OF_SIZE.get(size) else flat).to(torch.int64)
-    z = z ^ torch.arange(z.numel(), device=z.device, dtype=torch.int64).mul_(_GOLDEN)
-    z ^= _lshr(z, 30)
-    z *= _C1
-    z ^= _lshr(z, 27)
-    z *= _C2
-    z ^= _lshr(z, 31)
-    return z.sum()
+    words = flat.view(_INT_OF_SIZE[size]) if flat.dtype != _INT_OF_SIZE.get(size) else flat
+    n = words.numel()
+    total = torch.zeros((), dtype=torch.int64, device=words.device)
+    for start in range(0, max(n, 1), CHUNK):
+        z = words[start:start + CHUNK].to(torch.int64)
+        z = z ^ torch.arange(start, start + z.numel(), device=z.device, dtype=torch.int64).mul_(_GOLDEN)
+        z ^= _lshr(z, 30)
+        z *= _C1
+        z ^= _lshr(z, 27)
+        z *= _C2
+        z ^= _lshr(z, 31)
+        total += z.sum()
+    return total

@@ -249,3 +249,16 @@ def test_transformer_engine_entry_point_is_wrapped_and_named_from_te_args(tmp_pa
     te = [r for r in recs if r["op"] == "transformer_engine.general_gemm"]
     assert [r["site"] for r in te] == ["gemm:NT:acc0:grad1", "gemm:NT:acc1:grad1"]
     assert len(te[1]["in"]) == 3 and te[1]["meta"]["te"] is True
+
+
+def test_ordered_digest_is_chunked_with_the_same_value(monkeypatch):
+    """The order-sensitive digest is computed in bounded chunks (a probe's memory stays small on big
+    tensors); the chunk size never changes the value, and any permutation changes it."""
+    from probes import digests
+
+    x = torch.randn(10_007)
+    whole = digests.ordered_device(x).item()
+    monkeypatch.setattr(digests, "CHUNK", 1000)
+    assert digests.ordered_device(x).item() == whole
+    assert digests.ordered_device(x[torch.randperm(x.numel())]).item() != whole
+    assert torch.hash_tensor(x[torch.randperm(x.numel())]).item() == torch.hash_tensor(x).item()
