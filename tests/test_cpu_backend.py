@@ -363,6 +363,8 @@ def test_bundle_of_a_cpu_capture_carries_the_library_lines_and_an_honest_repro(t
         assert tar.extractfile(onednn[0]).read().decode().count(",convolution,jit_1x1:") == 2
     assert "From the library logs (oneDNN verbose, oneMKL verbose)" in report
     assert "| torch_profiler | onednn | mkl |" in report and "cuBLASLt log (`[Trace]`" not in report
+    assert "two independent instruments agree on the implementation-op execution count" in report
+    assert "## Execution counts per instrument" in report and "launch count" not in report
     assert "nothing to run" in repro and "sys.exit(2)" in repro  # a convolution is not the SGEMMs under it
     write_bundle(FIX / "mm-cbwr", tmp_path / "mm.tar.gz", site=MM)
     with tarfile.open(tmp_path / "mm.tar.gz") as tar:

@@ -318,10 +318,13 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
                "How to read this: docs/verdicts.md; what is where: docs/bundle.md.\n")
 
     out.append("## Verdict\n")
+    cpu = bool(len(b.counts)) and any(c in b.counts.columns and b.counts[c].fillna(0).astype(bool).any()
+                                      for c in ("torch_profiler",))
+    unit = "implementation-op execution count" if cpu else "launch count"
     named = b.verdicts[b.verdicts["verdict"] == NAMED] if len(b.verdicts) else b.verdicts
     if len(named):
         kernels = sorted(set(named["kernel"].astype(str)))
-        out.append(f"**NAMED** (two independent instruments agree on the launch count) at {len(named)} "
+        out.append(f"**NAMED** (two independent instruments agree on the {unit}) at {len(named)} "
                    f"(arm, rank, occurrence) scope(s): " + ", ".join(f"`{k}`" for k in kernels) + ".\n")
     else:
         out.append("**NOT NAMED**: no kernel of this site was confirmed by two independent instruments "
@@ -345,7 +348,11 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     out.append(f"\nDiscriminator: {b.discriminator_gemm.statement}\n")
 
     out.append("## Kernel\n")
-    out.append("Symbols as the instruments reported them (mangled) and demangled (cxxfilt):\n")
+    if cpu:
+        out.append("Implementation ops as the profiler reported them (no launch geometry on the CPU: grid and "
+                   "block stay empty; `launches` counts executions):\n")
+    else:
+        out.append("Symbols as the instruments reported them (mangled) and demangled (cxxfilt):\n")
     if b.kernels.empty:
         out.append("No instrument attributed a kernel launch to this site (no CUPTI/nsys/Kineto/ncu record "
                    "tied to its occurrences): the kernel is unknown, not guessed.\n")
@@ -353,8 +360,6 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
                                      "demangled"]))
 
     out.append("## Problem and algo descriptors\n")
-    cpu = bool(len(b.counts)) and any(c in b.counts.columns and b.counts[c].fillna(0).astype(bool).any()
-                                      for c in ("torch_profiler",))
     if cpu:
         out.append("From the library logs (oneDNN verbose, oneMKL verbose), each call attributed to the site by "
                    "its timestamp or file offset (`attributed_by`, docs/cpu-backend.md):\n")
@@ -369,7 +374,7 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     else:
         out.append(_md_table(b.problems[["arm", "rank", "label", *PROBLEM_COLUMNS, *ALGO_COLUMNS]]))
 
-    out.append("## Launch counts per instrument\n")
+    out.append("## Execution counts per instrument\n" if cpu else "## Launch counts per instrument\n")
     if cpu:
         out.append("On the CPU backend the profiler counts implementation-op executions; the oneDNN and oneMKL logs "
                    "are independent of it and of each other.\n")
