@@ -241,11 +241,18 @@ class _Digest:
     with its own values."""
 
     __slots__ = ("tensor", "many")
+    #: how many were ever made and resolved (in this process, all tracers): while they are equal, no
+    #: record anywhere holds one (CPU digests are text from the start) and a flush skips the search
+    made = 0
+    resolved = 0
+    count_lock = threading.Lock()  # exact counts from any thread (a device digest costs far more)
 
     def __init__(self, tensor: torch.Tensor, many: bool = False) -> None:
         flat = tensor.reshape(-1)
         self.tensor = flat if flat.dtype == torch.int64 else flat.view(torch.int64)
         self.many = many
+        with _Digest.count_lock:
+            _Digest.made += 1
 
 
 def _resolve(records: list[dict[str, Any]]) -> None:
@@ -262,6 +269,8 @@ def _resolve(records: list[dict[str, Any]]) -> None:
                         slots.append((e, key, v))
     if not slots:
         return
+    with _Digest.count_lock:
+        _Digest.resolved += len({id(d) for _, _, d in slots})  # one digest can fill two entries (a view's)
     by_device: dict[Any, list[int]] = {}
     for i, (_, _, d) in enumerate(slots):
         by_device.setdefault(d.tensor.device, []).append(i)
@@ -523,7 +532,9 @@ class OpTracer(TorchDispatchMode):
         chunks = info.chunks
         leaves = _leaves(args, kwargs)
         tensor = torch.Tensor
-        inputs = [self._digest(x, chunks, self._ordered_for(x, "in")) for x in leaves if isinstance(x, tensor)]
+        mode = self.ordered_mode  # _ordered_for(x, "in"), once per op
+        every, cpu = mode in ("inputs", "all"), mode == "auto"
+        inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu)) for x in leaves if isinstance(x, tensor)]
         extra = self._args_digest([x for x in leaves if not isinstance(x, tensor)])
         if extra is not None:
             inputs.append(extra)
@@ -540,7 +551,7 @@ class OpTracer(TorchDispatchMode):
             if self._ordered_for(out, "out"):
                 outputs[0]["o"] = inputs[0]["o"]
         else:
-            out_leaves = tree_leaves(out)
+            out_leaves = [out] if out.__class__ is tensor else tree_leaves(out)
             outputs = [self._digest(x, chunks, self._ordered_for(x, "out")) if isinstance(x, torch.Tensor) else
                        self._args_digest([x]) for x in out_leaves if x is not None and not _is_opaque(x)]
         if info.copy and _non_blocking(base, args, kwargs):
@@ -615,8 +626,9 @@ class OpTracer(TorchDispatchMode):
                 return
             self.in_write = True
             try:
-                with _disable_current_modes():
-                    _resolve(self.records)
+                if _Digest.made != _Digest.resolved:
+                    with _disable_current_modes():
+                        _resolve(self.records)
                 lines = [_dumps(rec) for rec in self.records]
                 n = len(self.records)
                 self.records = []
@@ -712,6 +724,8 @@ class OpTracer(TorchDispatchMode):
             self.entered = True
 
     def leave(self, _step: int = 0) -> None:
+        if self.issuers is not None:
+            self.issuers.forget()
         if self.entered:
             self.entered = False
             try:

@@ -18,6 +18,7 @@ from typing import Any
 GIT_TIMEOUT_S = 5.0
 MAX_SOURCES = 64  # local source files hashed per process
 MAX_HASH_BYTES = 64 << 20
+_RESUMABLE = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
 
 
 def _sha256_file(path: str) -> str | None:
@@ -92,7 +93,8 @@ def program(sources: dict[str, str] | None = None) -> dict[str, Any]:
 class Issuers:
     """Which code issued traced ops: for each op, the first Python frame outside torch, the probes
     and the standard library is its issuer, either an installed package (recorded with its version)
-    or a local source file (recorded with its content hash). One dict lookup per frame per op."""
+    or a local source file (recorded with its content hash). One dict lookup per frame, one walk
+    per calling frame."""
 
     SKIP = object()
 
@@ -110,6 +112,11 @@ class Issuers:
         self.cache: dict[Any, Any] = {}
         self.packages: set[str] = set()
         self.sources: set[str] = set()
+        # the tracer's own frames between an op's dispatch and the code that called the op
+        self.own_roots = (str(here) + os.sep, str(Path(torch.__file__).resolve().parent / "_dynamo") + os.sep,
+                          str(Path(torch.__file__).resolve().parent / "utils" / "_python_dispatch.py"))
+        self.own: dict[Any, bool] = {}
+        self.last: Any = None  # the caller frame of the previous op, held until the next op or forget()
 
     def _classify(self, filename: str, module: Any) -> Any:
         if not filename or filename.startswith("<"):
@@ -127,17 +134,41 @@ class Issuers:
         return ("source", path)
 
     def note(self, frame: Any) -> None:
-        """Record the issuer of the op whose dispatch called from ``frame``."""
+        """Record the issuer of the op whose dispatch called from ``frame``.
+
+        Consecutive ops called from one frame (a loop in an optimizer, the autograd engine running
+        a whole backward from ``backward()``'s frame) have one issuer: while that frame runs, the
+        frames above it are fixed, so the walk is done once. The frame is held (not its id, which
+        a later frame may reuse) until another frame calls an op or :meth:`forget`. A generator's
+        frame is not cached: resumed from elsewhere, its callers change."""
+        own = self.own
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            mine = own.get(filename)
+            if mine is None:
+                mine = own[filename] = filename.startswith(self.own_roots)
+            if not mine:
+                break
+            frame = frame.f_back
+        if frame is None:
+            return
+        if frame is self.last:
+            return
+        self.last = None if frame.f_code.co_flags & _RESUMABLE else frame
         cache, skip = self.cache, self.SKIP
         while frame is not None:
-            code = frame.f_code
-            kind = cache.get(code)
+            filename = frame.f_code.co_filename  # not the code object: equal code in two files compares equal
+            kind = cache.get(filename)
             if kind is None:
-                kind = cache[code] = self._classify(code.co_filename, frame.f_globals.get("__name__"))
+                kind = cache[filename] = self._classify(filename, frame.f_globals.get("__name__"))
             if kind is not skip:
                 (self.packages if kind[0] == "package" else self.sources).add(kind[1])
                 return
             frame = frame.f_back
+
+    def forget(self) -> None:
+        """Let go of the held caller frame (its locals) at the end of a traced window."""
+        self.last = None
 
     def package_versions(self) -> dict[str, str | None]:
         """``{top-level module: distribution version}`` of the packages seen (torch excluded)."""

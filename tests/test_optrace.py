@@ -481,3 +481,70 @@ def test_digests_taken_before_a_flush_resolve_to_their_own_values(tmp_path, monk
     rec = next(x for x in lines[1:-1] if x.get("op") == "optimizer.step")
     assert rec["in"][0]["h"] == before["w"] != rec["out"][0]["h"]
     assert rec["out"][0]["h"] == hexdigest(model.weight.detach())
+
+
+def test_device_digests_made_before_a_flush_are_resolved_by_a_later_one(tmp_path, monkeypatch):
+    """float16 tensors get hash_tensor digests, resolved at flush (the path a GPU takes): the
+    optimizer step's input digests are made before flushes that have nothing to resolve, and
+    its record, written by a later flush, must still carry hex text, the values from before."""
+    monkeypatch.setattr(optrace, "FLUSH_SECONDS", 0.0)
+    model = torch.nn.Linear(4, 2).half()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    before = {}
+
+    def fn():
+        opt.zero_grad()
+        model(torch.ones(3, 4, dtype=torch.float16)).sum().backward()
+        before["w"] = hexdigest(model.weight.detach().clone())
+        opt.step()
+        torch.ones(2) + 1  # float32: text digests only, one more flush
+
+    lines = trace(tmp_path, fn, optimizer_hook=True)
+    digests = [e[k] for r in lines[1:-1] for side in ("in", "out") for e in r.get(side, []) if e
+               for k in ("h", "o") if k in e]
+    assert digests and all(isinstance(d, str) and len(d) == 16 and int(d, 16) >= 0 for d in digests)
+    rec = next(x for x in lines[1:-1] if x.get("op") == "optimizer.step")
+    assert rec["in"][0]["h"] == before["w"] != rec["out"][0]["h"]
+    assert optrace._Digest.made == optrace._Digest.resolved
+
+
+def test_issuers_walk_once_per_calling_frame_and_again_for_a_generator(tmp_path):
+    """Ops called from one frame share its issuer (the walk is done once while it runs); a
+    generator's frame, resumed from two callers, has two."""
+    from probes.optrace_program import Issuers
+
+    lib, user = tmp_path / "lib", tmp_path / "user"
+    lib.mkdir()
+    user.mkdir()
+    (lib / "fakelib.py").write_text(
+        "import sys\n"
+        "def twice(note):\n    note(sys._getframe())\n    note(sys._getframe())\n"
+        "def gen(note):\n    while True:\n        note(sys._getframe())\n        yield\n")
+    for name in ("a", "b"):
+        (user / f"{name}.py").write_text(
+            "import fakelib\n"
+            "def run(note, g):\n    fakelib.twice(note)\n    next(g)\n"
+            "def resume(g):\n    next(g)\n")
+    sys.path[:0] = [str(lib), str(user)]
+    try:
+        import importlib
+
+        fakelib, a, b = (importlib.import_module(m) for m in ("fakelib", "a", "b"))
+        iss = Issuers()
+        iss.skip_roots += (str(lib.resolve()) + "/",)
+        g = fakelib.gen(iss.note)
+        a.run(iss.note, g)
+        b.run(iss.note, g)
+        assert iss.sources == {str((user / "a.py").resolve()), str((user / "b.py").resolve())}
+        iss2 = Issuers()
+        iss2.skip_roots += (str(lib.resolve()) + "/",)
+        g2 = fakelib.gen(iss2.note)
+        next(g2)  # first resumed here (this test file) ...
+        b.resume(g2)  # ... then from b.py: the generator frame is walked again
+        assert str((user / "b.py").resolve()) in iss2.sources and str(Path(__file__).resolve()) in iss2.sources
+        iss2.forget()
+        assert iss2.last is None
+    finally:
+        for m in ("fakelib", "a", "b"):
+            sys.modules.pop(m, None)
+        del sys.path[:2]
