@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from forensics.errors import BadInput, ForensicsError
@@ -85,3 +86,27 @@ def run_groups(fn: Callable[..., Any], tasks: Sequence[tuple], sizes: Sequence[i
                 fut.cancel()
             raise
     return results
+
+
+def rank_span(ranks: Sequence[int | None]) -> str:
+    """Ranks as a short text: ``0-255`` when contiguous, else the first 16 and ``...``; None skipped."""
+    known = sorted(r for r in ranks if r is not None)
+    if not known:
+        return "none"
+    if len(known) > 1 and known[-1] - known[0] + 1 == len(known):
+        return f"{known[0]}-{known[-1]}"
+    return ",".join(map(str, known[:16])) + (" ..." if len(known) > 16 else "")
+
+
+def shard_outputs(where: os.PathLike[str] | str, patterns: Sequence[str], what: str, hint: str) -> list[Path]:
+    """The files shards wrote: ``where`` itself when a file, else every match of ``patterns`` in
+    the folder (then its subfolders), sorted; BadInput when there is none (``hint``: how to make one)."""
+    where = Path(where)
+    if where.is_file():
+        return [where]
+    if not where.is_dir():
+        raise BadInput(where, f"no such shard folder or {what}")
+    found = [f for pattern in patterns for f in sorted(where.glob(pattern))]
+    if not found:
+        raise BadInput(where, f"no {what} here nor in its folders: nothing to merge ({hint})")
+    return found

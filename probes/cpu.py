@@ -173,10 +173,15 @@ class CpuCollector:
         are on. A profiler started inside backward would be lost (see :meth:`_start`), so the forward
         GEMMs before it are where it starts.
         """
-        if not self.started and not self.closed and self.collecting:
+        if self.collecting:
+            self._start_once(trigger="the window's first GEMM outside backward")
+
+    def _start_once(self, **how: Any) -> None:
+        """:meth:`_start` unless the instruments already started or stopped (any thread, once)."""
+        if not self.started and not self.closed:
             with self.lock:
                 if not self.started and not self.closed:
-                    self._start(trigger="the window's first GEMM outside backward")
+                    self._start(**how)
 
     def _start(self, in_backward: bool = False, trigger: str = "the window's first site occurrence") -> None:
         """Switch the instruments on (once, at the first GEMM or occurrence in the window).
@@ -255,9 +260,7 @@ class CpuCollector:
     def begin(self, label: str) -> dict[str, Any]:
         """Open the ``record_function`` range of one occurrence; note the clock, thread and oneMKL file size."""
         if not self.started:
-            with self.lock:
-                if not self.started and not self.closed:
-                    self._start(in_backward=_in_backward())
+            self._start_once(in_backward=_in_backward())
         token: dict[str, Any] = {"tid": threading.get_native_id()}
         if "mkl" in self.instruments and "mkl" not in self.unavailable:
             token["mkl_span"] = [_size(self.mkl_path), None]

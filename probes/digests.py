@@ -24,11 +24,8 @@ def _lshr(z: torch.Tensor, s: int) -> torch.Tensor:
 CHUNK = 1 << 22
 
 
-def ordered_device(t: torch.Tensor) -> torch.Tensor:
-    """Order-sensitive digest computed on the tensor's own device (one int64, stays there): every
-    element's bits xor a key of its position, mixed by the splitmix64 finalizer, summed mod 2^64.
-    A permutation, a swap or paired sign flips change it (the mixer is nonlinear). Computed in
-    chunks of :data:`CHUNK` elements (same value as in one pass: the key is the global position)."""
+def plain_real(t: torch.Tensor) -> torch.Tensor:
+    """``t`` detached, its lazy conjugate/negation resolved, complex viewed as pairs of reals."""
     x = t.detach()
     if x.is_conj():
         x = x.resolve_conj()
@@ -36,6 +33,15 @@ def ordered_device(t: torch.Tensor) -> torch.Tensor:
         x = x.resolve_neg()
     if x.is_complex():
         x = torch.view_as_real(x)
+    return x
+
+
+def ordered_device(t: torch.Tensor) -> torch.Tensor:
+    """Order-sensitive digest computed on the tensor's own device (one int64, stays there): every
+    element's bits xor a key of its position, mixed by the splitmix64 finalizer, summed mod 2^64.
+    A permutation, a swap or paired sign flips change it (the mixer is nonlinear). Computed in
+    chunks of :data:`CHUNK` elements (same value as in one pass: the key is the global position)."""
+    x = plain_real(t)
     flat = x.reshape(-1)
     size = flat.element_size()
     words = flat.view(_INT_OF_SIZE[size]) if flat.dtype != _INT_OF_SIZE.get(size) else flat

@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_leaves
 
 from probes.config import ProbeConfig
-from probes.digests import _GOLDEN, _INT_OF_SIZE, ordered_device  # noqa: F401  (ordered_device: part of this module's API)
+from probes.digests import _GOLDEN, _INT_OF_SIZE, ordered_device, plain_real  # noqa: F401  (ordered_device: part of this module's API)
 from probes.window import StepWindow, world_size
 
 #: Signals whose Python handlers (SIGTERM: footer; SIGINT: KeyboardInterrupt) must not run in the
@@ -205,14 +205,7 @@ def ordered_cpu(t: torch.Tensor) -> str | None:
     non-contiguous tensor is copied first). None when xxhash is missing or the dtype has no bytes."""
     if _xxh3 is None:
         return None
-    x = t.detach()
-    if x.is_conj():
-        x = x.resolve_conj()
-    if x.is_neg():
-        x = x.resolve_neg()
-    if x.is_complex():
-        x = torch.view_as_real(x)
-    x = x.contiguous()
+    x = plain_real(t).contiguous()
     size = x.element_size()
     if size not in _INT_OF_SIZE:
         return None

@@ -283,6 +283,18 @@ def _run(argv: list[str]) -> tuple[object, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+
+def _refused(code: object, stdout: str, stderr: str, where: str) -> bool:
+    """Never a hang, a traceback or another exit code; True when refused as bad input (exit 3, one line)."""
+    assert code != "HANG", f"{where}: still running after {WATCHDOG_S} s"
+    assert "Traceback" not in stdout + stderr, f"{where}: traceback\n{stderr}"
+    assert code in (0, 1, 3), f"{where}: exit {code}\n{stderr}"
+    if code != 3:
+        return False
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("forensics: bad input: "), f"{where}: {stderr}"
+    return True
+
 def _argv(command: str, cap: Path, out: Path) -> list[str]:
     return {"analyze": ["analyze", str(cap), "-q", "--out", str(out / "analysis")],
             "compare": ["compare", str(cap), "--json", str(out / "compare.json")],
@@ -370,12 +382,7 @@ def test_damaged_input_is_one_line_or_a_correct_result(case: Case, bases, baseli
     out.mkdir()
     code, stdout, stderr = _run(_argv(case.command, cap, out))
     where = f"{case.id}: {target.relative_to(cap)}: {what}"
-    assert code != "HANG", f"{where}: still running after {WATCHDOG_S} s"
-    assert "Traceback" not in stdout + stderr, f"{where}: traceback\n{stderr}"
-    assert code in (0, 1, 3), f"{where}: exit {code}\n{stderr}"
-    if code == 3:
-        lines = stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("forensics: bad input: "), f"{where}: {stderr}"
+    if _refused(code, stdout, stderr, where):
         return
     assert stderr.strip() == "", f"{where}: a result with stderr output: {stderr}"
     if not case.strict:
@@ -445,12 +452,7 @@ def test_damaged_trace_is_one_line_or_a_correct_diff(case: Case, traces, tmp_pat
         pytest.skip("nothing to mutate in the chosen record")
     code, stdout, stderr = _run(["diff", str(base), str(work)])
     where = f"{case.id}: {what}"
-    assert code != "HANG", f"{where}: still running after {WATCHDOG_S} s"
-    assert "Traceback" not in stdout + stderr, f"{where}: traceback\n{stderr}"
-    assert code in (0, 1, 3), f"{where}: exit {code}\n{stderr}"
-    if code == 3:
-        lines = stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("forensics: bad input: "), f"{where}: {stderr}"
+    if _refused(code, stdout, stderr, where):
         return
     if not case.strict:
         return

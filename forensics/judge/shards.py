@@ -25,7 +25,7 @@ import pandas as pd
 from forensics.capture.directory import Capture, InstrumentFile, load_capture
 from forensics.errors import BadInput, doing
 from forensics.judge.analysis import KEYS, Analysis, analyze, file_rank, manifest_digest
-from forensics.parallel import available_cores, run_groups, workers_for  # noqa: F401 (available_cores: API)
+from forensics.parallel import available_cores, rank_span, run_groups, shard_outputs, workers_for  # noqa: F401 (available_cores: API)
 
 #: Most ranks one worker task analyses at once (bounds a worker's memory).
 RANKS_PER_TASK = 8
@@ -170,7 +170,7 @@ def analyze_ranks(capture: str | Path | Capture, site: str | None = None, keep_g
     chosen = select_ranks(list(by_rank), ranks, shard) if subset else sorted(by_rank, key=_order)
     if subset and not chosen:
         raise BadInput(cap.root, f"no rank of this capture is selected by --ranks {ranks or 'all'} --shard {shard or '-'} "
-                                 f"(ranks here: {_span(sorted(by_rank, key=_order))})")
+                                 f"(ranks here: {rank_span(list(by_rank))})")
     groups = [chosen[i:i + RANKS_PER_TASK] for i in range(0, len(chosen), RANKS_PER_TASK)]
     workers = workers_for(len(groups), jobs)
     if workers <= 1 and not subset:
@@ -189,26 +189,11 @@ def analyze_ranks(capture: str | Path | Capture, site: str | None = None, keep_g
     return merge(sub_cap if subset else cap, parts, site, chosen if subset else None, notes)
 
 
-def _span(ranks: list[int | None]) -> str:
-    known = [r for r in ranks if r is not None]
-    if not known:
-        return "none"
-    return f"{known[0]}-{known[-1]}" if len(known) > 1 else str(known[0])
-
-
 # --------------------------------------------------------------------------- merging shard outputs
 def shard_files(where: Path) -> list[Path]:
     """``analysis.json`` files of shards: the file itself, DIR/analysis.json, or DIR/*/analysis.json."""
-    where = Path(where)
-    if where.is_file():
-        return [where]
-    if not where.is_dir():
-        raise BadInput(where, "no such shard directory or analysis.json")
-    found = sorted(where.glob("analysis.json")) + sorted(where.glob("*/analysis.json"))
-    if not found:
-        raise BadInput(where, "no analysis.json here nor in its folders: nothing to merge "
-                              "(each shard writes one with `forensics analyze CAPTURE --shard K/N --out DIR/K`)")
-    return found
+    return shard_outputs(where, ("analysis.json", "*/analysis.json"), "analysis.json",
+                         "each shard writes one with `forensics analyze CAPTURE --shard K/N --out DIR/K`")
 
 
 def _part_from_json(path: Path, data: Any, cap: Capture) -> tuple[Part, str | None]:

@@ -186,7 +186,7 @@ def digests_equal(a: dict, b: dict, side: str) -> tuple[bool, bool]:
     if a[f"{side}_key"] != b[f"{side}_key"]:
         return False, True
     oa, ob = a.get(f"{side}_okey"), b.get(f"{side}_okey")
-    if oa is None or ob is None or (isinstance(oa, float) and pd.isna(oa)) or (isinstance(ob, float) and pd.isna(ob)):
+    if missing(oa) or missing(ob):
         return True, False
     return oa == ob, True
 

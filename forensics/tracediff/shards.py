@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import BadInput, doing
-from forensics.parallel import run_groups, workers_for
+from forensics.parallel import rank_span, run_groups, shard_outputs, workers_for
 from forensics.tracediff.diff import (
     REPORT_SCHEMA,
     WINDOW,
@@ -114,7 +114,7 @@ def diff_ranks(path_a: Path, path_b: Path, fmt: str = "auto", window: int = WIND
     report.ranks = dict(sorted(report.ranks.items()))
     report = finish_report(report, info_a, info_b)
     if subset:
-        report.warnings.append(f"ranks diffed here: {_span(common)} of {len(union)} (one shard; "
+        report.warnings.append(f"ranks diffed here: {rank_span(common)} of {len(union)} (one shard; "
                                "`forensics diff A B --merge DIR` puts the shards together)")
     return report
 
@@ -125,26 +125,11 @@ def _run_info(reader: Any, fmt: str, path: Path) -> dict:
     return _open(reader, path)[1]
 
 
-def _span(ranks: list[int]) -> str:
-    if not ranks:
-        return "none"
-    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 and ranks[-1] - ranks[0] + 1 == len(ranks) else \
-        ",".join(map(str, ranks[:16])) + (" ..." if len(ranks) > 16 else "")
-
-
 # --------------------------------------------------------------------------- merging shard reports
 def shard_reports(where: Path) -> list[Path]:
     """The JSON reports of shards: a file, or every ``*.json`` in a folder (and its subfolders)."""
-    where = Path(where)
-    if where.is_file():
-        return [where]
-    if not where.is_dir():
-        raise BadInput(where, "no such shard folder or report")
-    found = sorted(where.glob("*.json")) + sorted(where.glob("*/*.json"))
-    if not found:
-        raise BadInput(where, "no *.json report here nor in its folders: nothing to merge (each shard writes one "
-                              "with `forensics diff A B --shard K/N --json DIR/K.json`)")
-    return found
+    return shard_outputs(where, ("*.json", "*/*.json"), "*.json report",
+                         "each shard writes one with `forensics diff A B --shard K/N --json DIR/K.json`")
 
 
 def merge_reports(path_a: Path, path_b: Path, where: Path, fmt: str = "auto") -> DiffReport:
@@ -189,5 +174,5 @@ def merge_reports(path_a: Path, path_b: Path, where: Path, fmt: str = "auto") ->
     report.ranks = dict(sorted(results.items()))
     report = finish_report(report, info_a, info_b)
     if missing:
-        report.warnings.append(f"{len(missing)} rank(s) of both traces diffed by no shard: {_span(missing)}")
+        report.warnings.append(f"{len(missing)} rank(s) of both traces diffed by no shard: {rank_span(missing)}")
     return report
