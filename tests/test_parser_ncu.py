@@ -132,6 +132,10 @@ def test_garbage_empty_and_foreign_reports(tmp_path):
     e = tmp_path / "empty.ncu-rep"
     e.write_bytes(b"")
     _bad(ncu.read_report, e, "empty file")
+
+
+@needs_corpus
+def test_another_instruments_real_file_is_not_a_report():
     _bad(ncu.read_report, NSYS_PAIR, "not an Nsight Compute report")
 
 
@@ -191,4 +195,8 @@ def test_csv_bad_inputs(tmp_path):
     cut = tmp_path / "cut.csv"
     cut.write_text(text[:-30])
     _bad(ncu.read_csv, cut, "truncated last line", line=text.count("\n"))
+
+
+@needs_corpus
+def test_another_instruments_real_file_is_not_a_csv_export():
     _bad(ncu.read_csv, CORPUS / "kineto" / "hta_triton_example__triton_example.json.gz", "not an ncu --csv export")
