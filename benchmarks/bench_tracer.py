@@ -45,23 +45,33 @@ def make_step(width: int, layers: int, batch: int):
 
 
 class OptraceArm:
-    """The tracer, installed once; its mode is entered only around its own steps."""
+    """The tracer, installed once; its mode is entered only around its own steps.
+
+    Between them its window is closed (step -1, outside ``0-``): the tracer's boundary hooks
+    (optimizer step, backward) are installed for the whole process and record whenever the window
+    is open, so an open window would make the other arms pay for them (an untraced step that
+    digests every parameter twice is not untraced)."""
 
     def __init__(self, out: Path) -> None:
-        cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="all", max_records=10**9)
-        self.window = StepWindow(parse_steps("all"))
+        cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="0-", max_records=10**9)
+        self.window = StepWindow(parse_steps("0-"))
         self.installed = optrace.install(cfg, self.window, out / "rank0", 0)
         self.tracer = self.installed.tracer
         self.window.on_enter.clear()  # the benchmark enters the mode per step
+        self.window.step = -1
+        self.steps = 0
 
     @contextlib.contextmanager
     def __call__(self):
+        self.window.step = self.steps
+        self.steps += 1
         self.tracer.enter()
         try:
             yield
         finally:
             self.tracer.leave()
             self.tracer.flush()  # each step pays its own host transfer and file write
+            self.window.step = -1
 
     def close(self) -> int:
         n = self.tracer.seq

@@ -7,8 +7,9 @@ and output digests after, with shape/dtype/numel. Digests are ``torch.hash_tenso
 on the tensor's device; at flush they are concatenated and read with ONE host transfer.
 
 ``torch.hash_tensor`` is an XOR: order-independent, so equal digests are a screen, not proof.
-Inputs also get an **order-sensitive** digest (``o``: xxh3-64 over the bytes in row-major order
-on the host for CPU tensors; a position-keyed mix on the device for others) which can prove them
+Inputs also get an **order-sensitive** digest (``o``: xxh3-64 over the bytes on the host for CPU
+tensors, in row-major order, or in memory order for a dense permuted layout such as a transposed
+weight, whose dim order is then ``ol``; a position-keyed mix on the device for others) which can prove them
 equal (``ordered_digests``: ``auto`` = CPU inputs, ``inputs``, ``all`` = inputs and outputs,
 ``off``). Ops whose failure mode is reordering (:data:`CHUNKED_OPS`) also get position-weighted
 chunk digests. Semantic records mark known boundaries: torch.distributed collectives
@@ -75,9 +76,12 @@ try:  # records are written with orjson when present (the same compact JSON, sev
 
     def _dumps(rec: dict[str, Any]) -> str:
         try:
-            return _orjson.dumps(rec, default=str, option=_orjson.OPT_NON_STR_KEYS).decode()
-        except TypeError:  # an integer beyond 64 bits...: the standard encoder
-            return json.dumps(rec, separators=(",", ":"), default=str)
+            return _orjson.dumps(rec, default=str).decode()
+        except TypeError:
+            try:  # a key that is not a string (slower option, so only when needed)
+                return _orjson.dumps(rec, default=str, option=_orjson.OPT_NON_STR_KEYS).decode()
+            except TypeError:  # an integer beyond 64 bits...: the standard encoder
+                return json.dumps(rec, separators=(",", ":"), default=str)
 except ImportError:  # pragma: no cover - depends on the environment
     def _dumps(rec: dict[str, Any]) -> str:
         return json.dumps(rec, separators=(",", ":"), default=str)
@@ -94,7 +98,7 @@ _FAST_WORD = {torch.float32: np.uint32, torch.int32: np.uint32, torch.float64: n
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _STRIDED = torch.strided
 CHUNK_NAME = "position-weighted int64 sum, 16 chunks"
-ORDERED_CPU = "xxh3_64(row-major bytes)"
+ORDERED_CPU = "xxh3_64(bytes in memory order; 'ol' gives the dim order when not row-major)"
 ORDERED_DEVICE = "fmix64(bits^position) sum mod 2^64"
 ORDERED_MODES = ("auto", "inputs", "all", "off")
 
@@ -214,6 +218,37 @@ def ordered_cpu(t: torch.Tensor) -> str | None:
     if x.dim() == 0:
         x = x.reshape(1)
     return format(_xxh3(memoryview(x.numpy()).cast("B")), "016x")
+
+
+def dense_order(t: torch.Tensor) -> list[int] | None:
+    """The dim order of a dense, non-overlapping tensor that is not row-major (``t.permute(order)``
+    is row-major contiguous: its row-major bytes are ``t``'s memory, read in place); None for a
+    row-major tensor or one with gaps or overlaps (broadcast, strided slices). Size-1 dims, whose
+    strides carry no layout, go first in index order, so equal layouts give equal orders."""
+    if t.is_contiguous():
+        return None
+    shape, stride = t.shape, t.stride()
+    order = sorted(range(t.dim()), key=lambda d: (0, 0, d) if shape[d] == 1 else (1, -stride[d], d))
+    return order if t.permute(order).is_contiguous() else None
+
+
+def ordered_cpu_layout(t: torch.Tensor) -> tuple[str | None, list[int] | None]:
+    """``(digest, layout)``: :func:`ordered_cpu`, except that a dense tensor in a permuted layout (a
+    transposed weight) is read in memory order, without a copy, and ``layout`` is its dim order
+    (the entry's ``ol``); None for row-major bytes."""
+    if _xxh3 is None:
+        return None, None
+    x = plain_real(t)
+    order = dense_order(x) if x.dim() > 1 else None
+    if order is None:
+        return ordered_cpu(x), None
+    size = x.element_size()
+    if size not in _INT_OF_SIZE:
+        return None, None
+    y = x.permute(order)
+    if y.dtype != _INT_OF_SIZE[size]:
+        y = y.view(_INT_OF_SIZE[size])
+    return format(_xxh3(memoryview(y.numpy()).cast("B")), "016x"), order
 
 
 def xor_cpu(t: torch.Tensor) -> str | None:
@@ -381,16 +416,25 @@ class OpTracer(TorchDispatchMode):
 
     def _digest(self, t: torch.Tensor, chunks: bool, ordered: bool = False) -> dict[str, Any]:
         numel = t.numel()
-        entry: dict[str, Any] = {"s": list(t.shape), "t": _dtype_name(t.dtype), "n": numel}
-        word = _FAST_WORD.get(t.dtype)
+        dtype = t.dtype
+        entry: dict[str, Any] = {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel}
+        word = _FAST_WORD.get(dtype)
         if (word is not None and numel and not chunks and t.is_cpu and t.__class__ in _PLAIN and t.layout is _STRIDED
                 and not t.is_neg()):  # the common case, in one pass over a numpy view: the same digests
             try:
-                arr = t.detach().numpy()
+                x = t.detach() if t.requires_grad else t  # numpy() refuses a tensor that requires grad
+                arr = x.numpy()
                 entry["h"] = format(int(np.bitwise_xor.reduce(arr.view(word), axis=None)), "016x")
                 if ordered and _xxh3 is not None:
-                    flat = (arr if arr.flags.c_contiguous else t.detach().contiguous().numpy()).reshape(-1)
-                    entry["o"] = format(_xxh3(memoryview(flat).cast("B")), "016x")
+                    if arr.flags.c_contiguous:
+                        entry["o"] = format(_xxh3(memoryview(arr.reshape(-1)).cast("B")), "016x")
+                    else:
+                        order = dense_order(x)
+                        if order is None:  # gaps or overlaps: the row-major bytes, copied
+                            entry["o"] = format(_xxh3(memoryview(x.contiguous().numpy().reshape(-1)).cast("B")), "016x")
+                        else:  # a permuted dense layout (a transposed weight): its memory, in place
+                            entry["o"] = format(_xxh3(memoryview(x.permute(order).numpy().reshape(-1)).cast("B")), "016x")
+                            entry["ol"] = order
                 return entry
             except Exception:  # noqa: BLE001 - the general path below decides
                 entry = {"s": entry["s"], "t": entry["t"], "n": numel}
@@ -415,18 +459,33 @@ class OpTracer(TorchDispatchMode):
                     entry["c"] = _Digest(self._chunks(x), many=True)
             if ordered:
                 if t.device.type == "cpu":
-                    o = ordered_cpu(t)
+                    o, layout = ordered_cpu_layout(t)
                     if o is not None:
                         entry["o"] = o
+                        if layout is not None:
+                            entry["ol"] = layout
                 else:
                     entry["o"] = _Digest(ordered_device(t))
         except Exception:  # noqa: BLE001 - never let a digest break the user's op
             entry.pop("h", None)
             entry.pop("c", None)
             entry.pop("o", None)
+            entry.pop("ol", None)
             entry["ev"] = "metadata"
             return entry
         return entry
+
+    def _digest_once(self, tensors: list[torch.Tensor], chunks: bool, every: bool, cpu: bool) -> list[dict[str, Any]]:
+        """Input entries of an op that takes one tensor object more than once: digested once (the same
+        object, read at the same moment, holds the same bytes), its entry repeated."""
+        done: dict[int, dict[str, Any]] = {}
+        out = []
+        for x in tensors:
+            entry = done.get(id(x))
+            if entry is None:
+                entry = done[id(x)] = self._digest(x, chunks, every or (cpu and x.is_cpu))
+            out.append(entry)
+        return out
 
     @staticmethod
     def _chunks(x: torch.Tensor) -> torch.Tensor:
@@ -511,8 +570,8 @@ class OpTracer(TorchDispatchMode):
 
     def _dispatch(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
         kwargs = kwargs or {}
-        if not self._recording():
-            return func(*args, **kwargs)
+        if self.closed or self.failed is not None or not self.window.active or os.getpid() != self.pid:
+            return func(*args, **kwargs)  # not recording (_recording, inlined: it runs for every op)
         info = _OP_INFO.get(func)
         if info is None:
             info = _OP_INFO[func] = _OpInfo(func)
@@ -527,7 +586,11 @@ class OpTracer(TorchDispatchMode):
         tensor = torch.Tensor
         mode = self.ordered_mode  # _ordered_for(x, "in"), once per op
         every, cpu = mode in ("inputs", "all"), mode == "auto"
-        inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu)) for x in leaves if isinstance(x, tensor)]
+        tensors = [x for x in leaves if isinstance(x, tensor)]
+        if len(tensors) > 1 and len({id(x) for x in tensors}) < len(tensors):
+            inputs = self._digest_once(tensors, chunks, every, cpu)  # one tensor twice: addcmul_(g, g)
+        else:
+            inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu)) for x in tensors]
         extra = self._args_digest([x for x in leaves if not isinstance(x, tensor)])
         if extra is not None:
             inputs.append(extra)
@@ -539,7 +602,7 @@ class OpTracer(TorchDispatchMode):
             meta["async"] = True
         elif (info.view and isinstance(out, torch.Tensor) and inputs and "h" in inputs[0]
               and isinstance(args[0], torch.Tensor) and out.numel() == args[0].numel() and out.dtype == args[0].dtype
-              and (not self._ordered_for(out, "out") or (info.order_view and "o" in inputs[0]))):
+              and (not self._ordered_for(out, "out") or (info.order_view and "o" in inputs[0] and "ol" not in inputs[0]))):
             outputs = [{"s": list(out.shape), "t": inputs[0]["t"], "n": out.numel(), "h": inputs[0]["h"]}]
             if self._ordered_for(out, "out"):
                 outputs[0]["o"] = inputs[0]["o"]

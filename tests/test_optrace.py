@@ -270,6 +270,67 @@ def test_ordered_cpu_digest_sees_what_the_xor_cannot():
     assert optrace.ordered_cpu(torch.tensor(2.0)) == optrace.ordered_cpu(torch.tensor([2.0]))
 
 
+def memory_digest(t, layout) -> str:
+    """What the tracer's ``o`` with layout ``ol`` must be, computed independently: xxh3-64 of the
+    row-major bytes of ``t.permute(layout)`` (for a dense permuted tensor: its memory, in order)."""
+    import xxhash
+
+    return format(xxhash.xxh3_64_intdigest(t.permute(layout).contiguous().numpy().tobytes()), "016x")
+
+
+def test_transposed_input_is_digested_in_memory_order_with_its_layout(tmp_path):
+    a, w = torch.randn(4, 6), torch.randn(5, 6)
+    rec = next(r for r in trace(tmp_path, lambda: torch.mm(a, w.t()))[1:-1] if r["op"] == "aten.mm.default")
+    wt = rec["in"][1]
+    assert wt["s"] == [6, 5] and wt["ol"] == [1, 0]
+    assert wt["o"] == memory_digest(w.t(), [1, 0]) == ordered(w)  # w's own bytes: no copy needed
+    assert wt["o"] != ordered(w.t())  # not the row-major digest: the layout says which it is
+    assert wt["h"] == hexdigest(w)
+    assert "ol" not in rec["in"][0] and rec["in"][0]["o"] == ordered(a)
+    header = trace(tmp_path / "h", lambda: torch.mm(a, a.t()))[0]
+    assert header["ordered"]["cpu"] == optrace.ORDERED_CPU
+
+
+def test_dense_order_is_canonical_and_refuses_gaps():
+    x = torch.randn(2, 3, 4)
+    assert optrace.dense_order(x) is None  # row-major
+    p = x.permute(2, 0, 1)
+    assert optrace.dense_order(p) == [1, 2, 0] and p.permute([1, 2, 0]).is_contiguous()
+    assert optrace.dense_order(torch.randn(3, 1, 4).transpose(0, 2)) == [1, 2, 0]  # size-1 dim first
+    # the same memory layout with a size-1 dim whose stride differs gives the same order
+    y = torch.randn(4, 3).t().unsqueeze(1)
+    z = torch.as_strided(y, y.shape, (1, 99, 3))
+    assert y.stride() != z.stride() and optrace.dense_order(y) == optrace.dense_order(z)
+    assert optrace.dense_order(torch.randn(1, 4).expand(3, 4)) is None  # overlapping: copied row-major
+    assert optrace.dense_order(torch.randn(6, 4)[::2]) is None  # gaps
+    assert optrace.dense_order(torch.randn(6, 4).t()[::2]) is None
+
+
+def test_layout_digest_sees_a_permutation_and_a_strided_input_is_row_major(tmp_path):
+    w = torch.randn(5, 6)
+    w2 = w.clone()
+    w2[[0, 3]] = w2[[3, 0]]
+
+    def fn():
+        torch.mm(torch.ones(2, 6), w.t())
+        torch.mm(torch.ones(2, 6), w2.t())
+        torch.mm(torch.ones(2, 3), w[:3, ::2].t())  # gaps: copied, row-major, no layout
+
+    mms = [r for r in trace(tmp_path, fn)[1:-1] if r["op"] == "aten.mm.default"]
+    assert mms[0]["in"][1]["h"] == mms[1]["in"][1]["h"]  # XOR: blind to the swap
+    assert mms[0]["in"][1]["o"] != mms[1]["in"][1]["o"]  # the same layout, different order: seen
+    assert "ol" not in mms[2]["in"][1] and mms[2]["in"][1]["o"] == ordered(w[:3, ::2].t())
+
+
+def test_order_view_of_a_permuted_input_is_digested_anew(tmp_path):
+    w = torch.randn(5, 6)
+    recs = trace(tmp_path, lambda: torch.ops.aten.unsqueeze(w.t(), 0), ordered="all")[1:-1]
+    rec = next(r for r in recs if r["op"] == "aten.unsqueeze.default")
+    out = rec["out"][0]
+    assert out["ol"] == optrace.dense_order(w.t().unsqueeze(0))
+    assert out["o"] == memory_digest(w.t().unsqueeze(0), out["ol"])
+
+
 def test_ordered_device_digest_properties():
     """The on-device digest (used for GPU tensors; the same code runs on CPU tensors here)."""
     v = torch.randn(1000)
