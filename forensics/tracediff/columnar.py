@@ -7,7 +7,7 @@ Python. This module reads both rank files in blocks and compares them as arrays:
 * run A's lines are parsed by pyarrow's JSON reader (C++, multi-threaded, an explicit schema: a
   value of the wrong type fails the block), and every check of the native reader is applied to the
   columns (seq increasing, non-empty id and op, a kind, steps, shapes, numel = product of the shape,
-  digests as text, known evidence levels);
+  digests as text, known evidence levels, memory layouts ``ol`` that are permutations of the dims);
 * both files' lines are also taken as byte strings (no copy) and must have the form our tracer
   writes, ``{"seq":N,"id":"...",...}``; run B's seq and identity are read from that text;
 * records are aligned by identity within *closed segments* (runs of positions where both files
@@ -51,7 +51,7 @@ MIN_BYTES = 1 << 20
 ROUND_ROWS = 1 << 15  # records aligned per round (a segment never spans more than the walk's window)
 
 _ENTRY = pa.struct([("s", pa.list_(pa.int64())), ("t", pa.string()), ("n", pa.int64()), ("h", pa.string()),
-                    ("o", pa.string()), ("c", pa.list_(pa.string())), ("ev", pa.string())])
+                    ("o", pa.string()), ("c", pa.list_(pa.string())), ("ev", pa.string()), ("ol", pa.list_(pa.int64()))])
 SCHEMA = pa.schema([
     ("type", pa.string()), ("seq", pa.int64()), ("id", pa.string()), ("op", pa.string()), ("kind", pa.string()),
     ("step", pa.int64()), ("phase", pa.string()), ("in", pa.list_(_ENTRY)), ("out", pa.list_(_ENTRY)),
@@ -229,8 +229,9 @@ def _segments(lists: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def _entries_valid(e: pa.StructArray) -> np.ndarray:
     """Per entry: the checks of the native reader (non-negative shape and numel, numel = product of
-    the shape, chunk digests without nulls, a known evidence level). A product too large to check
-    exactly here counts as invalid (the walk checks it)."""
+    the shape, chunk digests without nulls, a known evidence level, a memory layout ``ol`` that is a
+    permutation of the shape's dims). A product too large to check exactly here counts as invalid
+    (the walk checks it)."""
     present = ~_np_bool(pc.is_null(e))
     n = pc.struct_field(e, "n")
     nv = _np_int(n, 0)
@@ -259,7 +260,33 @@ def _entries_valid(e: pa.StructArray) -> np.ndarray:
         has = np.flatnonzero(clens > 0)
         nulls = _np_bool(pc.is_null(cflat)).astype(np.int64)
         ok[has] &= np.add.reduceat(nulls, cstarts[has]) == 0
+    ol = _combine(pc.struct_field(e, "ol"))
+    ok &= _layouts_valid(ol, s)
     return np.where(present, ok, True)
+
+
+def _layouts_valid(ol: pa.Array, s: pa.Array) -> np.ndarray:
+    """Per entry: its memory layout ``ol`` is absent, or a permutation of 0..k-1 (no null, no
+    negative, no repeat) with k the number of dims of its shape when the shape is recorded: what
+    ``native._layout_problem`` accepts."""
+    ok = np.ones(len(ol), dtype=bool)
+    olens, _ = _segments(ol)
+    has_ol = ~_np_bool(pc.is_null(ol))
+    has_s = ~_np_bool(pc.is_null(s))
+    ok &= ~(has_ol & has_s) | (olens == _np_int(pc.list_value_length(s), 0))
+    flat = pc.list_flatten(ol)
+    if len(flat):
+        parent = np.repeat(np.arange(len(ol)), olens)  # list_flatten's order: each list's values in turn
+        v = _np_int(flat, -1)  # a null counts as a negative value: invalid
+        size = olens[parent]
+        bad = (v < 0) | (v >= size)
+        order = np.lexsort((v, parent))  # within each list, its values ascending
+        pos = np.arange(len(v)) - (np.cumsum(olens) - olens)[parent]  # each value's index in its list
+        # sorted, each list is 0..k-1 exactly when no value repeats (parent is ascending, so the
+        # sort keeps every list at its own positions: a flag at sorted index i is parent[i]'s)
+        bad |= v[order] != pos
+        ok &= np.bincount(parent[bad], minlength=len(ol)) == 0
+    return ok
 
 
 def _entries_strong(e: pa.StructArray, use_ordered: bool) -> np.ndarray:

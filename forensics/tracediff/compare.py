@@ -3,7 +3,9 @@
 Evidence levels (docs/method.md, "Evidence"), from strongest to weakest:
 
 * ``DIFFER``     a recorded digest, shape or dtype differs: a difference is **proven**;
-* ``EQUAL``      equal **order-sensitive** full digests (every element, in order): equality proven;
+* ``EQUAL``      equal **order-sensitive** full digests (every element, in order) taken in the same
+                 memory layout (``TensorDigest.layout``): equality proven; digests taken in
+                 different layouts are not compared (the pair falls back to its other digests);
 * ``SCREEN``     equal **order-independent** full digests (an XOR): the values are equal as a
                  multiset, but a reordering (an untraced permutation) would look the same;
 * ``UNPROVEN``   equal sampled or summary digests: a screen that sees only part of the values;
@@ -22,6 +24,9 @@ EQUAL, SCREEN, UNPROVEN, UNOBSERVED, DIFFER = "equal", "screen", "unproven", "un
 _ORDER = (EQUAL, SCREEN, UNPROVEN, UNOBSERVED)
 
 REORDERED = "order-sensitive digest (order-independent digests equal: the values were reordered)"
+#: why two recorded order-sensitive digests were not compared: each digests the bytes in its
+#: tensor's memory order (``TensorDigest.layout``), and the two layouts differ
+LAYOUTS_DIFFER = "order-sensitive digests taken in different memory layouts: not compared"
 
 
 def _weakest(a: str, b: str) -> str:
@@ -42,6 +47,12 @@ def compare_tensor(x: TensorDigest | None, y: TensorDigest | None, use_ordered: 
     if x.digest is not None and y.digest is not None and x.digest != y.digest:
         return DIFFER, "summary digest" if evidence == "summary" else "digest"
     ordered = use_ordered and x.ordered is not None and y.ordered is not None
+    # an order-sensitive digest hashes the bytes in the tensor's memory order (``layout``): two of
+    # them are comparable only when taken in the same layout; otherwise neither equal nor different
+    # digests say anything, and the pair is compared as if no order-sensitive digest were recorded
+    unlike = ordered and x.layout != y.layout
+    if unlike:
+        ordered = False
     if ordered and x.ordered != y.ordered:
         return DIFFER, REORDERED if (x.digest is not None and x.digest == y.digest) else "order-sensitive digest"
     if x.chunks is not None and y.chunks is not None and x.chunks != y.chunks:
@@ -50,12 +61,14 @@ def compare_tensor(x: TensorDigest | None, y: TensorDigest | None, use_ordered: 
         return UNOBSERVED, "not recorded (shape/dtype only)"
     if x.digest is None or y.digest is None:
         if not ordered:
+            if unlike:
+                return UNOBSERVED, f"no comparable digest ({LAYOUTS_DIFFER})"
             return UNOBSERVED, "digest recorded on one side only"
     if evidence != "full":
-        return UNPROVEN, f"{evidence} digest"
+        return UNPROVEN, f"{evidence} digest ({LAYOUTS_DIFFER})" if unlike else f"{evidence} digest"
     if ordered or x.dtype == "args":  # non-tensor arguments: one digest of their exact reprs, in order
         return EQUAL, "order-sensitive digest"
-    return SCREEN, "order-independent digest"
+    return SCREEN, f"order-independent digest ({LAYOUTS_DIFFER})" if unlike else "order-independent digest"
 
 
 @dataclass
@@ -79,10 +92,11 @@ def compare_tensors(xs: list[TensorDigest | None], ys: list[TensorDigest | None]
     bad: list[int] = []
     bad_how: list[str] = []
     weakest, weakest_how, weak = EQUAL, "order-sensitive digest", []
-    statuses = []
+    statuses, hows = [], []
     for i, (x, y) in enumerate(zip(xs, ys)):
         s, how = compare_tensor(x, y, use_ordered)
         statuses.append(s)
+        hows.append(how)
         if s == DIFFER:
             bad.append(i)
             bad_how.append(how)
@@ -93,10 +107,17 @@ def compare_tensors(xs: list[TensorDigest | None], ys: list[TensorDigest | None]
             weakest, weakest_how = s, how
     if bad:
         return ListTest(DIFFER, bad_how[0], bad, weak)
+    # entries whose values were recorded but cannot be compared (order-sensitive digests in
+    # different memory layouts and no order-independent digest on both sides): said as such
+    unlike = [i for i, s in enumerate(statuses) if s == UNOBSERVED and LAYOUTS_DIFFER in hows[i]]
     if not xs or all(s == UNOBSERVED for s in statuses):
+        if unlike:
+            return ListTest(UNOBSERVED, f"no comparable values (entry {unlike[0]}: {hows[unlike[0]]})", [], weak)
         return ListTest(UNOBSERVED, "no values recorded" if xs else "nothing recorded", [], weak)
     if UNOBSERVED in statuses:  # some recorded and equal, some not recorded at all
         missing = [i for i, s in enumerate(statuses) if s == UNOBSERVED]
+        if missing[0] in unlike:
+            return ListTest(UNPROVEN, f"entry {missing[0]} not comparable ({hows[missing[0]]})", [], weak)
         return ListTest(UNPROVEN, f"entry {missing[0]} not recorded (shape/dtype only)", [], weak)
     return ListTest(weakest, weakest_how if weakest != EQUAL else "order-sensitive digest", [], weak)
 
@@ -112,7 +133,8 @@ def fast_equal(xs: list[TensorDigest | None], ys: list[TensorDigest | None]) -> 
                 return False
             continue
         if (x.digest is None or x.digest != y.digest or x.evidence != "full" or y.evidence != "full"
-                or x.shape != y.shape or x.dtype != y.dtype or x.chunks != y.chunks or x.ordered != y.ordered):
+                or x.shape != y.shape or x.dtype != y.dtype or x.chunks != y.chunks or x.ordered != y.ordered
+                or x.layout != y.layout):
             return False
     return True
 

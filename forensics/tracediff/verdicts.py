@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forensics.site import site_for_record
-from forensics.tracediff.compare import DIFFER, EQUAL, SCREEN, UNOBSERVED, UNPROVEN, ListTest
+from forensics.tracediff.compare import DIFFER, EQUAL, LAYOUTS_DIFFER, SCREEN, UNOBSERVED, UNPROVEN, ListTest
 from forensics.tracediff.traces import TensorDigest, TraceRecord
 
 ORIGIN, RECEIVER, CONTROL_FLOW = "ORIGIN", "RECEIVER", "CONTROL_FLOW"
@@ -182,6 +182,8 @@ def tensor_json(t: TensorDigest | None) -> dict | None:
         return None
     d = {"shape": list(t.shape) if t.shape is not None else None, "dtype": t.dtype, "numel": t.numel,
          "digest": t.digest, "ordered": t.ordered, "evidence": t.evidence}
+    if t.layout is not None:  # the dim order "ordered" was taken in (absent: row-major)
+        d["layout"] = list(t.layout)
     if t.chunks is not None:
         d["chunks"] = len(t.chunks)
     return d
@@ -218,6 +220,13 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
         if not outputs_differ:
             warnings.append("its outputs match (or none were recorded): the difference reached this op and was "
                             "absorbed or not observed here; it was made earlier")
+    elif inputs.status == UNOBSERVED and LAYOUTS_DIFFER in inputs.how:
+        verdict, matched, evidence = INPUTS_UNKNOWN, None, NO_EVIDENCE
+        input_evidence = f"no comparable input value ({inputs.how})"
+        warnings.append("its inputs' order-sensitive digests were taken in different memory layouts (a tensor "
+                        "laid out differently in the two runs) and no order-independent digest was recorded on "
+                        "both sides, so the input test cannot be applied: this is the first difference seen, not "
+                        "an origin")
     elif inputs.status == UNOBSERVED:
         verdict, matched, evidence = INPUTS_UNKNOWN, None, NO_EVIDENCE
         input_evidence = f"no input value recorded ({inputs.how})"
@@ -227,6 +236,13 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
         verdict, matched = ORIGIN, True
         if inputs.status == EQUAL:
             input_evidence = _INPUT_EVIDENCE[EQUAL]
+        elif inputs.status == SCREEN and LAYOUTS_DIFFER in inputs.how:
+            evidence = UNPROVEN_EVIDENCE
+            input_evidence = f"{_INPUT_EVIDENCE[SCREEN]} ({LAYOUTS_DIFFER})"
+            warnings.append("unproven: the inputs' order-sensitive digests were taken in different memory layouts "
+                            "(a tensor laid out differently in the two runs), so they cannot prove equality; the "
+                            "order-independent digests are equal, but an untraced producer that reordered the "
+                            "values would look the same")
         elif inputs.status == SCREEN:
             evidence = UNPROVEN_EVIDENCE
             input_evidence = _INPUT_EVIDENCE[SCREEN]

@@ -74,8 +74,11 @@ class _BoundedSet(dict):
 def _tkey(t: Any) -> tuple | None:
     """A tensor value's key for following artifacts from a producer's output to a consumer's input:
     its whole-tensor digest (the XOR digest, or the order-sensitive one that CPU tensors carry
-    instead)."""
-    return None if t is None else (t.shape, t.dtype, t.digest if t.digest is not None else t.ordered)
+    instead, with the memory layout it was taken in: equal order-sensitive digests in different
+    layouts are not the same value)."""
+    if t is None:
+        return None
+    return (t.shape, t.dtype, t.digest) if t.digest is not None else (t.shape, t.dtype, t.ordered, t.layout)
 
 
 class RankWalker:

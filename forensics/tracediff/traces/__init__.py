@@ -30,13 +30,18 @@ class TensorDigest:
     digest: str | None = None  # whole-tensor digest (hex or decimal string), None if not recorded
     chunks: tuple[str, ...] | None = None  # per-row/chunk digests (permutation-sensitive)
     evidence: str = "full"  # one of EVIDENCE_LEVELS
-    #: an order-sensitive digest of every element in row-major order (None: not recorded). Only
-    #: equal order-sensitive digests prove equality; ``digest`` may be order-independent (an XOR).
+    #: an order-sensitive digest of every element, in row-major order unless ``layout`` says
+    #: otherwise (None: not recorded). Only equal order-sensitive digests taken in the same layout
+    #: prove equality; ``digest`` may be order-independent (an XOR).
     ordered: str | None = None
+    #: the memory layout ``ordered`` was taken in: the dim order ``p`` such that ``tensor.permute(p)``
+    #: is row-major contiguous and its row-major bytes are what ``ordered`` digested (None: row-major,
+    #: the usual case). Two order-sensitive digests are comparable only when their layouts are equal.
+    layout: tuple[int, ...] | None = None
 
     def key(self) -> tuple:
-        """What equality compares: shape, dtype and digests."""
-        return (self.shape, self.dtype, self.digest, self.chunks, self.ordered)
+        """What equality compares: shape, dtype, digests and the layout of the order-sensitive one."""
+        return (self.shape, self.dtype, self.digest, self.chunks, self.ordered, self.layout)
 
 
 @dataclass

@@ -180,8 +180,23 @@ def _entry_ok(obj: Any, _int: type = int, _str: type = str, _list: type = list, 
         for c in chunks:
             if c.__class__ is not _str:
                 return False
+    layout = get("ol")  # rare (a dense tensor not in row-major order): one lookup in the common case
+    if layout is not None and _layout_problem(layout, shape) is not None:
+        return False
     ev = get("ev")
     return ev is None or ev in EVIDENCE_LEVELS
+
+
+def _layout_problem(layout: Any, shape: Any) -> str | None:
+    """What is wrong with a memory layout ``ol`` (a dim order: a permutation of the shape's dims),
+    or None. ``shape`` is the entry's ``s`` (None: not recorded; then any permutation)."""
+    if layout.__class__ is not list or any(d.__class__ is not int or d < 0 for d in layout):
+        return f"memory layout 'ol' must be a list of non-negative integers, got {_brief(layout)}"
+    if sorted(layout) != list(range(len(layout))):
+        return f"memory layout 'ol' {_brief(layout)} is not a permutation of 0..{len(layout) - 1}"
+    if shape.__class__ is list and len(shape) != len(layout):
+        return f"memory layout 'ol' {_brief(layout)} has {len(layout)} dims, shape {_brief(shape)} has {len(shape)}"
+    return None
 
 
 def _check_entry(obj: Any, path: Path, line: int) -> None:
@@ -209,6 +224,11 @@ def _check_entry(obj: Any, path: Path, line: int) -> None:
         raise _bad_tensor(path, line, f"order-sensitive digest 'o' must be a string, got {_brief(ordered)}")
     if chunks is not None and (chunks.__class__ is not list or any(c.__class__ is not str for c in chunks)):
         raise _bad_tensor(path, line, f"chunk digests 'c' must be a list of strings, got {_brief(chunks)}")
+    layout = obj.get("ol")
+    if layout is not None:
+        problem = _layout_problem(layout, shape)
+        if problem is not None:
+            raise _bad_tensor(path, line, problem)
     raise _bad_tensor(path, line, f"evidence 'ev' must be one of {', '.join(EVIDENCE_LEVELS)}, got {_brief(obj.get('ev'))}")
 
 
@@ -216,11 +236,14 @@ def _tensor(obj: Any, path: Path, line: int) -> TensorDigest | None:
     if obj is None:
         return None
     _check_entry(obj, path, line)
-    shape, chunks = obj.get("s"), obj.get("c")
+    shape, chunks, layout = obj.get("s"), obj.get("c"), obj.get("ol")
+    if layout is not None:
+        # the identity order is row-major: the same digest as an entry without "ol"
+        layout = None if layout == list(range(len(layout))) else tuple(layout)
     t = _new(TensorDigest)  # frozen dataclass without its per-field __setattr__ cost (hot path)
     t.__dict__.update(shape=tuple(shape) if shape is not None else None, dtype=obj.get("t"), numel=obj.get("n"),
                       digest=obj.get("h"), chunks=tuple(chunks) if chunks is not None else None,
-                      evidence=obj.get("ev", "full"), ordered=obj.get("o"))
+                      evidence=obj.get("ev", "full"), ordered=obj.get("o"), layout=layout)
     return t
 
 
