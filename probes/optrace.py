@@ -6,13 +6,15 @@ so two runs align offline whatever the arrival order), input digests taken *befo
 and output digests after, with shape/dtype/numel. Digests are ``torch.hash_tensor`` results kept
 on the tensor's device; at flush they are concatenated and read with ONE host transfer.
 
-``torch.hash_tensor`` is an XOR: order-independent, so equal digests are a screen, not proof.
-Inputs also get an **order-sensitive** digest (``o``: xxh3-64 over the bytes on the host for CPU
-tensors, in row-major order, or in memory order for a dense permuted layout such as a transposed
-weight, whose dim order is then ``ol``; a position-keyed mix on the device for others) which can prove them
-equal (``ordered_digests``: ``auto`` = CPU inputs, ``inputs``, ``all`` = inputs and outputs,
-``off``). Ops whose failure mode is reordering (:data:`CHUNKED_OPS`) also get position-weighted
-chunk digests. Semantic records mark known boundaries: torch.distributed collectives
+``torch.hash_tensor`` is an XOR: order-independent, so equal digests are a screen, not proof. An
+**order-sensitive** digest (``o``) can prove equality. CPU tensors, inputs and outputs, carry it
+*instead of* the XOR (one pass over the bytes: xxh3-64 on the host, over the row-major bytes, or
+over the memory of a dense permuted layout such as a transposed weight, whose dim order is then
+``ol``). Other devices' tensors carry the XOR, and also ``o`` (a position-keyed mix on the device)
+on inputs with ``ordered_digests`` = ``inputs``, on inputs and outputs with ``all``; ``off`` records
+XOR digests only, everywhere; ``auto`` is the default. Ops whose failure mode is reordering
+(:data:`CHUNKED_OPS`) get position-weighted chunk digests and keep the XOR (equal XOR, different
+``o``: the values were reordered). Semantic records mark known boundaries: torch.distributed collectives
 (``collective.<fn>``), optimizer step, backward start/end; backward records name the autograd
 node that issued them and the forward op that created it.
 
@@ -66,7 +68,7 @@ class _signals_deferred:
         if self.old is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
 
-try:  # order-sensitive digests of CPU tensors; without it CPU inputs carry the XOR digest only
+try:  # order-sensitive digests of CPU tensors; without it CPU tensors carry the XOR digest only
     from xxhash import xxh3_64_intdigest as _xxh3
 except ImportError:  # pragma: no cover - depends on the environment
     _xxh3 = None
@@ -101,6 +103,10 @@ CHUNK_NAME = "position-weighted int64 sum, 16 chunks"
 ORDERED_CPU = "xxh3_64(bytes in memory order; 'ol' gives the dim order when not row-major)"
 ORDERED_DEVICE = "fmix64(bits^position) sum mod 2^64"
 ORDERED_MODES = ("auto", "inputs", "all", "off")
+#: which CPU tensors carry ``o`` (header ``ordered.cpu_sides``): one kind of digest on both sides of
+#: every op, so a producer's output and its consumer's input compare (and link) by the same digest
+CPU_SIDES = ("inputs and outputs, in every mode but off; with it no XOR digest 'h' (one pass over the bytes), "
+             "except on chunked ops, which keep 'h' and 'c' to tell a reordering")
 
 #: Ops whose failure mode is reordering: inputs and outputs get chunk digests. The one list.
 CHUNKED_OPS = frozenset({
@@ -126,6 +132,10 @@ ORDER_PRESERVING_VIEWS = frozenset({
     "view", "_unsafe_view", "reshape", "_reshape_alias", "detach", "alias", "squeeze", "unsqueeze",
     "flatten", "unflatten", "view_as", "lift_fresh",
 })
+#: Ops that bring a tensor made outside the dispatcher in (``torch.from_numpy``, ``torch.tensor``): no
+#: traced op produced their input, so a CPU input keeps its XOR digest beside ``o`` (equal XOR,
+#: different ``o``: an untraced producer reordered the values).
+LIFT_OPS = frozenset({"lift_fresh", "lift", "lift_fresh_copy"})
 #: Ops never recorded (the tracer's own work, or pure metadata queries).
 SKIPPED_OPS = frozenset({"hash_tensor", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel",
                          "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"})
@@ -134,6 +144,19 @@ FLUSH_EVERY = 2048  # records kept pending (digests on device) before one host t
 FLUSH_SECONDS = 1.0  # ... or this long since the last write, whichever comes first
 MAX_FORWARD_NODES = 1 << 20  # autograd sequence numbers remembered to name a backward op's forward op
 _MASK = (1 << 64) - 1
+
+
+def _dynamo_callback() -> Any:
+    """The frame-evaluation callback torch._dynamo has installed in this thread (None: no frame is
+    being compiled, and running the handler without ``torch._dynamo.disable`` is the same thing).
+    Where torch does not say, a non-None answer keeps the disabled path."""
+    return True
+
+
+try:
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback as _dynamo_callback  # noqa: F811
+except Exception:  # noqa: BLE001 - private API: without it the handler always takes the disabled path
+    pass
 
 
 def _op_name(func: Any) -> str:
@@ -160,7 +183,7 @@ def _leaves(args: tuple, kwargs: dict) -> list:
 class _OpInfo:
     """What the tracer needs to know about an op, worked out once per OpOverload."""
 
-    __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view")
+    __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view", "lift")
 
     def __init__(self, func: Any) -> None:
         self.name = name = _op_name(func)
@@ -177,6 +200,7 @@ class _OpInfo:
         self.copy = base in ("_to_copy", "copy_", "copy")
         self.view = base in SAME_ELEMENT_VIEWS
         self.order_view = base in ORDER_PRESERVING_VIEWS
+        self.lift = base in LIFT_OPS
 
 
 _OP_INFO: dict[Any, _OpInfo] = {}
@@ -390,7 +414,7 @@ class OpTracer(TorchDispatchMode):
         mode = self.ordered_mode
         cpu = ORDERED_CPU if mode != "off" and _xxh3 is not None else None
         return {"mode": mode, "cpu": cpu, "device": ORDERED_DEVICE if mode in ("inputs", "all") else None,
-                "outputs": mode == "all",
+                "outputs": mode == "all", **({"cpu_sides": CPU_SIDES} if cpu else {}),
                 **({"note": "xxhash is not installed: CPU tensors carry the order-independent digest only"}
                    if mode != "off" and _xxh3 is None else {})}
 
@@ -408,13 +432,19 @@ class OpTracer(TorchDispatchMode):
 
     # ------------------------------------------------------------------ digests
     def _ordered_for(self, t: torch.Tensor, side: str) -> bool:
-        """Whether this tensor gets an order-sensitive digest (``ordered_digests`` mode)."""
+        """Whether this tensor gets an order-sensitive digest (``ordered_digests`` mode): a CPU tensor,
+        input or output, in every mode but ``off`` (:data:`CPU_SIDES`); another device's inputs in
+        ``inputs`` and ``all``, its outputs in ``all``."""
         mode = self.ordered_mode
-        if mode == "off" or (side == "out" and mode != "all"):
+        if mode == "off":
             return False
-        return mode != "auto" or t.device.type == "cpu"
+        if t.device.type == "cpu":
+            return True
+        return mode == "all" or (side == "in" and mode == "inputs")
 
-    def _digest(self, t: torch.Tensor, chunks: bool, ordered: bool = False) -> dict[str, Any]:
+    def _digest(self, t: torch.Tensor, chunks: bool, ordered: bool = False, xor: bool = False) -> dict[str, Any]:
+        """The entry of one tensor: shape, dtype, numel and digests. A CPU tensor with an
+        order-sensitive digest gets no XOR digest unless ``xor`` (or chunk digests) ask for one."""
         numel = t.numel()
         dtype = t.dtype
         entry: dict[str, Any] = {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel}
@@ -424,8 +454,9 @@ class OpTracer(TorchDispatchMode):
             try:
                 x = t.detach() if t.requires_grad else t  # numpy() refuses a tensor that requires grad
                 arr = x.numpy()
-                entry["h"] = format(int(np.bitwise_xor.reduce(arr.view(word), axis=None)), "016x")
-                if ordered and _xxh3 is not None:
+                if not ordered or _xxh3 is None or xor:
+                    entry["h"] = format(int(np.bitwise_xor.reduce(arr.view(word), axis=None)), "016x")
+                if ordered and _xxh3 is not None:  # alone, it proves equality and difference
                     if arr.flags.c_contiguous:
                         entry["o"] = format(_xxh3(memoryview(arr.reshape(-1)).cast("B")), "016x")
                     else:
@@ -442,6 +473,13 @@ class OpTracer(TorchDispatchMode):
             entry["ev"] = "metadata"
             return entry
         try:
+            if ordered and not xor and t.device.type == "cpu" and not (chunks and self.chunk_digests):
+                o, layout = ordered_cpu_layout(t)
+                if o is not None:  # the order-sensitive digest alone, as on the fast path
+                    entry["o"] = o
+                    if layout is not None:
+                        entry["ol"] = layout
+                    return entry
             if t.numel() == 0:
                 entry["h"] = "0" * 16
             else:
@@ -475,6 +513,15 @@ class OpTracer(TorchDispatchMode):
             return entry
         return entry
 
+    @staticmethod
+    def _view_reusable(in0: dict[str, Any], order_view: bool, ordered_out: bool) -> bool:
+        """Whether a same-element view's output entry can be the input's digests: the XOR when the
+        output needs none other; the order-sensitive one only for a view that keeps the row-major
+        order of a row-major input (with that, a CPU entry needs no XOR: see :meth:`_digest`)."""
+        if not ordered_out:
+            return "h" in in0
+        return order_view and "o" in in0 and "ol" not in in0
+
     def _digest_once(self, tensors: list[torch.Tensor], chunks: bool, every: bool, cpu: bool) -> list[dict[str, Any]]:
         """Input entries of an op that takes one tensor object more than once: digested once (the same
         object, read at the same moment, holds the same bytes), its entry repeated."""
@@ -505,8 +552,16 @@ class OpTracer(TorchDispatchMode):
         """Non-tensor arguments (scalars, sizes, dtypes) as one stable digest; None when none."""
         if not values:
             return None
-        text = "|".join(_stable_repr(v) for v in values)
-        return {"s": None, "t": "args", "n": len(values), "h": format(zlib.crc32(text.encode()), "016x")}
+        key = _args_key(values)
+        h = _ARGS_SEEN.get(key) if key is not None else None
+        if h is None:
+            text = "|".join(_stable_repr(v) for v in values)
+            h = format(zlib.crc32(text.encode()), "016x")
+            if key is not None:
+                if len(_ARGS_SEEN) >= _ARGS_SEEN_MAX:
+                    _ARGS_SEEN.clear()
+                _ARGS_SEEN[key] = h
+        return {"s": None, "t": "args", "n": len(values), "h": h}
 
     # ------------------------------------------------------------------ recording
     def _recording(self) -> bool:
@@ -535,7 +590,9 @@ class OpTracer(TorchDispatchMode):
                 return
             self.in_write = True
             try:
-                identity = self._next_identity(name)
+                counts = self.counts  # _next_identity, inlined (once per record)
+                n = counts[name] = counts.get(name, 0) + 1
+                identity = f"{name}:{n}"
                 rec = {"seq": self.seq, "id": identity, "op": name, "kind": kind,
                        "step": self.window.step, "phase": self._phase(), "in": inputs, "out": outputs}
                 if meta:
@@ -564,7 +621,7 @@ class OpTracer(TorchDispatchMode):
             import torch._dynamo  # noqa: PLC0415
 
             guarded = self._guarded = torch._dynamo.disable(self._dispatch, recursive=True)
-        if guarded is not None:
+        if guarded is not None and _dynamo_callback() is not None:  # dynamo is evaluating frames now
             return guarded(func, types, args, kwargs)
         return self._dispatch(func, types, args, kwargs)
 
@@ -585,9 +642,11 @@ class OpTracer(TorchDispatchMode):
         leaves = _leaves(args, kwargs)
         tensor = torch.Tensor
         mode = self.ordered_mode  # _ordered_for(x, "in"), once per op
-        every, cpu = mode in ("inputs", "all"), mode == "auto"
+        every, cpu = mode in ("inputs", "all"), mode != "off"
         tensors = [x for x in leaves if isinstance(x, tensor)]
-        if len(tensors) > 1 and len({id(x) for x in tensors}) < len(tensors):
+        if info.lift:
+            inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu), xor=True) for x in tensors]
+        elif len(tensors) > 1 and len({id(x) for x in tensors}) < len(tensors):
             inputs = self._digest_once(tensors, chunks, every, cpu)  # one tensor twice: addcmul_(g, g)
         else:
             inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu)) for x in tensors]
@@ -600,12 +659,15 @@ class OpTracer(TorchDispatchMode):
         if info.collective:
             kind, outputs = "collective", []  # in flight until waited: the semantic record has the result
             meta["async"] = True
-        elif (info.view and isinstance(out, torch.Tensor) and inputs and "h" in inputs[0]
-              and isinstance(args[0], torch.Tensor) and out.numel() == args[0].numel() and out.dtype == args[0].dtype
-              and (not self._ordered_for(out, "out") or (info.order_view and "o" in inputs[0] and "ol" not in inputs[0]))):
-            outputs = [{"s": list(out.shape), "t": inputs[0]["t"], "n": out.numel(), "h": inputs[0]["h"]}]
+        elif (info.view and isinstance(out, torch.Tensor) and inputs and isinstance(args[0], torch.Tensor)
+              and out.numel() == args[0].numel() and out.dtype == args[0].dtype
+              and self._view_reusable(inputs[0], info.order_view, self._ordered_for(out, "out"))):
+            in0 = inputs[0]
+            outputs = [{"s": list(out.shape), "t": in0["t"], "n": out.numel()}]
+            if "h" in in0:
+                outputs[0]["h"] = in0["h"]
             if self._ordered_for(out, "out"):
-                outputs[0]["o"] = inputs[0]["o"]
+                outputs[0]["o"] = in0["o"]
         else:
             out_leaves = [out] if out.__class__ is tensor else tree_leaves(out)
             outputs = [self._digest(x, chunks, self._ordered_for(x, "out")) if isinstance(x, torch.Tensor) else
@@ -805,6 +867,32 @@ def _stable_repr(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(_stable_repr(x) for x in v) + "]"
     return type(v).__name__
+
+
+#: digests of non-tensor argument lists seen before (most ops repeat theirs every step), by
+#: :func:`_args_key`; bounded
+_ARGS_SEEN: dict[tuple, str] = {}
+_ARGS_SEEN_MAX = 1 << 14
+#: immutable argument types whose equal values (same type) always have the same stable repr
+_PLAIN_ARGS = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})
+
+
+def _args_key(values: list[Any]) -> tuple | None:
+    """A key under which equal argument lists share one digest, or None (not cached): each value with
+    its exact type (1, 1.0 and True are equal in Python, not in their reprs); a float only when not
+    zero (0.0 == -0.0, reprs differ) and not NaN; nothing mutable or stateful (a Generator's state,
+    a list) and nothing whose repr is not its value."""
+    key = []
+    for v in values:
+        c = v.__class__
+        if c is float:
+            if v == 0.0 or v != v:
+                return None
+        elif c not in _PLAIN_ARGS:
+            return None
+        key.append(c)
+        key.append(v)
+    return tuple(key)
 
 
 def _initial_seed() -> int | None:

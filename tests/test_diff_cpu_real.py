@@ -25,6 +25,7 @@ if not hasattr(torch, "hash_tensor"):
     pytest.skip("torch.hash_tensor missing (torch < 2.9)", allow_module_level=True)
 
 from forensics.commands.trace import trace_command  # noqa: E402
+from forensics.tracediff.compare import REORDERED  # noqa: E402
 from forensics.tracediff.diff import ORIGIN, diff_paths, diff_streams  # noqa: E402
 from forensics.tracediff.traces.native import iter_ranks, run_info  # noqa: E402
 
@@ -41,11 +42,14 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         "t1b": ["optrace_threads.py", "--threads", "1", "--empty"],
         "s1": ["optrace_shuffle.py", "--seed", "1"],
         "s2": ["optrace_shuffle.py", "--seed", "2"],
+        "s1x": ["optrace_shuffle.py", "--seed", "1"],  # XOR digests only (--ordered-digests off)
+        "s2x": ["optrace_shuffle.py", "--seed", "2"],
     }
 
     def run(name: str) -> tuple[str, int]:
         script, *args = jobs[name]
-        code, _ = trace_command([sys.executable, str(SCRIPTS / script), *args], base / name, steps="all")
+        code, _ = trace_command([sys.executable, str(SCRIPTS / script), *args], base / name, steps="all",
+                                ordered_digests="off" if name.endswith("x") else "auto")
         return name, code
 
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -87,7 +91,8 @@ def test_uninitialised_empty_differs_and_is_never_named(runs):
     reps = [diff_paths(runs["t1"], runs["t2"]), diff_paths(runs["t1"], runs["t1b"])]
     empties = [x for rep in reps for x in rep.ranks[0].artifacts if x.name.startswith("aten.empty")]
     # the buffer really differed between processes (its digests are not equal) ...
-    assert empties and all(x.outputs_a[0]["digest"] != x.outputs_b[0]["digest"] for x in empties)
+    assert empties and all((x.outputs_a[0]["digest"], x.outputs_a[0]["ordered"])
+                           != (x.outputs_b[0]["digest"], x.outputs_b[0]["ordered"]) for x in empties)
     # ... the cat that carried it was passed over too, and no report names an empty or the cat
     assert any(x.name == "aten.cat.default" for rep in reps for x in rep.ranks[0].artifacts)
     for rep in reps:
@@ -97,7 +102,8 @@ def test_uninitialised_empty_differs_and_is_never_named(runs):
 
 
 def _strip_chunks(path: Path):
-    """The same real trace, as a whole-tensor-digest-only tracer would have recorded it."""
+    """A real XOR-only trace (--ordered-digests off), as a tracer without chunk digests would have
+    recorded it."""
     def strip(rec):
         rec.inputs = [t if t is None else replace(t, chunks=None) for t in rec.inputs]
         rec.outputs = [t if t is None else replace(t, chunks=None) for t in rec.outputs]
@@ -108,11 +114,13 @@ def _strip_chunks(path: Path):
 def test_permutation_only_difference_needs_chunk_digests(runs):
     rep = diff_paths(runs["s1"], runs["s2"])
     d = rep.ranks[0].first_divergence
-    assert d.verdict == ORIGIN and d.identity == "aten.randperm.default:1" and "chunk" in d.how
+    # a chunked op keeps its XOR beside the order-sensitive digest: equal XOR, different order
+    assert d.verdict == ORIGIN and d.identity == "aten.randperm.default:1" and d.how == REORDERED
     assert d.outputs_a[0]["digest"] == d.outputs_b[0]["digest"]  # the whole-tensor XOR is blind to it
+    assert d.outputs_a[0]["chunks"] == 16  # and its chunk digests were recorded (they see it too)
     assert any("seeds" in c["field"] for c in rep.comparability)
     # Whole-tensor digests only: the permutation goes unseen and a later op is wrongly blamed.
-    blind = diff_streams(_strip_chunks(runs["s1"]), _strip_chunks(runs["s2"]),
-                         run_info_a=run_info(runs["s1"]), run_info_b=run_info(runs["s2"]))
+    blind = diff_streams(_strip_chunks(runs["s1x"]), _strip_chunks(runs["s2x"]),
+                         run_info_a=run_info(runs["s1x"]), run_info_b=run_info(runs["s2x"]))
     bd = blind.ranks[0].first_divergence
     assert bd is not None and bd.identity != "aten.randperm.default:1" and bd.seq > d.seq

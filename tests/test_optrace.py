@@ -78,10 +78,13 @@ def test_records_identity_digests_and_header(tmp_path):
     assert ids == ["aten.add.Tensor:1", "aten.add.Tensor:2", "aten.sum.default:1"]
     assert [r["seq"] for r in recs] == [0, 1, 2]
     first = recs[0]
-    assert first["in"][0] == {"s": [8, 4], "t": "float32", "n": 32, "h": hexdigest(x), "o": ordered(x)}
-    assert "o" not in first["out"][0]  # order-sensitive digests on inputs (default "auto": CPU inputs)
-    assert first["out"][0]["h"] == hexdigest(x + y)
-    assert recs[2]["out"][0]["h"] == hexdigest(out["s"]) and recs[2]["out"][0]["s"] == []
+    # a CPU tensor's order-sensitive digest stands alone, inputs and outputs (it proves equality and
+    # difference: no XOR pass; a producer's output and its consumer's input carry the same kind)
+    assert first["in"][0] == {"s": [8, 4], "t": "float32", "n": 32, "o": ordered(x)}
+    assert first["out"][0] == {"s": [8, 4], "t": "float32", "n": 32, "o": ordered(x + y)}
+    assert recs[1]["in"][0] == first["out"][0]
+    assert recs[2]["out"][0]["o"] == ordered(out["s"]) and recs[2]["out"][0]["s"] == []
+    assert header["ordered"]["cpu_sides"] == optrace.CPU_SIDES
     # the scalar 1.0 is part of the second add's inputs (a non-tensor argument digest)
     assert recs[1]["in"][-1]["t"] == "args"
 
@@ -93,8 +96,11 @@ def test_inplace_output_digest_is_taken_after_the_op(tmp_path):
         x.add_(1.0)
 
     rec = trace(tmp_path, fn)[1]
-    assert rec["in"][0]["h"] == hexdigest(torch.zeros(15))
-    assert rec["out"][0]["h"] == hexdigest(torch.ones(15)) != rec["in"][0]["h"]
+    assert rec["in"][0]["o"] == ordered(torch.zeros(15)) and "h" not in rec["in"][0]
+    assert rec["out"][0]["o"] == ordered(torch.ones(15)) != ordered(torch.zeros(15))
+    rec = trace(tmp_path / "off", fn, ordered="off")[1]  # without order-sensitive digests: the XOR
+    assert rec["in"][0]["h"] == hexdigest(torch.ones(15)) and "o" not in rec["in"][0]
+    assert rec["out"][0]["h"] == hexdigest(torch.full((15,), 2.0))
 
 
 def test_chunk_digests_see_a_permutation_the_xor_misses(tmp_path):
@@ -232,24 +238,34 @@ def test_view_digest_reuse_matches_a_real_hash(tmp_path):
         x.view(15)
         x[1:]  # a slice holds fewer elements: hashed, not reused
 
-    recs = trace(tmp_path, fn)[1:-1]
+    recs = trace(tmp_path, fn, ordered="off")[1:-1]  # XOR digests: a view's output reuses its input's
     by_op = {r["op"]: r for r in recs}
     assert by_op["aten.t.default"]["out"][0]["h"] == hexdigest(x.t()) == hexdigest(x)
     assert by_op["aten.view.default"]["out"][0]["s"] == [15]
     assert by_op["aten.slice.Tensor"]["out"][0]["h"] == hexdigest(x[1:])
+    recs = trace(tmp_path / "o", fn)[1:-1]  # order-sensitive: reused only where the order is kept
+    by_op = {r["op"]: r for r in recs}
+    t_out = by_op["aten.t.default"]["out"][0]
+    assert t_out["ol"] == [1, 0] and t_out["o"] == memory_digest(x.t(), [1, 0]) == ordered(x)
+    assert by_op["aten.view.default"]["out"][0]["o"] == ordered(x.view(15)) == ordered(x)
+    assert by_op["aten.slice.Tensor"]["out"][0]["o"] == ordered(x[1:])
+    assert all("h" not in r["out"][0] for r in recs)
 
 
 # --------------------------------------------------------------------------- order-sensitive digests
 
-@pytest.mark.parametrize("mode,ins,outs", [("auto", True, False), ("inputs", True, False), ("all", True, True),
+@pytest.mark.parametrize("mode,ins,outs", [("auto", True, True), ("inputs", True, True), ("all", True, True),
                                            ("off", False, False)])
 def test_ordered_digest_modes(tmp_path, mode, ins, outs):
     x = torch.randn(6, 5)
     lines = trace(tmp_path, lambda: torch.cumsum(x, 0), ordered=mode)
     rec = lines[1]
     assert ("o" in rec["in"][0]) == ins and ("o" in rec["out"][0]) == outs
-    if ins:
-        assert rec["in"][0]["o"] == ordered(x)
+    if ins:  # a CPU tensor: o on both sides, in every mode but off, and then no XOR
+        assert rec["in"][0]["o"] == ordered(x) and rec["out"][0]["o"] == ordered(torch.cumsum(x, 0))
+        assert "h" not in rec["in"][0] and "h" not in rec["out"][0]
+    else:
+        assert rec["in"][0]["h"] == hexdigest(x) and rec["out"][0]["h"] == hexdigest(torch.cumsum(x, 0))
     assert lines[0]["ordered"]["mode"] == mode
 
 
@@ -285,7 +301,7 @@ def test_transposed_input_is_digested_in_memory_order_with_its_layout(tmp_path):
     assert wt["s"] == [6, 5] and wt["ol"] == [1, 0]
     assert wt["o"] == memory_digest(w.t(), [1, 0]) == ordered(w)  # w's own bytes: no copy needed
     assert wt["o"] != ordered(w.t())  # not the row-major digest: the layout says which it is
-    assert wt["h"] == hexdigest(w)
+    assert "h" not in wt  # the order-sensitive digest stands alone
     assert "ol" not in rec["in"][0] and rec["in"][0]["o"] == ordered(a)
     header = trace(tmp_path / "h", lambda: torch.mm(a, a.t()))[0]
     assert header["ordered"]["cpu"] == optrace.ORDERED_CPU
@@ -317,7 +333,7 @@ def test_layout_digest_sees_a_permutation_and_a_strided_input_is_row_major(tmp_p
         torch.mm(torch.ones(2, 3), w[:3, ::2].t())  # gaps: copied, row-major, no layout
 
     mms = [r for r in trace(tmp_path, fn)[1:-1] if r["op"] == "aten.mm.default"]
-    assert mms[0]["in"][1]["h"] == mms[1]["in"][1]["h"]  # XOR: blind to the swap
+    assert hexdigest(w.t()) == hexdigest(w2.t())  # an XOR would be blind to the swap
     assert mms[0]["in"][1]["o"] != mms[1]["in"][1]["o"]  # the same layout, different order: seen
     assert "ol" not in mms[2]["in"][1] and mms[2]["in"][1]["o"] == ordered(w[:3, ::2].t())
 
@@ -535,13 +551,13 @@ def test_digests_taken_before_a_flush_resolve_to_their_own_values(tmp_path, monk
     def fn():
         opt.zero_grad()
         model(torch.ones(3, 4)).sum().backward()
-        before["w"] = hexdigest(model.weight.detach().clone())
+        before["w"] = model.weight.detach().clone()
         opt.step()
 
     lines = trace(tmp_path, fn)
     rec = next(x for x in lines[1:-1] if x.get("op") == "optimizer.step")
-    assert rec["in"][0]["h"] == before["w"] != rec["out"][0]["h"]
-    assert rec["out"][0]["h"] == hexdigest(model.weight.detach())
+    assert rec["in"][0]["o"] == ordered(before["w"])
+    assert rec["out"][0]["o"] == ordered(model.weight.detach()) != ordered(before["w"])
 
 
 def test_device_digests_made_before_a_flush_are_resolved_by_a_later_one(tmp_path, monkeypatch):
@@ -560,7 +576,7 @@ def test_device_digests_made_before_a_flush_are_resolved_by_a_later_one(tmp_path
         opt.step()
         torch.ones(2) + 1  # float32: text digests only, one more flush
 
-    lines = trace(tmp_path, fn, optimizer_hook=True)
+    lines = trace(tmp_path, fn, optimizer_hook=True, ordered="off")  # CPU float16 inputs: hash_tensor, not xxh3
     digests = [e[k] for r in lines[1:-1] for side in ("in", "out") for e in r.get(side, []) if e
                for k in ("h", "o") if k in e]
     assert digests and all(isinstance(d, str) and len(d) == 16 and int(d, 16) >= 0 for d in digests)
@@ -609,3 +625,22 @@ def test_issuers_walk_once_per_calling_frame_and_again_for_a_generator(tmp_path)
         for m in ("fakelib", "a", "b"):
             sys.modules.pop(m, None)
         del sys.path[:2]
+
+
+def test_a_compiled_function_runs_under_the_tracer(tmp_path):
+    """torch.compile in the traced program: the tracer's handler runs outside dynamo's frame
+    evaluation (directly when dynamo is not evaluating frames, else through torch._dynamo.disable),
+    the program's result is unchanged and its ops are recorded."""
+    torch._dynamo.reset()
+    x = torch.randn(8, 4)
+
+    @torch.compile(backend="eager")
+    def f(v):
+        return torch.cumsum(v * 2.0, 0).sin()
+
+    expected = torch.cumsum(x * 2.0, 0).sin()
+    got = {}
+    recs = trace(tmp_path, lambda: got.setdefault("y", f(x)))[1:-1]
+    assert torch.equal(got["y"], expected)
+    assert any(r["op"] == "aten.cumsum.default" for r in recs)
+    assert optrace._dynamo_callback() is None  # outside any compiled frame: the direct path

@@ -200,9 +200,10 @@ def register(app: typer.Typer) -> None:
         max_records: int = typer.Option(2_000_000, "--max-records", min=1, help="record budget per rank; further records are counted as dropped"),
         no_chunks: bool = typer.Option(False, "--no-chunk-digests", help="skip per-chunk digests of reordering-prone ops"),
         ordered: str = typer.Option("auto", "--ordered-digests", metavar="auto|inputs|all|off",
-                                    help="order-sensitive digests, which alone prove equal values equal: auto = inputs "
-                                         "of CPU tensors (xxh3, about the cost of the XOR digest); inputs = inputs on "
-                                         "every device; all = inputs and outputs; off = none"),
+                                    help="order-sensitive digests, which alone prove equal values equal: auto = CPU "
+                                         "tensors, inputs and outputs (xxh3, instead of the XOR digest); inputs = also "
+                                         "inputs on every device; all = inputs and outputs on every device; off = none "
+                                         "(XOR digests only)"),
     ) -> None:
         command = list(ctx.args)
         if command and command[0] == "--":

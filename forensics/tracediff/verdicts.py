@@ -48,8 +48,8 @@ COLLECTIVE_KINDS = frozenset({"collective"})
 SEMANTIC_KINDS = frozenset({"collective", "optimizer", "backward", "event", "boundary"})
 
 #: what to enable so that equal inputs become proof (the tracer's option, docs/commands/trace.md)
-ENABLE_ORDERED = ("record order-sensitive input digests (`forensics trace --ordered-digests inputs`, the default "
-                  "for CPU tensors) over this step and rank to prove it")
+ENABLE_ORDERED = ("record order-sensitive input digests (`forensics trace --ordered-digests inputs`; CPU tensors "
+                  "get them by default) over this step and rank to prove it")
 
 
 @dataclass

@@ -71,14 +71,28 @@ class _BoundedSet(dict):
                 del self[old]
 
 
-def _tkey(t: Any) -> tuple | None:
-    """A tensor value's key for following artifacts from a producer's output to a consumer's input:
-    its whole-tensor digest (the XOR digest, or the order-sensitive one that CPU tensors carry
-    instead, with the memory layout it was taken in: equal order-sensitive digests in different
-    layouts are not the same value)."""
+def _tkeys(t: Any) -> tuple[tuple, ...]:
+    """A tensor value's keys for following artifacts from a producer's output to a consumer's input:
+    one per whole-tensor digest it carries (the XOR digest; the order-sensitive one, with the memory
+    layout it was taken in: equal order-sensitive digests in different layouts are not the same
+    value). A producer's output and its consumer's input link by any kind both recorded (a CPU
+    tensor carries ``o`` alone, except around chunked ops, which also keep ``h``)."""
     if t is None:
-        return None
-    return (t.shape, t.dtype, t.digest) if t.digest is not None else (t.shape, t.dtype, t.ordered, t.layout)
+        return ()
+    keys = []
+    if t.digest is not None:
+        keys.append(("h", t.shape, t.dtype, t.digest))
+    if t.ordered is not None:
+        keys.append(("o", t.shape, t.dtype, t.ordered, t.layout))
+    return tuple(keys)
+
+
+def _pairs(x: Any, y: Any) -> list[tuple]:
+    """(A key, B key) pairs of one tensor of two runs, one per digest kind both sides carry (else
+    the pair of whatever each carries, which a later pair of the same kinds can still match)."""
+    kx, ky = _tkeys(x), _tkeys(y)
+    pairs = [(a, b) for a in kx for b in ky if a[0] == b[0]]
+    return pairs or [(kx, ky)]
 
 
 class RankWalker:
@@ -137,7 +151,7 @@ class RankWalker:
         def on_uninitialised(raw_a: bytes, line_a: int, raw_b: bytes, line_b: int) -> None:
             a, b = sa.parse(raw_a, line_a), sb.parse(raw_b, line_b)
             for x, y in zip(a.outputs, b.outputs):
-                self.tainted.add((_tkey(x), _tkey(y)))
+                self._taint(x, y)
 
         try:
             pre = columnar.compare_prefix(sa.path, sb.path, self.use_ordered, self.window, UNINITIALISED_OPS.pattern,
@@ -234,6 +248,11 @@ class RankWalker:
             self._steps_seen.add(rec.step)
             self.result.steps.append(rec.step)
 
+    def _taint(self, x: Any, y: Any) -> None:
+        """Remember a tensor of A and its counterpart in B as artifact-derived (every digest kind)."""
+        for p in _pairs(x, y):
+            self.tainted.add(p)
+
     # ------------------------------------------------------------------ comparing one pair
     def _compare(self, a: TraceRecord, b: TraceRecord) -> Divergence | None:
         """None when the pair matches (or differs only as a known probe artifact)."""
@@ -242,7 +261,7 @@ class RankWalker:
             uninit = self._uninit[a.name] = bool(UNINITIALISED_OPS.search(a.name))
         if uninit:  # garbage bits even when their digests happen to match (recycled memory, reordered)
             for x, y in zip(a.outputs, b.outputs):
-                self.tainted.add((_tkey(x), _tkey(y)))
+                self._taint(x, y)
         out_same = lists_equal(a.outputs, b.outputs)
         in_same = lists_equal(a.inputs, b.inputs)
         if out_same and in_same:
@@ -258,7 +277,7 @@ class RankWalker:
         if not outputs_differ and inputs.status != DIFFER:
             return None
         tainted = inputs.status == DIFFER and bool(inputs.differing) and all(
-            i < len(a.inputs) and i < len(b.inputs) and (_tkey(a.inputs[i]), _tkey(b.inputs[i])) in self.tainted
+            i < len(a.inputs) and i < len(b.inputs) and any(p in self.tainted for p in _pairs(a.inputs[i], b.inputs[i]))
             for i in inputs.differing)
         if not outputs_differ:  # inputs differ, outputs match or were not recorded
             if tainted:
@@ -272,7 +291,7 @@ class RankWalker:
         if reason is not None:
             for i in outputs.differing:
                 if i < len(a.outputs) and i < len(b.outputs):
-                    self.tainted.add((_tkey(a.outputs[i]), _tkey(b.outputs[i])))
+                    self._taint(a.outputs[i], b.outputs[i])
             res.artifacts_total += 1
             if len(res.artifacts) < MAX_LISTED:
                 d = judge(self.rank, a, b, inputs, outputs)
