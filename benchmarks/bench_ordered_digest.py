@@ -1,12 +1,14 @@
 """What order-sensitive digests cost, to choose `forensics trace --ordered-digests`'s default.
 
 1. Per tensor, on this CPU: ``torch.hash_tensor`` (the XOR digest every entry carries) against the
-   order-sensitive digests the tracer can add: ``ordered_cpu`` (xxh3-64 over the row-major bytes,
-   on the host) and ``ordered_device`` (the on-device mix used for GPU tensors, run here on CPU
+   order-sensitive digests: ``ordered_cpu`` (xxh3-64 over the row-major bytes, on the host: a
+   transposed tensor is copied first), ``ordered_cpu_layout`` (what the tracer records: the same,
+   but a dense permuted tensor is read in memory order, no copy) and ``ordered_device`` (the on-device mix used for GPU tensors, run here on CPU
    tensors: same ops, so the same op count). Ratios are against hash_tensor measured in the same
    run, repetitions interleaved.
 2. Per training step: the CPU model of benchmarks/bench_tracer.py traced with ``--ordered-digests``
-   off / auto (inputs, CPU) / all (inputs and outputs), interleaved round-robin with an untraced
+   off (XOR digests only) / auto (CPU tensors: ``o`` instead of the XOR) / all (the same on CPU;
+   device outputs too), interleaved round-robin with an untraced
    arm; medians and ratios against untraced and against ``off`` from the same run.
 3. The GPU cost on paper (no GPU measured): bytes moved per element by each digest, from the ops
    they run, and what that means at a given HBM bandwidth and kernel launch cost.
@@ -45,6 +47,7 @@ def _median_time(fn, x, reps: int) -> float:
 def per_tensor() -> None:
     print("1. per tensor (median seconds per call, ns per element, ratio to hash_tensor; same run)")
     fns = {"hash_tensor": torch.hash_tensor, "ordered_cpu (xxh3)": optrace.ordered_cpu,
+           "ordered_cpu_layout": lambda x: optrace.ordered_cpu_layout(x)[0],
            "ordered_device (mix, on CPU)": optrace.ordered_device}
     for n in (1 << 10, 1 << 16, 1 << 20, 1 << 24):
         for dtype in (torch.float32, torch.bfloat16):
