@@ -76,17 +76,18 @@ except ImportError:  # pragma: no cover - depends on the environment
 try:  # records are written with orjson when present (the same compact JSON, several times faster)
     import orjson as _orjson
 
-    def _dumps(rec: dict[str, Any]) -> str:
+    def _dumps(rec: dict[str, Any]) -> bytes:
+        """One record as a line of UTF-8 JSON (bytes: the file is binary, nothing is re-encoded)."""
         try:
-            return _orjson.dumps(rec, default=str).decode()
+            return _orjson.dumps(rec, default=str)
         except TypeError:
             try:  # a key that is not a string (slower option, so only when needed)
-                return _orjson.dumps(rec, default=str, option=_orjson.OPT_NON_STR_KEYS).decode()
+                return _orjson.dumps(rec, default=str, option=_orjson.OPT_NON_STR_KEYS)
             except TypeError:  # an integer beyond 64 bits...: the standard encoder
-                return json.dumps(rec, separators=(",", ":"), default=str)
+                return json.dumps(rec, separators=(",", ":"), default=str).encode()
 except ImportError:  # pragma: no cover - depends on the environment
-    def _dumps(rec: dict[str, Any]) -> str:
-        return json.dumps(rec, separators=(",", ":"), default=str)
+    def _dumps(rec: dict[str, Any]) -> bytes:
+        return json.dumps(rec, separators=(",", ":"), default=str).encode()
 
 SCHEMA = "forensics.optrace"
 SCHEMA_VERSION = 1
@@ -386,10 +387,10 @@ class OpTracer(TorchDispatchMode):
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / "trace.jsonl"
         try:
-            self.file = open(path, "x", encoding="utf-8")  # never overwrite a capture
+            self.file = open(path, "xb")  # never overwrite a capture; UTF-8 JSON lines, written as bytes
         except FileExistsError:  # a second process on this rank (spawned worker): its own file
             path = out_dir / f"trace.{self.pid}.jsonl"
-            self.file = open(path, "x", encoding="utf-8")
+            self.file = open(path, "xb")
         return path
 
     def _write_header(self) -> None:
@@ -408,7 +409,7 @@ class OpTracer(TorchDispatchMode):
             "ordered": self._ordered_info(),
         }
         header.update(self._program_info())
-        self.file.write(json.dumps(header, default=str) + "\n")
+        self.file.write((json.dumps(header, default=str) + "\n").encode())
 
     def _ordered_info(self) -> dict[str, Any]:
         mode = self.ordered_mode
@@ -752,7 +753,7 @@ class OpTracer(TorchDispatchMode):
                 self.records = []
                 self._ensure_open()
                 with _signals_deferred():  # a SIGTERM handler never writes into a half-written batch
-                    self.file.write("\n".join(lines) + "\n")
+                    self.file.write(b"\n".join(lines) + b"\n")
                     self.file.flush()  # to the OS now: a killed process keeps this batch
                 self.written += n
                 self.last_flush = time.monotonic()
@@ -822,7 +823,7 @@ class OpTracer(TorchDispatchMode):
                 pass
             try:
                 self._ensure_open()
-                self.file.write(json.dumps(footer, default=str) + "\n")
+                self.file.write((json.dumps(footer, default=str) + "\n").encode())
                 self.file.flush()
             except Exception as e:  # noqa: BLE001
                 self._fail(e)
