@@ -1,7 +1,8 @@
 """Tracer overhead on a CPU training step: untraced vs `optrace` vs PyTorch DebugMode with hashes.
 
-One process, one model, steps interleaved round-robin (untraced, optrace, DebugMode) so machine
-load hits every arm alike; the median step time of each arm is reported and the overheads are
+One process, one model, steps interleaved round-robin (untraced, optrace, DebugMode; the order
+reversed every other round, and a full garbage collection before every step, so that no arm pays
+for a neighbour's garbage or cache misses) so machine load hits every arm alike; the median step time of each arm is reported and the overheads are
 ratios against the untraced median measured in the same run. DebugMode is
 ``torch.utils._debug_mode.DebugMode`` with ``log_tensor_hashes(hash_fn="hash_tensor",
 hash_inputs=True)``: the same digest function on inputs and outputs (feature-detected; skipped
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import statistics
 import tempfile
 import time
@@ -109,8 +111,10 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
             with ctx():
                 step()
     times: dict[str, list[float]] = {k: [] for k in arms}
-    for _ in range(args.steps):
-        for name, ctx in arms.items():
+    order = list(arms.items())
+    for i in range(args.steps):
+        for name, ctx in (order if i % 2 == 0 else order[::-1]):  # no arm always follows the same one
+            gc.collect()  # each step pays for the collections its own allocations trigger, not a neighbour's
             t = time.perf_counter()
             with ctx():
                 step()
