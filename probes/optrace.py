@@ -458,14 +458,14 @@ class OpTracer(TorchDispatchMode):
                 if not ordered or _xxh3 is None or xor:
                     entry["h"] = format(int(np.bitwise_xor.reduce(arr.view(word), axis=None)), "016x")
                 if ordered and _xxh3 is not None:  # alone, it proves equality and difference
-                    if arr.flags.c_contiguous:
-                        entry["o"] = format(_xxh3(memoryview(arr.reshape(-1)).cast("B")), "016x")
+                    if arr.flags.c_contiguous:  # xxh3 reads a C-contiguous array's buffer as its bytes
+                        entry["o"] = format(_xxh3(arr), "016x")
                     else:
                         order = dense_order(x)
                         if order is None:  # gaps or overlaps: the row-major bytes, copied
                             entry["o"] = format(_xxh3(memoryview(x.contiguous().numpy().reshape(-1)).cast("B")), "016x")
                         else:  # a permuted dense layout (a transposed weight): its memory, in place
-                            entry["o"] = format(_xxh3(memoryview(x.permute(order).numpy().reshape(-1)).cast("B")), "016x")
+                            entry["o"] = format(_xxh3(x.permute(order).numpy()), "016x")
                             entry["ol"] = order
                 return entry
             except Exception:  # noqa: BLE001 - the general path below decides
@@ -514,14 +514,39 @@ class OpTracer(TorchDispatchMode):
             return entry
         return entry
 
-    @staticmethod
-    def _view_reusable(in0: dict[str, Any], order_view: bool, ordered_out: bool) -> bool:
-        """Whether a same-element view's output entry can be the input's digests: the XOR when the
-        output needs none other; the order-sensitive one only for a view that keeps the row-major
-        order of a row-major input (with that, a CPU entry needs no XOR: see :meth:`_digest`)."""
+    def _view_entry(self, in0: dict[str, Any], x: torch.Tensor, out: torch.Tensor, order_view: bool) -> dict[str, Any] | None:
+        """The entry of a same-element view's output made from its input's digests, or None (digest
+        it). The XOR holds the same elements whatever the order. The order-sensitive digest is the
+        same value when the view keeps the row-major order of a row-major input, and, on the CPU,
+        when input and output are dense over the same bytes (``t`` of a weight): its memory order is
+        the input's, with the output's own dim order (``ol``). Nothing runs between the two reads but
+        the view, which writes nothing."""
+        ordered_out = self._ordered_for(out, "out")
+        entry: dict[str, Any] = {"s": list(out.shape), "t": in0["t"], "n": out.numel()}
+        if "h" in in0:
+            entry["h"] = in0["h"]
+        elif not ordered_out:
+            return None
         if not ordered_out:
-            return "h" in in0
-        return order_view and "o" in in0 and "ol" not in in0
+            return entry
+        o = in0.get("o")
+        if o is None:
+            return None
+        if order_view and "ol" not in in0:
+            entry["o"] = o
+            return entry
+        if o.__class__ is not str or not out.is_cpu or out.data_ptr() != x.data_ptr():
+            return None  # a device digest follows the row-major order: no memory-order shortcut
+        x_dense = "ol" in in0 or x.is_contiguous()  # "o" read x's memory (not a row-major copy)
+        if not x_dense:
+            return None
+        out_order = dense_order(out)
+        if out_order is None and not out.is_contiguous():
+            return None  # gaps or overlaps: not the same bytes
+        entry["o"] = o
+        if out_order is not None:
+            entry["ol"] = out_order
+        return entry
 
     def _digest_once(self, tensors: list[torch.Tensor], chunks: bool, every: bool, cpu: bool) -> list[dict[str, Any]]:
         """Input entries of an op that takes one tensor object more than once: digested once (the same
@@ -644,14 +669,16 @@ class OpTracer(TorchDispatchMode):
         tensor = torch.Tensor
         mode = self.ordered_mode  # _ordered_for(x, "in"), once per op
         every, cpu = mode in ("inputs", "all"), mode != "off"
-        tensors = [x for x in leaves if isinstance(x, tensor)]
+        tensors, others = [], []
+        for x in leaves:
+            (tensors if isinstance(x, tensor) else others).append(x)
         if info.lift:
             inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu), xor=True) for x in tensors]
         elif len(tensors) > 1 and len({id(x) for x in tensors}) < len(tensors):
             inputs = self._digest_once(tensors, chunks, every, cpu)  # one tensor twice: addcmul_(g, g)
         else:
             inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu)) for x in tensors]
-        extra = self._args_digest([x for x in leaves if not isinstance(x, tensor)])
+        extra = self._args_digest(others)
         if extra is not None:
             inputs.append(extra)
         meta: dict[str, Any] = {}
@@ -662,13 +689,8 @@ class OpTracer(TorchDispatchMode):
             meta["async"] = True
         elif (info.view and isinstance(out, torch.Tensor) and inputs and isinstance(args[0], torch.Tensor)
               and out.numel() == args[0].numel() and out.dtype == args[0].dtype
-              and self._view_reusable(inputs[0], info.order_view, self._ordered_for(out, "out"))):
-            in0 = inputs[0]
-            outputs = [{"s": list(out.shape), "t": in0["t"], "n": out.numel()}]
-            if "h" in in0:
-                outputs[0]["h"] = in0["h"]
-            if self._ordered_for(out, "out"):
-                outputs[0]["o"] = in0["o"]
+              and (reused := self._view_entry(inputs[0], args[0], out, info.order_view)) is not None):
+            outputs = [reused]
         else:
             out_leaves = [out] if out.__class__ is tensor else tree_leaves(out)
             outputs = [self._digest(x, chunks, self._ordered_for(x, "out")) if isinstance(x, torch.Tensor) else

@@ -338,13 +338,26 @@ def test_layout_digest_sees_a_permutation_and_a_strided_input_is_row_major(tmp_p
     assert "ol" not in mms[2]["in"][1] and mms[2]["in"][1]["o"] == ordered(w[:3, ::2].t())
 
 
-def test_order_view_of_a_permuted_input_is_digested_anew(tmp_path):
+def test_view_outputs_reuse_the_input_digest_only_over_the_same_bytes(tmp_path):
+    """A view writes nothing: its output's order-sensitive digest is the input's when both are dense
+    over the same bytes (memory order, the output's own dim order), else it is digested anew."""
     w = torch.randn(5, 6)
-    recs = trace(tmp_path, lambda: torch.ops.aten.unsqueeze(w.t(), 0), ordered="all")[1:-1]
-    rec = next(r for r in recs if r["op"] == "aten.unsqueeze.default")
-    out = rec["out"][0]
+    gappy = torch.randn(5, 12)[:, ::2]  # not dense: its digest is of a row-major copy
+
+    def fn():
+        torch.ops.aten.unsqueeze(w.t(), 0)
+        gappy.t()
+
+    recs = trace(tmp_path, fn, ordered="all")[1:-1]
+    t_w = next(r for r in recs if r["op"] == "aten.t.default" and r["in"][0]["s"] == [5, 6] and "ol" not in r["in"][0]
+               and r["in"][0]["o"] == ordered(w))
+    assert t_w["out"][0]["o"] == t_w["in"][0]["o"] == memory_digest(w.t(), [1, 0]) and t_w["out"][0]["ol"] == [1, 0]
+    unsq = next(r for r in recs if r["op"] == "aten.unsqueeze.default")
+    out = unsq["out"][0]
     assert out["ol"] == optrace.dense_order(w.t().unsqueeze(0))
-    assert out["o"] == memory_digest(w.t().unsqueeze(0), out["ol"])
+    assert out["o"] == memory_digest(w.t().unsqueeze(0), out["ol"]) == unsq["in"][0]["o"]
+    t_g = next(r for r in recs if r["op"] == "aten.t.default" and r["in"][0]["o"] == ordered(gappy))
+    assert "ol" not in t_g["out"][0] and t_g["out"][0]["o"] == ordered(gappy.t()) != t_g["in"][0]["o"]
 
 
 def test_ordered_device_digest_properties():
