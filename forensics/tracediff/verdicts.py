@@ -215,8 +215,9 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
         if inputs.how.startswith("order-sensitive digest (order-independent"):
             warnings.append(f"input {inputs.differing[0]} holds the same values in another order: its producer "
                             "reordered them. If no traced record produced it differently, the producer is untraced "
-                            "(a permutation outside the dispatcher); with `--ordered-digests all` a traced producer "
-                            "shows its reordered output")
+                            "(a permutation outside the dispatcher); a traced producer shows its reordered output "
+                            "where outputs carry order-sensitive digests (CPU tensors by default; device tensors "
+                            "with `--ordered-digests all`)")
         if not outputs_differ:
             warnings.append("its outputs match (or none were recorded): the difference reached this op and was "
                             "absorbed or not observed here; it was made earlier")
