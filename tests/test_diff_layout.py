@@ -323,3 +323,23 @@ def test_f_columnar_checks_ol_itself(tmp_path):
     d = tmp_path / "valid"
     a, b = write(d / "a", recs), write(d / "b", recs)
     assert columnar.compare_prefix(a / "rank0" / "trace.jsonl", b / "rank0" / "trace.jsonl").pairs == 400
+
+
+def test_o_only_entries_take_the_fast_path_only_where_o_is_compared(tmp_path):
+    """CPU entries carry "o" alone (no "h"): equal ones are equal as far as the digests go when
+    order-sensitive digests are compared, and not when they are not (two algorithms): then a match
+    rests on nothing and is counted as unproven."""
+    def d(h, o, layout):
+        return TensorDigest(shape=(512, 256), dtype="float32", numel=512 * 256, digest=h, ordered=o, layout=layout)
+
+    assert fast_equal([d(None, "o", (1, 0))], [d(None, "o", (1, 0))])
+    assert not fast_equal([d(None, "o", (1, 0))], [d(None, "o", (1, 0))], use_ordered=False)
+    assert not fast_equal([d(None, "o", None)], [d(None, "o2", None)])
+    same = [rec("aten.mm.default", 1, [t(None, "ox"), t(None, "ow", [1, 0])], [t(None, "oy")]),
+            rec("aten.relu.default", 1, [t(None, "oy")], [t(None, "oz")])]
+    a, b, c = write(tmp_path / "a", same), write(tmp_path / "b", same), write(tmp_path / "c", same, algo=OLD_ALGO)
+    rep = diff_paths(a, b)
+    assert not rep.diverged and rep.ranks[0].records_compared == 2 and rep.ranks[0].unproven_matches == 0
+    rep = diff_paths(a, c)  # o of two algorithms: not compared, the matches rest on nothing recorded
+    assert not rep.diverged and rep.ranks[0].unproven_matches == 2
+    assert any("different algorithms" in w for w in rep.warnings)

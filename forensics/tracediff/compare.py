@@ -122,9 +122,11 @@ def compare_tensors(xs: list[TensorDigest | None], ys: list[TensorDigest | None]
     return ListTest(weakest, weakest_how if weakest != EQUAL else "order-sensitive digest", [], weak)
 
 
-def fast_equal(xs: list[TensorDigest | None], ys: list[TensorDigest | None]) -> bool:
+def fast_equal(xs: list[TensorDigest | None], ys: list[TensorDigest | None], use_ordered: bool = True) -> bool:
     """The common case, decided cheaply: same full-evidence digests, shapes and dtypes (equal as far
-    as the digests go; whether that is proof or a screen is decided by :func:`compare_tensors`)."""
+    as the digests go; whether that is proof or a screen is decided by :func:`compare_tensors`). An
+    entry's whole-tensor digest is its XOR or, when order-sensitive digests are compared
+    (``use_ordered``), its order-sensitive one (a CPU tensor carries that alone)."""
     if len(xs) != len(ys):
         return False
     for x, y in zip(xs, ys):
@@ -132,14 +134,15 @@ def fast_equal(xs: list[TensorDigest | None], ys: list[TensorDigest | None]) -> 
             if x is not y:
                 return False
             continue
-        if (x.digest is None or x.digest != y.digest or x.evidence != "full" or y.evidence != "full"
+        if ((x.digest is None and (not use_ordered or x.ordered is None)) or x.digest != y.digest
+                or x.evidence != "full" or y.evidence != "full"
                 or x.shape != y.shape or x.dtype != y.dtype or x.chunks != y.chunks or x.ordered != y.ordered
                 or x.layout != y.layout):
             return False
     return True
 
 
-def lists_equal(xs: list, ys: list) -> bool:
+def lists_equal(xs: list, ys: list, use_ordered: bool = True) -> bool:
     """Fast equality of two recorded lists: the reader's raw hint when it has one, else parsed."""
     hint = getattr(xs, "same_full_digests", None)
-    return (hint is not None and hint(ys)) or fast_equal(xs, ys)
+    return (hint is not None and hint(ys, use_ordered)) or fast_equal(xs, ys, use_ordered)

@@ -262,8 +262,8 @@ class RankWalker:
         if uninit:  # garbage bits even when their digests happen to match (recycled memory, reordered)
             for x, y in zip(a.outputs, b.outputs):
                 self._taint(x, y)
-        out_same = lists_equal(a.outputs, b.outputs)
-        in_same = lists_equal(a.inputs, b.inputs)
+        out_same = lists_equal(a.outputs, b.outputs, self.use_ordered)
+        in_same = lists_equal(a.inputs, b.inputs, self.use_ordered)
         if out_same and in_same:
             return None
         res = self.result
