@@ -598,11 +598,6 @@ class OpTracer(TorchDispatchMode):
             return self.phase_stack[-1]
         return "backward" if torch._C._current_graph_task_id() != -1 else "forward"
 
-    def _next_identity(self, name: str) -> str:
-        n = self.counts.get(name, 0) + 1
-        self.counts[name] = n
-        return f"{name}:{n}"
-
     def _budget_ok(self) -> bool:
         if self.seq >= self.max_records:
             self.dropped += 1
@@ -616,7 +611,7 @@ class OpTracer(TorchDispatchMode):
                 return
             self.in_write = True
             try:
-                counts = self.counts  # _next_identity, inlined (once per record)
+                counts = self.counts  # the identity op:occurrence, counted per op name on this rank
                 n = counts[name] = counts.get(name, 0) + 1
                 identity = f"{name}:{n}"
                 rec = {"seq": self.seq, "id": identity, "op": name, "kind": kind,
