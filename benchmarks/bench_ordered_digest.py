@@ -29,10 +29,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bench_tracer import make_step  # noqa: E402
+from benchmarks.bench_tracer import OptraceArm, make_step  # noqa: E402
 from probes import optrace  # noqa: E402
-from probes.config import ProbeConfig  # noqa: E402
-from probes.window import StepWindow, parse_steps  # noqa: E402
 
 
 def _median_time(fn, x, reps: int) -> float:
@@ -67,42 +65,12 @@ def per_tensor() -> None:
                 print(f"  n={n:>9,} {str(dtype)[6:]:8s} {layout:10s} {cells}")
 
 
-class Arm:
-    """One tracer; recording only inside its own steps (the others are installed too)."""
-
-    def __init__(self, out: Path, mode: str) -> None:
-        cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="all", max_records=10**9,
-                          extra={"ordered_digests": mode})
-        self.window = StepWindow(parse_steps("all"))
-        self.installed = optrace.install(cfg, self.window, out / "rank0", 0)
-        self.tracer = self.installed.tracer
-        self.window.on_enter.clear()
-        self.tracer.closed = True  # silent outside its own steps
-
-    @contextlib.contextmanager
-    def __call__(self):
-        self.tracer.closed = False
-        self.tracer.enter()
-        try:
-            yield
-        finally:
-            self.tracer.leave()
-            self.tracer.flush()
-            self.tracer.closed = True
-
-    def close(self) -> int:
-        self.tracer.closed = False
-        n = self.tracer.seq
-        self.installed.close()
-        return n
-
-
 def per_step(steps: int, threads: int) -> None:
     torch.set_num_threads(threads)
     step = make_step(512, 4, 64)
     base = Path(tempfile.mkdtemp(prefix="bench_ordered_"))
     arms = {"untraced": contextlib.nullcontext}
-    tracers = {m: Arm(base / m, m) for m in ("off", "auto", "all")}
+    tracers = {m: OptraceArm(base / m, ordered=m) for m in ("off", "auto", "all")}
     arms.update({f"optrace {m}": a for m, a in tracers.items()})
     for ctx in arms.values():
         for _ in range(2):

@@ -19,6 +19,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -52,12 +53,14 @@ class OptraceArm:
     Between them its window is closed (step -1, outside ``0-``): the tracer's boundary hooks
     (optimizer step, backward) are installed for the whole process and record whenever the window
     is open, so an open window would make the other arms pay for them (an untraced step that
-    digests every parameter twice is not untraced)."""
+    digests every parameter twice is not untraced). ``ordered`` is the ``--ordered-digests`` mode;
+    ``module`` another version of probes/optrace.py (bench_tracer_ab.py), default this one."""
 
-    def __init__(self, out: Path) -> None:
-        cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="0-", max_records=10**9)
+    def __init__(self, out: Path, ordered: str = "auto", module: Any = None) -> None:
+        cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="0-", max_records=10**9,
+                          extra={"ordered_digests": ordered})
         self.window = StepWindow(parse_steps("0-"))
-        self.installed = optrace.install(cfg, self.window, out / "rank0", 0)
+        self.installed = (module or optrace).install(cfg, self.window, out / "rank0", 0)
         self.tracer = self.installed.tracer
         self.window.on_enter.clear()  # the benchmark enters the mode per step
         self.window.step = -1

@@ -28,9 +28,7 @@ from types import ModuleType
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.bench_tracer import make_step  # noqa: E402
-from probes.config import ProbeConfig  # noqa: E402
-from probes.window import StepWindow, parse_steps  # noqa: E402
+from benchmarks.bench_tracer import OptraceArm, make_step  # noqa: E402
 
 
 def load(name: str, path: str) -> ModuleType:
@@ -40,32 +38,6 @@ def load(name: str, path: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-class Arm:
-    """One tracer version; its window is open only inside its own steps."""
-
-    def __init__(self, module: ModuleType) -> None:
-        out = Path(tempfile.mkdtemp(prefix="bench_tracer_ab_"))
-        cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="0-", max_records=10**9)
-        self.window = StepWindow(parse_steps("0-"))
-        self.installed = module.install(cfg, self.window, out / "rank0", 0)
-        self.tracer = self.installed.tracer
-        self.window.on_enter.clear()
-        self.window.step = -1
-        self.steps = 0
-
-    @contextlib.contextmanager
-    def __call__(self):
-        self.window.step = self.steps
-        self.steps += 1
-        self.tracer.enter()
-        try:
-            yield
-        finally:
-            self.tracer.leave()
-            self.tracer.flush()
-            self.window.step = -1
 
 
 def main() -> None:
@@ -79,7 +51,9 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     step = make_step(args.width, args.layers, args.batch)
-    arms = {"untraced": contextlib.nullcontext, "A": Arm(load("optrace_a", args.a)), "B": Arm(load("optrace_b", args.b))}
+    arms = {"untraced": contextlib.nullcontext,
+            "A": OptraceArm(Path(tempfile.mkdtemp(prefix="bench_tracer_ab_")), module=load("optrace_a", args.a)),
+            "B": OptraceArm(Path(tempfile.mkdtemp(prefix="bench_tracer_ab_")), module=load("optrace_b", args.b))}
     for ctx in arms.values():
         for _ in range(3):
             with ctx():
