@@ -460,13 +460,13 @@ class OpTracer(TorchDispatchMode):
                 if ordered and _xxh3 is not None:  # alone, it proves equality and difference
                     if arr.flags.c_contiguous:  # xxh3 reads a C-contiguous array's buffer as its bytes
                         entry["o"] = format(_xxh3(arr), "016x")
-                    else:
-                        order = dense_order(x)
-                        if order is None:  # gaps or overlaps: the row-major bytes, copied
-                            entry["o"] = format(_xxh3(memoryview(x.contiguous().numpy().reshape(-1)).cast("B")), "016x")
-                        else:  # a permuted dense layout (a transposed weight): its memory, in place
-                            entry["o"] = format(_xxh3(x.permute(order).numpy()), "016x")
-                            entry["ol"] = order
+                    else:  # a transposed weight in memory order (its "ol"), or a row-major copy
+                        o, layout = ordered_cpu_layout(x)
+                        if o is None:
+                            raise ValueError("no order-sensitive digest")  # the general path decides
+                        entry["o"] = o
+                        if layout is not None:
+                            entry["ol"] = layout
                 return entry
             except Exception:  # noqa: BLE001 - the general path below decides
                 entry = {"s": entry["s"], "t": entry["t"], "n": numel}
@@ -648,8 +648,8 @@ class OpTracer(TorchDispatchMode):
 
     def _dispatch(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
         kwargs = kwargs or {}
-        if self.closed or self.failed is not None or not self.window.active or os.getpid() != self.pid:
-            return func(*args, **kwargs)  # not recording (_recording, inlined: it runs for every op)
+        if not self._recording():
+            return func(*args, **kwargs)
         info = _OP_INFO.get(func)
         if info is None:
             info = _OP_INFO[func] = _OpInfo(func)
