@@ -24,6 +24,19 @@ def _lshr(z: torch.Tensor, s: int) -> torch.Tensor:
 CHUNK = 1 << 22
 
 
+def holds_elements(t: torch.Tensor) -> bool:
+    """Whether the tensor's storage holds every element its sizes and strides reach. False for a
+    storage resized to nothing while the tensor keeps its sizes (FSDP frees unsharded parameters
+    so between uses): reading it reads memory the tensor does not own (``torch.hash_tensor``
+    crashes the process on the CPU). True when it cannot be told (a tensor without a storage to
+    ask: its digest path decides)."""
+    try:
+        extent = t.storage_offset() + 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
+        return extent * t.element_size() <= t.untyped_storage().nbytes()
+    except Exception:  # noqa: BLE001 - sparse, nested, subclasses...
+        return True
+
+
 def plain_real(t: torch.Tensor) -> torch.Tensor:
     """``t`` detached, its lazy conjugate/negation resolved, complex viewed as pairs of reals."""
     x = t.detach()

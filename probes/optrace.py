@@ -28,6 +28,7 @@ rank filter and the record budget bound what is written. docs/trace-format.md de
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import os
@@ -45,7 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_leaves
 
 from probes.config import ProbeConfig
-from probes.digests import _GOLDEN, _INT_OF_SIZE, ordered_device, plain_real  # noqa: F401  (ordered_device: part of this module's API)
+from probes.digests import _GOLDEN, _INT_OF_SIZE, holds_elements, ordered_device, plain_real  # noqa: F401  (ordered_device: part of this module's API)
 from probes.window import StepWindow, world_size
 
 #: Signals whose Python handlers (SIGTERM: footer; SIGINT: KeyboardInterrupt) must not run in the
@@ -213,6 +214,11 @@ def _dtype_name(dtype: Any) -> str:
     if name is None:
         name = _DTYPE_NAME[dtype] = str(dtype).removeprefix("torch.")
     return name
+
+
+#: ctypes byte-array types by length (the fast CPU digest reads a tensor's bytes where they lie); bounded
+_BYTES_AT: dict[int, Any] = {}
+_BYTES_AT_MAX = 1 << 12
 
 
 def _packet(name: str) -> str:
@@ -439,19 +445,37 @@ class OpTracer(TorchDispatchMode):
         mode = self.ordered_mode
         if mode == "off":
             return False
-        if t.device.type == "cpu":
+        if t.is_cpu:
             return True
         return mode == "all" or (side == "in" and mode == "inputs")
 
     def _digest(self, t: torch.Tensor, chunks: bool, ordered: bool = False, xor: bool = False) -> dict[str, Any]:
         """The entry of one tensor: shape, dtype, numel and digests. A CPU tensor with an
-        order-sensitive digest gets no XOR digest unless ``xor`` (or chunk digests) ask for one."""
-        numel = t.numel()
+        order-sensitive digest gets no XOR digest unless ``xor`` (or chunk digests) ask for one. A
+        tensor whose storage does not hold its elements (freed, as FSDP frees unsharded parameters
+        between uses) has no bytes to read: metadata only."""
         dtype = t.dtype
-        entry: dict[str, Any] = {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel}
         word = _FAST_WORD.get(dtype)
+        if (word is not None and ordered and not xor and not chunks and _xxh3 is not None and t.__class__ in _PLAIN
+                and t.is_cpu and t.layout is _STRIDED and t.is_contiguous() and not t.is_neg()):
+            # the common case: a row-major CPU tensor's bytes, read in place (no numpy view, no detach)
+            numel = t.numel()
+            nbytes = numel * t.element_size()
+            if numel and (t.storage_offset() * t.element_size() + nbytes <= t.untyped_storage().nbytes()):
+                buf = _BYTES_AT.get(nbytes)
+                if buf is None:
+                    if len(_BYTES_AT) >= _BYTES_AT_MAX:
+                        _BYTES_AT.clear()
+                    buf = _BYTES_AT[nbytes] = ctypes.c_char * nbytes
+                return {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel,
+                        "o": format(_xxh3(buf.from_address(t.data_ptr())), "016x")}
+        numel = t.numel()
+        entry: dict[str, Any] = {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel}
+        if numel and not holds_elements(t):
+            entry["ev"] = "metadata"
+            return entry
         if (word is not None and numel and not chunks and t.is_cpu and t.__class__ in _PLAIN and t.layout is _STRIDED
-                and not t.is_neg()):  # the common case, in one pass over a numpy view: the same digests
+                and not t.is_neg()):  # a numpy view: the XOR digest, or a transposed weight in memory order
             try:
                 x = t.detach() if t.requires_grad else t  # numpy() refuses a tensor that requires grad
                 arr = x.numpy()

@@ -299,6 +299,11 @@ def stage(t: Any) -> dict[str, Any]:
         d["hash"] = 0  # empty-tensor sentinel: numel tells it from an all-zero tensor
         d["ohash"] = 0
         return d
+    from probes.digests import holds_elements, ordered_device  # noqa: PLC0415
+
+    if not holds_elements(t):  # a freed storage (FSDP): no bytes of its own to digest
+        d["hash_error"] = d["ohash_error"] = "storage holds no elements (freed): not digested"
+        return d
     try:
         import torch  # noqa: PLC0415
 
@@ -306,8 +311,6 @@ def stage(t: Any) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001
         d["hash_error"] = f"{type(e).__name__}: {e}"[:200]
     try:
-        from probes.digests import ordered_device  # noqa: PLC0415
-
         d["_o"] = ordered_device(t)
     except Exception as e:  # noqa: BLE001
         d["ohash_error"] = f"{type(e).__name__}: {e}"[:200]
