@@ -134,11 +134,12 @@ def _scalar(kwargs: dict[str, Any], args: tuple, name: str, pos: int, default: f
 
 
 def name_gemm(func_name: str, args: tuple, kwargs: dict[str, Any] | None, in_backward: bool,
-              result: Any = None) -> GemmCall | None:
+              result: Any = None, describe: bool = True) -> GemmCall | None:
     """Name one aten GEMM call; None when it is not a GEMM (or not a 2-D/3-D one we can name).
 
     ``result`` (the output tensor, when known) decides the output orientation; a fresh output is
-    row-major.
+    row-major. ``describe=False`` leaves ``operands`` and ``out_dtype`` out (the op tracer records
+    the site and the problem size only, on every GEMM).
     """
     kwargs = kwargs or {}
     base, overload = op_base(func_name)
@@ -172,28 +173,30 @@ def name_gemm(func_name: str, args: tuple, kwargs: dict[str, Any] | None, in_bac
     l1, l2 = _letter(o1, out_row), _letter(o2, out_row)
     m_pt, k_pt, n_pt = int(mat1.shape[-2]), int(mat1.shape[-1]), int(mat2.shape[-1])
     batch = int(mat1.shape[0]) if mat1.dim() == 3 else 1
+    if out_row:  # C^T = B^T A^T: cuBLAS A = mat2, B = mat1; m, n are PyTorch's n, m
+        layout, m, n = l2 + l1, n_pt, m_pt
+    else:
+        layout, m, n = l1 + l2, m_pt, n_pt
+    acc, grad = int(accumulate), int(bool(in_backward))
+    call = GemmCall(site=f"gemm:{layout}:acc{acc}:grad{grad}", op=f"aten.{base}.{overload}", layout=layout,
+                    acc=acc, grad=grad, m=m, n=n, k=k_pt, batch=batch, transa=layout[0], transb=layout[1],
+                    alpha=alpha, beta=beta if self_t is not None else 0.0)
+    if not describe:
+        return call
     d1 = dict(_desc(mat1), role="mat1", order=o1, ld=_ld(list(mat1.shape), list(mat1.stride()), o1))
     d2 = dict(_desc(mat2), role="mat2", order=o2, ld=_ld(list(mat2.shape), list(mat2.stride()), o2))
-    if out_row:  # C^T = B^T A^T: cuBLAS A = mat2, B = mat1; m, n are PyTorch's n, m
-        layout, transa, transb = l2 + l1, l2, l1
-        m, n = n_pt, m_pt
-        operands = [dict(d2, cublas="A", trans=l2), dict(d1, cublas="B", trans=l1)]
+    if out_row:
+        call.operands = [dict(d2, cublas="A", trans=l2), dict(d1, cublas="B", trans=l1)]
     else:
-        layout, transa, transb = l1 + l2, l1, l2
-        m, n = m_pt, n_pt
-        operands = [dict(d1, cublas="A", trans=l1), dict(d2, cublas="B", trans=l2)]
+        call.operands = [dict(d1, cublas="A", trans=l1), dict(d2, cublas="B", trans=l2)]
     if _is_tensor(self_t):
-        operands.append(dict(_desc(self_t), role="self", cublas="C"))
-    out_dtype = None
+        call.operands.append(dict(_desc(self_t), role="self", cublas="C"))
     if base == "_scaled_mm":
         od = kwargs.get("out_dtype", args[6] if len(args) > 6 else None)
-        out_dtype = str(od).replace("torch.", "") if od is not None else None
-    if out_dtype is None and target is not None:
-        out_dtype = str(target.dtype).replace("torch.", "")
-    acc, grad = int(accumulate), int(bool(in_backward))
-    return GemmCall(site=f"gemm:{layout}:acc{acc}:grad{grad}", op=f"aten.{base}.{overload}", layout=layout,
-                    acc=acc, grad=grad, m=m, n=n, k=k_pt, batch=batch, transa=transa, transb=transb,
-                    alpha=alpha, beta=beta if self_t is not None else 0.0, operands=operands, out_dtype=out_dtype)
+        call.out_dtype = str(od).replace("torch.", "") if od is not None else None
+    if call.out_dtype is None and target is not None:
+        call.out_dtype = str(target.dtype).replace("torch.", "")
+    return call
 
 
 def in_backward() -> bool:

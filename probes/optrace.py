@@ -168,18 +168,35 @@ def _op_name(func: Any) -> str:
 _CONTAINERS = (list, tuple, dict)
 
 
-def _leaves(args: tuple, kwargs: dict) -> list:
-    """``tree_leaves((args, kwargs))`` without pytree's per-leaf cost when no argument is a
-    container (the common case); a list of tensors, a namedtuple... take pytree's path."""
+def _split(args: tuple, kwargs: dict) -> tuple[list, list]:
+    """The leaves of ``(args, kwargs)`` in ``tree_leaves`` order, as (tensors, everything else),
+    without pytree's per-leaf cost when no argument is a container (the common case); a list of
+    tensors, a namedtuple... take pytree's path."""
+    tensor, size = torch.Tensor, torch.Size
+    tensors, others = [], []
     for a in args:
-        if isinstance(a, _CONTAINERS) and a.__class__ is not torch.Size:
-            return tree_leaves((args, kwargs))
-    if not kwargs:
-        return list(args)
-    for a in kwargs.values():
-        if isinstance(a, _CONTAINERS) and a.__class__ is not torch.Size:
-            return tree_leaves((args, kwargs))
-    return [*args, *kwargs.values()]
+        if isinstance(a, tensor):
+            tensors.append(a)
+        elif isinstance(a, _CONTAINERS) and a.__class__ is not size:
+            return _split_tree(args, kwargs)
+        else:
+            others.append(a)
+    if kwargs:
+        for a in kwargs.values():
+            if isinstance(a, tensor):
+                tensors.append(a)
+            elif isinstance(a, _CONTAINERS) and a.__class__ is not size:
+                return _split_tree(args, kwargs)
+            else:
+                others.append(a)
+    return tensors, others
+
+
+def _split_tree(args: tuple, kwargs: dict) -> tuple[list, list]:
+    tensors, others = [], []
+    for x in tree_leaves((args, kwargs)):
+        (tensors if isinstance(x, torch.Tensor) else others).append(x)
+    return tensors, others
 
 
 class _OpInfo:
@@ -370,6 +387,8 @@ class OpTracer(TorchDispatchMode):
         extra = cfg.extra if isinstance(cfg.extra, dict) else {}
         mode = extra.get("ordered_digests", "auto")
         self.ordered_mode = mode if mode in ORDERED_MODES else "auto"
+        self._active_step: Any = None  # the step number _recording last asked the window about
+        self._active = False
         self.last_flush = time.monotonic()
         self.written = 0  # records in the file
         self.failed: str | None = None  # the write error that stopped the recording
@@ -615,12 +634,17 @@ class OpTracer(TorchDispatchMode):
 
     # ------------------------------------------------------------------ recording
     def _recording(self) -> bool:
-        return (not self.closed and self.failed is None and self.window.active and os.getpid() == self.pid)
+        step = self.window.step
+        if step != self._active_step:  # the window's answer, asked once per step number
+            self._active_step, self._active = step, step in self.window.steps
+        return self._active and not self.closed and self.failed is None and os.getpid() == self.pid
 
-    def _phase(self) -> str:
+    def _phase(self, backward: bool | None = None) -> str:
         if self.phase_stack:
             return self.phase_stack[-1]
-        return "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+        if backward is None:
+            backward = torch._C._current_graph_task_id() != -1
+        return "backward" if backward else "forward"
 
     def _budget_ok(self) -> bool:
         if self.seq >= self.max_records:
@@ -629,7 +653,7 @@ class OpTracer(TorchDispatchMode):
         return True
 
     def add_record(self, name: str, kind: str, inputs: list, outputs: list, meta: dict | None = None,
-                   autograd_seq: int | None = None) -> None:
+                   autograd_seq: int | None = None, backward: bool | None = None) -> None:
         with self.lock:
             if self.failed is not None or self.closed or not self._budget_ok():
                 return
@@ -639,7 +663,7 @@ class OpTracer(TorchDispatchMode):
                 n = counts[name] = counts.get(name, 0) + 1
                 identity = f"{name}:{n}"
                 rec = {"seq": self.seq, "id": identity, "op": name, "kind": kind,
-                       "step": self.window.step, "phase": self._phase(), "in": inputs, "out": outputs}
+                       "step": self.window.step, "phase": self._phase(backward), "in": inputs, "out": outputs}
                 if meta:
                     rec["meta"] = meta
                 if autograd_seq is not None and autograd_seq not in self.fwd_by_seq:
@@ -684,13 +708,10 @@ class OpTracer(TorchDispatchMode):
             self.dropped += 1
             return func(*args, **kwargs)
         chunks = info.chunks
-        leaves = _leaves(args, kwargs)
         tensor = torch.Tensor
-        mode = self.ordered_mode  # _ordered_for(x, "in"), once per op
-        every, cpu = mode in ("inputs", "all"), mode != "off"
-        tensors, others = [], []
-        for x in leaves:
-            (tensors if isinstance(x, tensor) else others).append(x)
+        tensors, others = _split(args, kwargs)
+        mode = self.ordered_mode  # _ordered_for(x, "in") and (x, "out"), once per op
+        every, cpu, out_every = mode in ("inputs", "all"), mode != "off", mode == "all"
         if info.lift:
             inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu), xor=True) for x in tensors]
         elif len(tensors) > 1 and len({id(x) for x in tensors}) < len(tensors):
@@ -711,29 +732,33 @@ class OpTracer(TorchDispatchMode):
               and (reused := self._view_entry(inputs[0], args[0], out, info.order_view)) is not None):
             outputs = [reused]
         else:
-            out_leaves = [out] if out.__class__ is tensor else tree_leaves(out)
-            outputs = [self._digest(x, chunks, self._ordered_for(x, "out")) if isinstance(x, torch.Tensor) else
-                       self._args_digest([x]) for x in out_leaves if x is not None and not _is_opaque(x)]
+            if out.__class__ is tensor:
+                outputs = [self._digest(out, chunks, out_every or (cpu and out.is_cpu))]
+            else:
+                outputs = [self._digest(x, chunks, out_every or (cpu and x.is_cpu)) if isinstance(x, tensor) else
+                           self._args_digest([x]) for x in tree_leaves(out) if x is not None and not _is_opaque(x)]
         if info.copy and _non_blocking(base, args, kwargs):
             meta["non_blocking"] = True
-        gemm = _gemm_meta(name, args, kwargs, out) if info.gemm else None
+        backward = torch._C._current_graph_task_id() != -1
+        gemm = _gemm_meta(name, args, kwargs, out, backward) if info.gemm else None
         if gemm is not None:
             meta["gemm"] = gemm
-        autograd_seq = self._autograd_meta(meta)
+        autograd_seq = self._autograd_meta(meta, backward)
         if self.issuers is not None:
             try:
                 self.issuers.note(sys._getframe(1))
             except Exception:  # noqa: BLE001
                 pass
-        self.add_record(name, kind, inputs, outputs, meta, autograd_seq)
+        self.add_record(name, kind, inputs, outputs, meta, autograd_seq, backward)
         return out
 
-    def _autograd_meta(self, meta: dict[str, Any]) -> int | None:
-        """Backward ops: ``meta.node`` (the autograd node issuing them) and ``meta.fwd`` (the forward
-        op that created it). Forward ops: the autograd sequence number they run at (returned), which
-        is the creator's number + 1 for the node they create."""
+    def _autograd_meta(self, meta: dict[str, Any], backward: bool) -> int | None:
+        """Backward ops (``backward``: inside autograd's backward pass): ``meta.node`` (the autograd
+        node issuing them) and ``meta.fwd`` (the forward op that created it). Forward ops: the
+        autograd sequence number they run at (returned), which is the creator's number + 1 for the
+        node they create."""
         try:
-            if torch._C._current_graph_task_id() != -1:
+            if backward:
                 node = torch._C._current_autograd_node()
                 if node is not None:
                     meta["node"] = node.name()
@@ -956,7 +981,7 @@ def _non_blocking(base: str, args: tuple, kwargs: dict) -> bool:
     return False
 
 
-def _gemm_meta(name: str, args: tuple, kwargs: dict, out: Any) -> dict | None:
+def _gemm_meta(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -> dict | None:
     """``{"layout", "acc", "grad", "m", "n", "k", ...}`` for GEMM ops (probes.gemm_naming), else None."""
     try:
         from probes import gemm_naming  # noqa: PLC0415
@@ -965,8 +990,8 @@ def _gemm_meta(name: str, args: tuple, kwargs: dict, out: Any) -> dict | None:
     if not gemm_naming.is_gemm(name):
         return None
     try:
-        call = gemm_naming.name_gemm(name, args, kwargs, gemm_naming.in_backward(),
-                                     out if isinstance(out, torch.Tensor) else None)
+        call = gemm_naming.name_gemm(name, args, kwargs, backward, out if isinstance(out, torch.Tensor) else None,
+                                     describe=False)
     except Exception:  # noqa: BLE001
         return None
     if call is None:
