@@ -77,18 +77,21 @@ except ImportError:  # pragma: no cover - depends on the environment
 try:  # records are written with orjson when present (the same compact JSON, several times faster)
     import orjson as _orjson
 
+    _LINE = _orjson.OPT_APPEND_NEWLINE
+
     def _dumps(rec: dict[str, Any]) -> bytes:
-        """One record as a line of UTF-8 JSON (bytes: the file is binary, nothing is re-encoded)."""
+        """One record as a line of UTF-8 JSON, newline included (bytes: the file is binary, nothing
+        is re-encoded)."""
         try:
-            return _orjson.dumps(rec, default=str)
+            return _orjson.dumps(rec, default=str, option=_LINE)
         except TypeError:
             try:  # a key that is not a string (slower option, so only when needed)
-                return _orjson.dumps(rec, default=str, option=_orjson.OPT_NON_STR_KEYS)
+                return _orjson.dumps(rec, default=str, option=_LINE | _orjson.OPT_NON_STR_KEYS)
             except TypeError:  # an integer beyond 64 bits...: the standard encoder
-                return json.dumps(rec, separators=(",", ":"), default=str).encode()
+                return (json.dumps(rec, separators=(",", ":"), default=str) + "\n").encode()
 except ImportError:  # pragma: no cover - depends on the environment
     def _dumps(rec: dict[str, Any]) -> bytes:
-        return json.dumps(rec, separators=(",", ":"), default=str).encode()
+        return (json.dumps(rec, separators=(",", ":"), default=str) + "\n").encode()
 
 SCHEMA = "forensics.optrace"
 SCHEMA_VERSION = 1
@@ -144,6 +147,9 @@ SKIPPED_OPS = frozenset({"hash_tensor", "_local_scalar_dense", "sym_size", "sym_
 N_CHUNKS = 16
 FLUSH_EVERY = 2048  # records kept pending (digests on device) before one host transfer and write
 FLUSH_SECONDS = 1.0  # ... or this long since the last write, whichever comes first
+#: the trace file's write buffer: a batch's lines are copied into it and go to the OS in one write
+#: at the end of the batch (a buffer allocated once, not a joined copy of every batch)
+WRITE_BUFFER = 1 << 20
 MAX_FORWARD_NODES = 1 << 20  # autograd sequence numbers remembered to name a backward op's forward op
 _MASK = (1 << 64) - 1
 
@@ -412,10 +418,10 @@ class OpTracer(TorchDispatchMode):
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / "trace.jsonl"
         try:
-            self.file = open(path, "xb")  # never overwrite a capture; UTF-8 JSON lines, written as bytes
+            self.file = open(path, "xb", buffering=WRITE_BUFFER)  # never overwrite a capture; UTF-8 JSON lines
         except FileExistsError:  # a second process on this rank (spawned worker): its own file
             path = out_dir / f"trace.{self.pid}.jsonl"
-            self.file = open(path, "xb")
+            self.file = open(path, "xb", buffering=WRITE_BUFFER)
         return path
 
     def _write_header(self) -> None:
@@ -819,7 +825,7 @@ class OpTracer(TorchDispatchMode):
                 self.records = []
                 self._ensure_open()
                 with _signals_deferred():  # a SIGTERM handler never writes into a half-written batch
-                    self.file.write(b"\n".join(lines) + b"\n")
+                    self.file.writelines(lines)  # into the file's buffer (WRITE_BUFFER: no new bytes object)
                     self.file.flush()  # to the OS now: a killed process keeps this batch
                 self.written += n
                 self.last_flush = time.monotonic()

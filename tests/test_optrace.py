@@ -411,6 +411,8 @@ class _FullDisk:
     def write(self, text):
         raise OSError(28, "No space left on device")
 
+    writelines = write
+
     def flush(self):
         pass
 
@@ -489,6 +491,10 @@ def test_sigterm_is_held_while_a_batch_is_written(tmp_path):
         def write(self, data):
             seen.append(signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []))
             return real.write(data)
+
+        def writelines(self, lines):
+            seen.append(signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+            return real.writelines(lines)
 
         def __getattr__(self, name):
             return getattr(real, name)
