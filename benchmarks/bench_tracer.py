@@ -8,6 +8,12 @@ ratios against the untraced median measured in the same run. DebugMode is
 hash_inputs=True)``: the same digest function on inputs and outputs (feature-detected; skipped
 when absent).
 
+Each arm's median page faults per step are printed beside its time. On this project's VMs a
+fresh page costs ~1.5-2.5 us, and how many a step takes depends on the state glibc's allocator
+happens to be in (whether freed blocks went back to the OS): the same untraced step was seen at
+9.4 ms with 480 faults and at 12.2 ms with ~2,000, in different processes. A ratio is only
+comparable with one whose untraced arm took about as many faults.
+
     python benchmarks/bench_tracer.py --batch 64 1024 --steps 20 --profile
 """
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import resource
 import statistics
 import tempfile
 import time
@@ -101,6 +108,11 @@ def debugmode_arm():
     return arm
 
 
+def minor_faults() -> int:
+    """Page faults this process took so far without reading a disk (a fresh page of memory)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
     step = make_step(args.width, args.layers, batch)
     out = Path(tempfile.mkdtemp(prefix="bench_tracer_"))
@@ -114,20 +126,24 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
             with ctx():
                 step()
     times: dict[str, list[float]] = {k: [] for k in arms}
+    faults: dict[str, list[int]] = {k: [] for k in arms}
     order = list(arms.items())
     for i in range(args.steps):
         for name, ctx in (order if i % 2 == 0 else order[::-1]):  # no arm always follows the same one
             gc.collect()  # each step pays for the collections its own allocations trigger, not a neighbour's
+            f = minor_faults()
             t = time.perf_counter()
             with ctx():
                 step()
             times[name].append(time.perf_counter() - t)
+            faults[name].append(minor_faults() - f)
     records = ours.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     base = med["untraced"]
     print(f"batch {batch}: optrace records per step: {records / (args.steps + 2):.0f}")
     for k, v in med.items():
-        print(f"  {k:10s} median step {v * 1e3:8.2f} ms   x{v / base:5.2f} of untraced")
+        print(f"  {k:10s} median step {v * 1e3:8.2f} ms   x{v / base:5.2f} of untraced   "
+              f"{statistics.median(faults[k]):6.0f} page faults per step")
     if "debugmode" in med:
         ours_over, dbg_over = med["optrace"] - base, med["debugmode"] - base
         print(f"  overhead: optrace +{ours_over * 1e3:.2f} ms, DebugMode +{dbg_over * 1e3:.2f} ms; "
