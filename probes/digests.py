@@ -49,19 +49,46 @@ def plain_real(t: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def row_major_pieces(x: torch.Tensor, limit: int | None = None):
+    """``(start, piece)`` pairs covering ``x``'s elements in row-major order: ``piece`` is a 1-D
+    contiguous tensor of at most ``limit`` elements (default :data:`CHUNK`) and ``start`` the row-major
+    position of its first element. A contiguous tensor yields views of its memory; any other is
+    copied a piece at a time (leading rows, then slices of one row), so an expanded or gapped
+    tensor is never materialised whole: the copy stays bounded, however many elements the strides
+    make of a small storage."""
+    limit = max(1, CHUNK if limit is None else int(limit))
+    n = x.numel()
+    if n == 0:
+        return
+    if x.is_contiguous():
+        flat = x.reshape(-1)
+        for start in range(0, n, limit):
+            yield start, flat[start:start + limit]
+        return
+    inner = n // x.shape[0]  # elements per leading row (x.dim() >= 1: a 0-dim tensor is contiguous)
+    if inner <= limit:
+        rows = max(1, limit // inner)
+        for i in range(0, x.shape[0], rows):
+            yield i * inner, x[i:i + rows].reshape(-1).contiguous()
+        return
+    for i in range(x.shape[0]):
+        for start, piece in row_major_pieces(x[i], limit):
+            yield i * inner + start, piece
+
+
 def ordered_device(t: torch.Tensor) -> torch.Tensor:
     """Order-sensitive digest computed on the tensor's own device (one int64, stays there): every
     element's bits xor a key of its position, mixed by the splitmix64 finalizer, summed mod 2^64.
-    A permutation, a swap or paired sign flips change it (the mixer is nonlinear). Computed in
-    chunks of :data:`CHUNK` elements (same value as in one pass: the key is the global position)."""
+    A permutation, a swap or paired sign flips change it (the mixer is nonlinear). Computed over
+    :func:`row_major_pieces` of :data:`CHUNK` elements (the same value as in one pass: the key is
+    the global position), so no temporary grows with the tensor."""
     x = plain_real(t)
-    flat = x.reshape(-1)
-    size = flat.element_size()
-    words = flat.view(_INT_OF_SIZE[size]) if flat.dtype != _INT_OF_SIZE.get(size) else flat
-    n = words.numel()
-    total = torch.zeros((), dtype=torch.int64, device=words.device)
-    for start in range(0, max(n, 1), CHUNK):
-        z = words[start:start + CHUNK].to(torch.int64)
+    size = x.element_size()
+    word = _INT_OF_SIZE[size]
+    total = torch.zeros((), dtype=torch.int64, device=x.device)
+    for start, piece in row_major_pieces(x):
+        words = piece.view(word) if piece.dtype != word else piece
+        z = words.to(torch.int64)
         z = z ^ torch.arange(start, start + z.numel(), device=z.device, dtype=torch.int64).mul_(_GOLDEN)
         z ^= _lshr(z, 30)
         z *= _C1

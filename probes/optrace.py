@@ -46,7 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_leaves
 
 from probes.config import ProbeConfig
-from probes.digests import _GOLDEN, _INT_OF_SIZE, holds_elements, ordered_device, plain_real  # noqa: F401  (ordered_device: part of this module's API)
+from probes.digests import _GOLDEN, _INT_OF_SIZE, holds_elements, ordered_device, plain_real, row_major_pieces  # noqa: F401  (ordered_device: part of this module's API)
 from probes.window import StepWindow, world_size
 
 #: Signals whose Python handlers (SIGTERM: footer; SIGINT: KeyboardInterrupt) must not run in the
@@ -70,9 +70,10 @@ class _signals_deferred:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
 
 try:  # order-sensitive digests of CPU tensors; without it CPU tensors carry the XOR digest only
+    from xxhash import xxh3_64 as _xxh3_stream
     from xxhash import xxh3_64_intdigest as _xxh3
 except ImportError:  # pragma: no cover - depends on the environment
-    _xxh3 = None
+    _xxh3 = _xxh3_stream = None
 
 try:  # records are written with orjson when present (the same compact JSON, several times faster)
     import orjson as _orjson
@@ -249,6 +250,18 @@ def _packet(name: str) -> str:
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[0] in ("aten", "c10d", "prims")) else parts[0]
 
 
+def _hash_bits(x: torch.Tensor) -> torch.Tensor:
+    """``hash_tensor`` of :func:`_bits` (for dtypes hash_tensor refuses), over bounded pieces XORed
+    together: the XOR of every word, the same value as over one copy of the whole tensor."""
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    total = torch.zeros((), dtype=torch.int64, device=x.device)
+    for _start, piece in row_major_pieces(x):
+        h = torch.hash_tensor(_bits(piece))
+        total = total ^ (h if h.dtype == torch.int64 else h.view(torch.int64))
+    return total
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """The tensor's values as int64 words, the way hash_tensor sees them (floats via float64 bits)."""
     if t.is_complex():
@@ -260,18 +273,26 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def ordered_cpu(t: torch.Tensor) -> str | None:
     """Order-sensitive digest of a CPU tensor: xxh3-64 over its bytes in row-major order (a
-    non-contiguous tensor is copied first). None when xxhash is missing or the dtype has no bytes."""
+    non-contiguous tensor is read in bounded row-major pieces, :func:`row_major_pieces`, fed to
+    one streaming xxh3: the same value as over a contiguous copy, without one). None when xxhash
+    is missing or the dtype has no bytes."""
     if _xxh3 is None:
         return None
-    x = plain_real(t).contiguous()
+    x = plain_real(t)
     size = x.element_size()
     if size not in _INT_OF_SIZE:
         return None
-    if x.dtype != _INT_OF_SIZE[size]:
-        x = x.view(_INT_OF_SIZE[size])
-    if x.dim() == 0:
-        x = x.reshape(1)
-    return format(_xxh3(memoryview(x.numpy()).cast("B")), "016x")
+    word = _INT_OF_SIZE[size]
+    if x.is_contiguous():
+        if x.dtype != word:
+            x = x.view(word)
+        if x.dim() == 0:
+            x = x.reshape(1)
+        return format(_xxh3(memoryview(x.numpy()).cast("B")), "016x")
+    h = _xxh3_stream()
+    for _start, piece in row_major_pieces(x):
+        h.update(memoryview((piece.view(word) if piece.dtype != word else piece).numpy()).cast("B"))
+    return format(h.intdigest(), "016x")
 
 
 def dense_order(t: torch.Tensor) -> list[int] | None:
@@ -541,7 +562,7 @@ class OpTracer(TorchDispatchMode):
                     try:
                         hd = torch.hash_tensor(x)
                     except (RuntimeError, NotImplementedError):
-                        hd = torch.hash_tensor(_bits(x))
+                        hd = _hash_bits(x)
                     entry["h"] = _Digest(hd)
                 if chunks and self.chunk_digests:
                     entry["c"] = _Digest(self._chunks(x), many=True)
@@ -611,16 +632,33 @@ class OpTracer(TorchDispatchMode):
 
     @staticmethod
     def _chunks(x: torch.Tensor) -> torch.Tensor:
-        """Position-weighted digests of N_CHUNKS contiguous chunks (a permutation changes them)."""
-        flat = _bits(x.reshape(-1))
-        n = flat.numel()
+        """Position-weighted digests of N_CHUNKS contiguous chunks (a permutation changes them):
+        chunk j sums ``bits[p] * (p * GOLDEN | 1)`` mod 2^64 over its row-major positions p.
+        Summed over bounded pieces (:func:`row_major_pieces`; sums mod 2^64 do not depend on the
+        grouping), so the int64 temporaries stay at :data:`probes.digests.CHUNK` elements however
+        large the tensor (an embedding table, a MoE buffer)."""
+        if x.is_complex():
+            x = torch.view_as_real(x)
+        n = x.numel()
         k = min(N_CHUNKS, n)
         size = -(-n // k)
-        w = torch.arange(n, device=flat.device, dtype=torch.int64).mul_(_GOLDEN).bitwise_or_(1)
-        prod = flat * w
-        if size * k != n:
-            prod = torch.nn.functional.pad(prod, (0, size * k - n))
-        return prod.view(k, size).sum(1)
+        sums = torch.zeros(k, dtype=torch.int64, device=x.device)
+        for start, piece in row_major_pieces(x):
+            end = start + piece.numel()
+            prod = _bits(piece) * torch.arange(start, end, device=x.device, dtype=torch.int64).mul_(_GOLDEN).bitwise_or_(1)
+            pos = start
+            head = min(end, -(-start // size) * size)  # the first chunk boundary at or after start
+            if head > start:  # the tail of a chunk begun in an earlier piece
+                sums[start // size] += prod[:head - start].sum()
+                pos = head
+            full = (end - pos) // size
+            if full:  # whole chunks: one reduction
+                j = pos // size
+                sums[j:j + full] += prod[pos - start:pos - start + full * size].view(full, size).sum(1)
+                pos += full * size
+            if pos < end:  # the head of a chunk the next piece finishes
+                sums[pos // size] += prod[pos - start:].sum()
+        return sums
 
     @staticmethod
     def _args_digest(values: list[Any]) -> dict[str, Any] | None:
