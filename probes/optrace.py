@@ -414,8 +414,9 @@ class OpTracer(TorchDispatchMode):
         extra = cfg.extra if isinstance(cfg.extra, dict) else {}
         mode = extra.get("ordered_digests", "auto")
         self.ordered_mode = mode if mode in ORDERED_MODES else "auto"
-        self._active_step: Any = None  # the step number _recording last asked the window about
-        self._active = False
+        #: (step number, whether the window holds it): what _recording last asked the window; one
+        #: attribute, replaced whole, so a thread never reads one step's number with another's answer
+        self._active_for: tuple[Any, bool] = (None, False)
         self.last_flush = time.monotonic()
         self.written = 0  # records in the file
         self.failed: str | None = None  # the write error that stopped the recording
@@ -679,9 +680,10 @@ class OpTracer(TorchDispatchMode):
     # ------------------------------------------------------------------ recording
     def _recording(self) -> bool:
         step = self.window.step
-        if step != self._active_step:  # the window's answer, asked once per step number
-            self._active_step, self._active = step, step in self.window.steps
-        return self._active and not self.closed and self.failed is None and os.getpid() == self.pid
+        asked = self._active_for
+        if step != asked[0]:  # the window's answer, asked once per step number
+            asked = self._active_for = (step, step in self.window.steps)
+        return asked[1] and not self.closed and self.failed is None and os.getpid() == self.pid
 
     def _phase(self, backward: bool | None = None) -> str:
         if self.phase_stack:
