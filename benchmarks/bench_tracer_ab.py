@@ -1,7 +1,7 @@
 """Two versions of the op tracer on one CPU training step, in one process: before/after a change.
 
-The machine's untraced step moves by up to a third from one process to the next (where the
-weights land in memory), so a ratio from two separate runs can say more about the processes than
+The machine's untraced step moves by up to a third from one process to the next (with the
+allocator's state: how many fresh pages a step faults in), so a ratio from two separate runs can say more about the processes than
 about the change. Here both versions are installed in the same process, each recording only
 inside its own steps (its window is closed between them), and the steps of the three arms
 (untraced, A, B) are interleaved, the order reversed every other round.
