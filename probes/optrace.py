@@ -229,6 +229,10 @@ class _OpInfo:
         self.lift = base in LIFT_OPS
 
 
+#: the autograd graph task running on this thread (-1: none, so not inside a backward pass); a torch
+#: without this private API reads as never in backward (no op breaks over it)
+_graph_task_id = getattr(torch._C, "_current_graph_task_id", None) or (lambda: -1)
+
 _OP_INFO: dict[Any, _OpInfo] = {}
 _DTYPE_NAME: dict[Any, str] = {}
 
@@ -506,16 +510,19 @@ class OpTracer(TorchDispatchMode):
         if (word is not None and ordered and not xor and not chunks and _xxh3 is not None and t.__class__ in _PLAIN
                 and t.is_cpu and t.layout is _STRIDED and t.is_contiguous() and not t.is_neg()):
             # the common case: a row-major CPU tensor's bytes, read in place (no numpy view, no detach)
-            numel = t.numel()
-            nbytes = numel * t.element_size()
-            if numel and (t.storage_offset() * t.element_size() + nbytes <= t.untyped_storage().nbytes()):
-                buf = _BYTES_AT.get(nbytes)
-                if buf is None:
-                    if len(_BYTES_AT) >= _BYTES_AT_MAX:
-                        _BYTES_AT.clear()
-                    buf = _BYTES_AT[nbytes] = ctypes.c_char * nbytes
-                return {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel,
-                        "o": format(_xxh3(buf.from_address(t.data_ptr())), "016x")}
+            try:
+                numel = t.numel()
+                nbytes = numel * t.element_size()
+                if numel and (t.storage_offset() * t.element_size() + nbytes <= t.untyped_storage().nbytes()):
+                    buf = _BYTES_AT.get(nbytes)
+                    if buf is None:
+                        if len(_BYTES_AT) >= _BYTES_AT_MAX:
+                            _BYTES_AT.clear()
+                        buf = _BYTES_AT[nbytes] = ctypes.c_char * nbytes
+                    return {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel,
+                            "o": format(_xxh3(buf.from_address(t.data_ptr())), "016x")}
+            except Exception:  # noqa: BLE001 - the general path below decides, and never raises
+                pass
         numel = t.numel()
         entry: dict[str, Any] = {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel}
         if numel and not holds_elements(t):
@@ -689,7 +696,7 @@ class OpTracer(TorchDispatchMode):
         if self.phase_stack:
             return self.phase_stack[-1]
         if backward is None:
-            backward = torch._C._current_graph_task_id() != -1
+            backward = _graph_task_id() != -1
         return "backward" if backward else "forward"
 
     def _budget_ok(self) -> bool:
@@ -785,7 +792,7 @@ class OpTracer(TorchDispatchMode):
                            self._args_digest([x]) for x in tree_leaves(out) if x is not None and not _is_opaque(x)]
         if info.copy and _non_blocking(base, args, kwargs):
             meta["non_blocking"] = True
-        backward = torch._C._current_graph_task_id() != -1
+        backward = _graph_task_id() != -1
         gemm = _gemm_meta(name, args, kwargs, out, backward) if info.gemm else None
         if gemm is not None:
             meta["gemm"] = gemm
