@@ -12,7 +12,10 @@ Each arm's median page faults per step are printed beside its time. On this proj
 fresh page costs ~1.5-2.5 us, and how many a step takes depends on the state glibc's allocator
 happens to be in (whether freed blocks went back to the OS): the same untraced step was seen at
 9.4 ms with 480 faults and at 12.2 ms with ~2,000, in different processes. A ratio is only
-comparable with one whose untraced arm took about as many faults.
+comparable with one whose untraced arm took about as many faults. ``--steady-allocator`` reruns
+the benchmark with glibc told to keep what it frees (``MALLOC_MMAP_THRESHOLD_`` at its 32 MiB
+maximum, ``MALLOC_TRIM_THRESHOLD_`` 4 GiB, ``MALLOC_TOP_PAD_`` 256 MiB): no arm faults pages in
+after warm-up, and the ratio is the tracer's own cost, run after run.
 
     python benchmarks/bench_tracer.py --batch 64 1024 --steps 20 --profile
 """
@@ -21,8 +24,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
 import resource
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -211,6 +216,11 @@ def profile(batch: int, args: argparse.Namespace) -> None:
     print(f"  {rest * 1e3:7.1f} ms  the model's own ops and everything else")
 
 
+#: glibc settings under which freed memory is kept and reused, not returned and faulted in again
+STEADY_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
+                    "MALLOC_TOP_PAD_": str(256 << 20)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--width", type=int, default=512)
@@ -219,14 +229,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--profile", action="store_true", help="also say where the traced step's time goes (cProfile)")
+    p.add_argument("--steady-allocator", action="store_true",
+                   help="rerun with glibc keeping what it frees (no page faults after warm-up; docstring)")
     args = p.parse_args()
+    if args.steady_allocator and any(os.environ.get(k) != v for k, v in STEADY_ALLOCATOR.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **STEADY_ALLOCATOR})
     torch.set_num_threads(args.threads)
-    import os
-
+    steady = all(os.environ.get(k) == v for k, v in STEADY_ALLOCATOR.items())
     load = os.getloadavg()
     print(f"model: {args.layers}x Linear({args.width})+GELU+LayerNorm, AdamW, {args.threads} thread(s); "
           f"{args.steps} interleaved steps per arm; torch {torch.__version__}; load average {load[0]:.2f} "
-          f"{load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs")
+          f"{load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs; allocator "
+          f"{'steady (glibc keeps what it frees)' if steady else 'as configured (default: page faults vary)'}")
     for batch in args.batch:
         run_batch(batch, args)
     if args.profile:
