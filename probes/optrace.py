@@ -407,7 +407,9 @@ class OpTracer(TorchDispatchMode):
         self.seq = 0
         self.dropped = 0
         self.counts: dict[str, int] = {}
-        self.records: list[dict[str, Any]] = []  # pending records (digests unresolved)
+        #: pending records: a line of JSON already (bytes) when it held no device digest, else the
+        #: record itself, its device digests resolved and the line made at the flush
+        self.records: list[bytes | dict[str, Any]] = []
         self.phase_stack: list[str] = []
         self.closed = False
         self.entered = False
@@ -724,6 +726,11 @@ class OpTracer(TorchDispatchMode):
                         self.fwd_by_seq.clear()
                     self.fwd_by_seq[autograd_seq] = identity  # the first op at this number created the node
                 self.seq += 1
+                if _Digest.made == _Digest.resolved:  # no device digest pending anywhere, so none in rec:
+                    try:  # its line now, while it is in the cache; the dicts are freed and reused at once
+                        rec = _dumps(rec)
+                    except Exception:  # noqa: BLE001 - the flush makes the line (and says why not)
+                        pass
                 self.records.append(rec)
             finally:
                 self.in_write = False
@@ -866,8 +873,8 @@ class OpTracer(TorchDispatchMode):
             try:
                 if _Digest.made != _Digest.resolved:
                     with _disable_current_modes():
-                        _resolve(self.records)
-                lines = [_dumps(rec) for rec in self.records]
+                        _resolve([rec for rec in self.records if rec.__class__ is dict])
+                lines = [rec if rec.__class__ is bytes else _dumps(rec) for rec in self.records]
                 n = len(self.records)
                 self.records = []
                 self._ensure_open()

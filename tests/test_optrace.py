@@ -122,6 +122,29 @@ def test_chunk_digests_see_a_permutation_the_xor_misses(tmp_path):
     assert "c" in rec["in"][0]
 
 
+def test_records_with_and_without_pending_digests_keep_their_order_and_values(tmp_path):
+    """A record with no digest left to resolve becomes its line at once; one holding a digest still
+    on its device (a chunk digest, here) waits for the flush. One batch mixes both: the file has
+    them in op order, every chunk digest resolved to hex."""
+    v = torch.arange(64, dtype=torch.float32).flip(0)
+
+    def fn():
+        a = v + 1
+        torch.sort(a)
+        a.mul(2)
+        torch.sort(v)
+        v.sub(1)
+
+    recs = [r for r in trace(tmp_path, fn) if r.get("op", "").startswith("aten.")]
+    assert [r["op"] for r in recs] == ["aten.add.Tensor", "aten.sort.default", "aten.mul.Tensor",
+                                       "aten.sort.default", "aten.sub.Tensor"]
+    assert [r["seq"] for r in recs] == sorted(r["seq"] for r in recs)
+    for r in recs[1::2]:
+        chunks = r["out"][1]["c"]
+        assert len(chunks) == optrace.N_CHUNKS and all(isinstance(c, str) and len(c) == 16 for c in chunks)
+    assert recs[0]["out"][0]["o"] == ordered(v + 1) and recs[4]["out"][0]["o"] == ordered(v - 1)
+
+
 def test_no_chunk_digests_when_disabled(tmp_path):
     v = torch.arange(64, dtype=torch.float32)
     rec = trace(tmp_path, lambda: torch.sort(v), chunks=False)[1]
