@@ -103,6 +103,9 @@ HASH_NAME_CPU = f"{HASH_NAME}; CPU tensors of 4- and 8-byte real elements: xor(e
 _XOR_WORD = {4: np.uint32, 8: np.uint64}
 #: dtypes digested on the fast CPU path (their numpy view has the tensor's own bytes)
 _FAST_WORD = {torch.float32: np.uint32, torch.int32: np.uint32, torch.float64: np.uint64, torch.int64: np.uint64}
+#: the same dtypes' entry names and element sizes (the in-place fast path asks one dict)
+_FAST_INFO = {dtype: (str(dtype).removeprefix("torch."), torch.empty((), dtype=dtype).element_size())
+              for dtype in _FAST_WORD}
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _STRIDED = torch.strided
 CHUNK_NAME = "position-weighted int64 sum, 16 chunks"
@@ -232,6 +235,10 @@ class _OpInfo:
 #: the autograd graph task running on this thread (-1: none, so not inside a backward pass); a torch
 #: without this private API reads as never in backward (no op breaks over it)
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", None) or (lambda: -1)
+#: autograd's private accessors, looked up once (a torch without one records no autograd metadata)
+_autograd_node = getattr(torch._C, "_current_autograd_node", None) or (lambda: None)
+_grad_enabled = torch.is_grad_enabled
+_sequence_nr = getattr(getattr(torch._C, "_autograd", None), "_get_sequence_nr", None) or (lambda: None)
 
 _OP_INFO: dict[Any, _OpInfo] = {}
 _DTYPE_NAME: dict[Any, str] = {}
@@ -508,23 +515,25 @@ class OpTracer(TorchDispatchMode):
         tensor whose storage does not hold its elements (freed, as FSDP frees unsharded parameters
         between uses) has no bytes to read: metadata only."""
         dtype = t.dtype
-        word = _FAST_WORD.get(dtype)
-        if (word is not None and ordered and not xor and not chunks and _xxh3 is not None and t.__class__ in _PLAIN
+        fast = _FAST_INFO.get(dtype)
+        if (fast is not None and ordered and not xor and not chunks and _xxh3 is not None and t.__class__ in _PLAIN
                 and t.is_cpu and t.layout is _STRIDED and t.is_contiguous() and not t.is_neg()):
             # the common case: a row-major CPU tensor's bytes, read in place (no numpy view, no detach)
             try:
                 numel = t.numel()
-                nbytes = numel * t.element_size()
-                if numel and (t.storage_offset() * t.element_size() + nbytes <= t.untyped_storage().nbytes()):
+                size = fast[1]
+                nbytes = numel * size
+                if numel and (t.storage_offset() * size + nbytes <= t.untyped_storage().nbytes()):
                     buf = _BYTES_AT.get(nbytes)
                     if buf is None:
                         if len(_BYTES_AT) >= _BYTES_AT_MAX:
                             _BYTES_AT.clear()
                         buf = _BYTES_AT[nbytes] = ctypes.c_char * nbytes
-                    return {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel,
-                            "o": format(_xxh3(buf.from_address(t.data_ptr())), "016x")}
+                    return {"s": list(t.shape), "t": fast[0], "n": numel,
+                            "o": "%016x" % _xxh3(buf.from_address(t.data_ptr()))}
             except Exception:  # noqa: BLE001 - the general path below decides, and never raises
                 pass
+        word = _FAST_WORD.get(dtype)
         numel = t.numel()
         entry: dict[str, Any] = {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel}
         if numel and not holds_elements(t):
@@ -672,19 +681,20 @@ class OpTracer(TorchDispatchMode):
 
     @staticmethod
     def _args_digest(values: list[Any]) -> dict[str, Any] | None:
-        """Non-tensor arguments (scalars, sizes, dtypes) as one stable digest; None when none."""
+        """Non-tensor arguments (scalars, sizes, dtypes) as one stable digest; None when none. Equal
+        argument lists share one entry (nothing changes an entry once made)."""
         if not values:
             return None
         key = _args_key(values)
-        h = _ARGS_SEEN.get(key) if key is not None else None
-        if h is None:
+        entry = _ARGS_SEEN.get(key) if key is not None else None
+        if entry is None:
             text = "|".join(_stable_repr(v) for v in values)
-            h = format(zlib.crc32(text.encode()), "016x")
+            entry = {"s": None, "t": "args", "n": len(values), "h": format(zlib.crc32(text.encode()), "016x")}
             if key is not None:
                 if len(_ARGS_SEEN) >= _ARGS_SEEN_MAX:
                     _ARGS_SEEN.clear()
-                _ARGS_SEEN[key] = h
-        return {"s": None, "t": "args", "n": len(values), "h": h}
+                _ARGS_SEEN[key] = entry
+        return entry
 
     # ------------------------------------------------------------------ recording
     def _recording(self) -> bool:
@@ -819,15 +829,15 @@ class OpTracer(TorchDispatchMode):
         node they create."""
         try:
             if backward:
-                node = torch._C._current_autograd_node()
+                node = _autograd_node()
                 if node is not None:
                     meta["node"] = node.name()
                     fwd = self.fwd_by_seq.get(node._sequence_nr() + 1)
                     if fwd is not None:
                         meta["fwd"] = fwd
                 return None
-            if torch.is_grad_enabled():
-                return int(torch._C._autograd._get_sequence_nr())
+            if _grad_enabled():
+                return int(_sequence_nr())
         except Exception:  # noqa: BLE001 - private APIs: best effort
             pass
         return None
@@ -996,9 +1006,9 @@ def _stable_repr(v: Any) -> str:
     return type(v).__name__
 
 
-#: digests of non-tensor argument lists seen before (most ops repeat theirs every step), by
+#: entries of non-tensor argument lists seen before (most ops repeat theirs every step), by
 #: :func:`_args_key`; bounded
-_ARGS_SEEN: dict[tuple, str] = {}
+_ARGS_SEEN: dict[tuple, dict[str, Any]] = {}
 _ARGS_SEEN_MAX = 1 << 14
 #: immutable argument types whose equal values (same type) always have the same stable repr
 _PLAIN_ARGS = frozenset({int, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})
