@@ -784,7 +784,8 @@ class OpTracer(TorchDispatchMode):
         every, cpu, out_every = mode in ("inputs", "all"), mode != "off", mode == "all"
         if info.lift:
             inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu), xor=True) for x in tensors]
-        elif len(tensors) > 1 and len({id(x) for x in tensors}) < len(tensors):
+        elif len(tensors) > 1 and (tensors[0] is tensors[1] if len(tensors) == 2 else
+                                   len({id(x) for x in tensors}) < len(tensors)):
             inputs = self._digest_once(tensors, chunks, every, cpu)  # one tensor twice: addcmul_(g, g)
         else:
             inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu)) for x in tensors]
@@ -813,7 +814,7 @@ class OpTracer(TorchDispatchMode):
         gemm = _gemm_meta(name, args, kwargs, out, backward) if info.gemm else None
         if gemm is not None:
             meta["gemm"] = gemm
-        autograd_seq = self._autograd_meta(meta, backward)
+        autograd_seq = self._autograd_meta(meta, backward) if backward or _grad_enabled() else None
         if self.issuers is not None:
             try:
                 self.issuers.note(sys._getframe(1))
