@@ -184,21 +184,13 @@ def _split(args: tuple, kwargs: dict) -> tuple[list, list]:
     tensors, a namedtuple... take pytree's path."""
     tensor, size = torch.Tensor, torch.Size
     tensors, others = [], []
-    for a in args:
+    for a in (args if not kwargs else (*args, *kwargs.values())):
         if isinstance(a, tensor):
             tensors.append(a)
         elif isinstance(a, _CONTAINERS) and a.__class__ is not size:
             return _split_tree(args, kwargs)
         else:
             others.append(a)
-    if kwargs:
-        for a in kwargs.values():
-            if isinstance(a, tensor):
-                tensors.append(a)
-            elif isinstance(a, _CONTAINERS) and a.__class__ is not size:
-                return _split_tree(args, kwargs)
-            else:
-                others.append(a)
     return tensors, others
 
 
@@ -264,8 +256,6 @@ def _packet(name: str) -> str:
 def _hash_bits(x: torch.Tensor) -> torch.Tensor:
     """``hash_tensor`` of :func:`_bits` (for dtypes hash_tensor refuses), over bounded pieces XORed
     together: the XOR of every word, the same value as over one copy of the whole tensor."""
-    if x.is_complex():
-        x = torch.view_as_real(x)
     total = torch.zeros((), dtype=torch.int64, device=x.device)
     for _start, piece in row_major_pieces(x):
         h = torch.hash_tensor(_bits(piece))
@@ -523,7 +513,7 @@ class OpTracer(TorchDispatchMode):
                 numel = t.numel()
                 size = fast[1]
                 nbytes = numel * size
-                if numel and (t.storage_offset() * size + nbytes <= t.untyped_storage().nbytes()):
+                if numel and (t.storage_offset() * size + nbytes <= t.untyped_storage().nbytes()):  # holds_elements, row-major
                     buf = _BYTES_AT.get(nbytes)
                     if buf is None:
                         if len(_BYTES_AT) >= _BYTES_AT_MAX:
