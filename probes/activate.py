@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import os
 import signal
 import sys
 from typing import Any
 
+from probes import forks
 from probes.config import ENV_CONFIG, ProbeConfig, rank_dir
 from probes.window import StepWindow, current_rank, install_optimizer_hook, parse_ranks, parse_steps
 
@@ -18,8 +20,6 @@ _state: dict[str, Any] = {}
 
 def activate(config: ProbeConfig | None = None) -> StepWindow | None:
     """Activate once per process. Returns the window, or None when this rank is filtered out."""
-    import os  # noqa: PLC0415
-
     if "window" in _state:
         return _state["window"]
     cfg = config or ProbeConfig.read(os.environ[ENV_CONFIG])
@@ -36,7 +36,7 @@ def activate(config: ProbeConfig | None = None) -> StepWindow | None:
         installed.append(mod.install(cfg, window, out, rank))
     if cfg.step_hook == "optimizer":
         install_optimizer_hook(window)
-    _state.update(window=window, probes=installed, cfg=cfg, rank=rank)
+    _state.update(window=window, probes=installed, cfg=cfg, rank=rank, pid=window.pid)
     window.start()
     atexit.register(shutdown)
     _chain_sigterm()
@@ -51,7 +51,11 @@ def explicit_step() -> None:
 
 
 def shutdown() -> None:
-    """Close the window and every probe (flush); safe to call twice."""
+    """Close the window and every probe (flush); safe to call twice. In a fork of the process
+    that activated the probes (its atexit hook runs there too) it does nothing: what the probes
+    hold is the parent's to write (:mod:`probes.forks`)."""
+    if forks.foreign(_state.get("pid", os.getpid())):
+        return
     window = _state.get("window")
     if window is not None:
         window.close()

@@ -45,6 +45,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
+from probes import forks as _forks
 from probes.config import ProbeConfig
 from probes.digests import _GOLDEN, _INT_OF_SIZE, holds_elements, ordered_device, plain_real, row_major_pieces  # noqa: F401  (ordered_device: part of this module's API)
 from probes.window import StepWindow, world_size
@@ -692,7 +693,7 @@ class OpTracer(TorchDispatchMode):
         asked = self._active_for
         if step != asked[0]:  # the window's answer, asked once per step number
             asked = self._active_for = (step, step in self.window.steps)
-        return asked[1] and not self.closed and self.failed is None and os.getpid() == self.pid
+        return asked[1] and not self.closed and self.failed is None and not _forks.foreign(self.pid)
 
     def _phase(self, backward: bool | None = None) -> str:
         if self.phase_stack:
@@ -867,8 +868,8 @@ class OpTracer(TorchDispatchMode):
         with self.lock:
             if not self.records or self.in_write:
                 return
-            if self.failed is not None:
-                self.records = []
+            if self.failed is not None or _forks.foreign(self.pid):
+                self.records = []  # failed, or a fork's copy of its parent's batch (the parent writes it)
                 return
             self.in_write = True
             try:
@@ -922,6 +923,10 @@ class OpTracer(TorchDispatchMode):
         with self.lock:
             if self.closed:
                 return
+            if _forks.foreign(self.pid):  # a fork's copy of this tracer (its atexit closing it):
+                self.closed = True  # the pending batch, the counts and the file are the parent's to write
+                self.records = []
+                return
             interrupted_write = self.in_write
             if not interrupted_write:
                 self.flush()
@@ -965,7 +970,7 @@ class OpTracer(TorchDispatchMode):
 
     # ------------------------------------------------------------------ mode on/off
     def enter(self, _step: int = 0) -> None:
-        if not self.entered and os.getpid() == self.pid:
+        if not self.entered and not _forks.foreign(self.pid):
             self.__enter__()
             self.entered = True
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from probes import forks
 from probes.config import ProbeConfig
 from probes.gemm_naming import GEMM_OPS, name_gemm, te_site
 from probes.window import StepWindow
@@ -248,9 +249,13 @@ class SiteProbe:
             self.file.write(json.dumps(header) + "\n")
 
     def flush(self, final: bool = False) -> None:
-        """Resolve the staged digests (one device->host copy) and write the pending lines."""
+        """Resolve the staged digests (one device->host copy) and write the pending lines (never
+        in a fork of the process that installed the probe: those lines are the parent's)."""
         with self.lock:
             pending, self.pending = self.pending, []
+        if forks.foreign(self.pid):
+            self.closed = self.closed or final
+            return
         if final and self.file is None and not self.seen and self.window.step == 0:
             pending = []  # a process that never stepped nor ran a GEMM (a launcher): leave no file
         if pending:

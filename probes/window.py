@@ -11,6 +11,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from probes import forks
+
 
 def parse_ranks(spec: str | None) -> frozenset[int] | None:
     """``"all"``/None -> None (every rank); ``"0,3,8-15"`` -> {0, 3, 8, ..., 15}."""
@@ -98,7 +100,9 @@ class StepWindow:
     """Counts steps and tells probes whether they are inside the window.
 
     Listeners get ``on_enter(step)`` when the window opens, ``on_exit(step)`` when it closes (the
-    probes flush there), and ``on_step(step)`` at every step boundary.
+    probes flush there), and ``on_step(step)`` at every step boundary. The window belongs to the
+    process that made it: in a fork of that process it is never active and calls no listener (the
+    fork's copies of the probes write nothing; see :mod:`probes.forks`).
     """
 
     steps: Steps
@@ -108,10 +112,11 @@ class StepWindow:
     on_enter: list[Callable[[int], None]] = field(default_factory=list)
     on_exit: list[Callable[[int], None]] = field(default_factory=list)
     on_step: list[Callable[[int], None]] = field(default_factory=list)
+    pid: int = field(default_factory=os.getpid)
 
     @property
     def active(self) -> bool:
-        return self.step in self.steps
+        return self.step in self.steps and not forks.foreign(self.pid)
 
     @property
     def closed(self) -> bool:
@@ -123,6 +128,9 @@ class StepWindow:
 
     def advance(self) -> None:
         """One step boundary (optimizer step done, or probes.step())."""
+        if forks.foreign(self.pid):
+            self.step += 1
+            return
         for cb in list(self.on_step):
             cb(self.step)
         self.step += 1
@@ -130,13 +138,13 @@ class StepWindow:
 
     def close(self) -> None:
         """End of process: close the window if it is open."""
-        if self._entered and not self._closed:
+        if self._entered and not self._closed and not forks.foreign(self.pid):
             self._closed = True
             for cb in list(self.on_exit):
                 cb(self.step)
 
     def _transition(self) -> None:
-        if self._closed:
+        if self._closed or forks.foreign(self.pid):
             return
         if self.active and not self._entered:
             self._entered = True
