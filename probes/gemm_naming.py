@@ -167,9 +167,9 @@ def name_gemm(func_name: str, args: tuple, kwargs: dict[str, Any] | None, in_bac
     target = out if _is_tensor(out) else (result if _is_tensor(result) else None)
     out_row = True
     if target is not None and target.dim() >= 2:
-        out_row = matrix_order(list(target.shape), list(target.stride())) != "col"
-    o1 = matrix_order(list(mat1.shape), list(mat1.stride()))
-    o2 = matrix_order(list(mat2.shape), list(mat2.stride()))
+        out_row = matrix_order(target.shape, target.stride()) != "col"
+    o1 = matrix_order(mat1.shape, mat1.stride())  # any sequence: no list copies on the tracer's path
+    o2 = matrix_order(mat2.shape, mat2.stride())
     l1, l2 = _letter(o1, out_row), _letter(o2, out_row)
     m_pt, k_pt, n_pt = int(mat1.shape[-2]), int(mat1.shape[-1]), int(mat2.shape[-1])
     batch = int(mat1.shape[0]) if mat1.dim() == 3 else 1

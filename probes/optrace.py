@@ -47,6 +47,10 @@ from torch.utils._pytree import tree_leaves
 
 from probes import forks as _forks
 from probes.config import ProbeConfig
+try:
+    from probes import gemm_naming as _gemm_naming
+except ImportError:  # GEMM records then carry no site
+    _gemm_naming = None  # type: ignore[assignment]
 from probes.digests import _GOLDEN, _INT_OF_SIZE, holds_elements, ordered_device, plain_real, row_major_pieces  # noqa: F401  (ordered_device: part of this module's API)
 from probes.window import StepWindow, world_size
 
@@ -181,18 +185,40 @@ _CONTAINERS = (list, tuple, dict)
 
 def _split(args: tuple, kwargs: dict) -> tuple[list, list]:
     """The leaves of ``(args, kwargs)`` in ``tree_leaves`` order, as (tensors, everything else),
-    without pytree's per-leaf cost when no argument is a container (the common case); a list of
-    tensors, a namedtuple... take pytree's path."""
+    without pytree's per-leaf cost. No argument a container (the common case): the arguments
+    themselves, a ``torch.Size`` one leaf. Otherwise pytree's leaves (a ``torch.Size`` its ints),
+    plain lists and tuples (sizes, dims, a list of tensors) walked here in pytree's order, any other
+    container (a dict, a namedtuple...) left to pytree."""
     tensor, size = torch.Tensor, torch.Size
     tensors, others = [], []
     for a in (args if not kwargs else (*args, *kwargs.values())):
         if isinstance(a, tensor):
             tensors.append(a)
         elif isinstance(a, _CONTAINERS) and a.__class__ is not size:
+            tensors, others = [], []
+            if _split_into(args, tensors, others) and (not kwargs or _split_into(kwargs.values(), tensors, others)):
+                return tensors, others
             return _split_tree(args, kwargs)
         else:
             others.append(a)
     return tensors, others
+
+
+def _split_into(values: Any, tensors: list, others: list) -> bool:
+    """pytree's leaves of ``values`` into ``tensors`` and ``others``; False at a container other
+    than a plain list, tuple or ``torch.Size`` (the caller then asks pytree)."""
+    for a in values:
+        cls = a.__class__
+        if cls in _PLAIN or isinstance(a, torch.Tensor):
+            tensors.append(a)
+        elif cls is list or cls is tuple or cls is torch.Size:
+            if not _split_into(a, tensors, others):
+                return False
+        elif isinstance(a, _CONTAINERS):
+            return False
+        else:
+            others.append(a)
+    return True
 
 
 def _split_tree(args: tuple, kwargs: dict) -> tuple[list, list]:
@@ -205,17 +231,17 @@ def _split_tree(args: tuple, kwargs: dict) -> tuple[list, list]:
 class _OpInfo:
     """What the tracer needs to know about an op, worked out once per OpOverload."""
 
-    __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view", "lift")
+    __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view", "lift", "call")
 
     def __init__(self, func: Any) -> None:
+        #: what runs the op: an OpOverload's own C++ callable (its __call__ is one Python frame around it)
+        self.call = func._op if type(func) is torch._ops.OpOverload and callable(getattr(func, "_op", None)) else func
         self.name = name = _op_name(func)
         self.base = base = _packet(name)
         self.skip = base in SKIPPED_OPS or name.startswith("profiler.")
         self.chunks = base in CHUNKED_OPS
         try:
-            from probes import gemm_naming  # noqa: PLC0415
-
-            self.gemm = bool(gemm_naming.is_gemm(name))
+            self.gemm = _gemm_naming is not None and bool(_gemm_naming.is_gemm(name))
         except Exception:  # noqa: BLE001
             self.gemm = False
         self.collective = name.startswith(("c10d.", "_c10d_functional."))
@@ -711,15 +737,20 @@ class OpTracer(TorchDispatchMode):
     def add_record(self, name: str, kind: str, inputs: list, outputs: list, meta: dict | None = None,
                    autograd_seq: int | None = None, backward: bool | None = None) -> None:
         with self.lock:
-            if self.failed is not None or self.closed or not self._budget_ok():
+            if self.failed is not None or self.closed:
+                return
+            if self.seq >= self.max_records:  # _budget_ok, inline on the hot path
+                self.dropped += 1
                 return
             self.in_write = True
             try:
                 counts = self.counts  # the identity op:occurrence, counted per op name on this rank
                 n = counts[name] = counts.get(name, 0) + 1
                 identity = f"{name}:{n}"
+                stack = self.phase_stack  # _phase, inline on the hot path
+                phase = stack[-1] if stack else self._phase(backward)
                 rec = {"seq": self.seq, "id": identity, "op": name, "kind": kind,
-                       "step": self.window.step, "phase": self._phase(backward), "in": inputs, "out": outputs}
+                       "step": self.window.step, "phase": phase, "in": inputs, "out": outputs}
                 if meta:
                     rec["meta"] = meta
                 if autograd_seq is not None and autograd_seq not in self.fwd_by_seq:
@@ -757,17 +788,20 @@ class OpTracer(TorchDispatchMode):
 
     def _dispatch(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN202
         kwargs = kwargs or {}
-        if not self._recording():
+        step, asked = self.window.step, self._active_for  # _recording, inline on the hot path
+        if step != asked[0]:
+            asked = self._active_for = (step, step in self.window.steps)
+        if not asked[1] or self.closed or self.failed is not None or _forks.forked and os.getpid() != self.pid:  # _forks.foreign, inline
             return func(*args, **kwargs)
         info = _OP_INFO.get(func)
         if info is None:
             info = _OP_INFO[func] = _OpInfo(func)
         name, base = info.name, info.base
         if info.skip:
-            return func(*args, **kwargs)
+            return info.call(*args, **kwargs)
         if self.seq >= self.max_records:
             self.dropped += 1
-            return func(*args, **kwargs)
+            return info.call(*args, **kwargs)
         chunks = info.chunks
         tensor = torch.Tensor
         tensors, others = _split(args, kwargs)
@@ -784,7 +818,7 @@ class OpTracer(TorchDispatchMode):
         if extra is not None:
             inputs.append(extra)
         meta: dict[str, Any] = {}
-        out = func(*args, **kwargs)
+        out = info.call(*args, **kwargs)
         kind = "op"
         if info.collective:
             kind, outputs = "collective", []  # in flight until waited: the semantic record has the result
@@ -1049,14 +1083,10 @@ def _non_blocking(base: str, args: tuple, kwargs: dict) -> bool:
 
 def _gemm_meta(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -> dict | None:
     """``{"layout", "acc", "grad", "m", "n", "k", ...}`` for GEMM ops (probes.gemm_naming), else None."""
-    try:
-        from probes import gemm_naming  # noqa: PLC0415
-    except ImportError:
-        return None
-    if not gemm_naming.is_gemm(name):
+    if _gemm_naming is None or not _gemm_naming.is_gemm(name):
         return None
     try:
-        call = gemm_naming.name_gemm(name, args, kwargs, backward, out if isinstance(out, torch.Tensor) else None,
+        call = _gemm_naming.name_gemm(name, args, kwargs, backward, out if isinstance(out, torch.Tensor) else None,
                                      describe=False)
     except Exception:  # noqa: BLE001
         return None

@@ -686,3 +686,31 @@ def test_a_compiled_function_runs_under_the_tracer(tmp_path):
     assert torch.equal(got["y"], expected)
     assert any(r["op"] == "aten.cumsum.default" for r in recs)
     assert optrace._dynamo_callback() is None  # outside any compiled frame: the direct path
+
+
+def test_split_gives_pytrees_leaves_in_pytrees_order():
+    """The handler's own walk of plain lists and tuples (sizes, dims, lists of tensors) gives the
+    leaves pytree gives, in the same order; other containers go to pytree. Only a top-level
+    torch.Size with no container beside it stays one leaf (as before this walk existed)."""
+    import collections
+
+    from torch.utils._pytree import tree_leaves
+
+    a, b = torch.ones(2), torch.nn.Parameter(torch.ones(3))
+    nt = collections.namedtuple("nt", "x y")
+
+    class SubList(list):
+        pass
+
+    cases = [((a, [0], True), {}), ((a, [512], b, b, 1e-5), {}), ((a, [a, b], None), {"alpha": 2}),
+             ((a, (1, (2, [a]))), {"k": [a, None]}), ((a, torch.Size([2]), [3]), {}), ((a, [torch.Size([2, 3])]), {}),
+             ((nt(a, 1),), {}), (({"x": a},), {}), ((a,), {"d": {"y": b}}), ((None, [None, a]), {}),
+             ((a, []), {"z": ()}), ((a, [nt(b, 2)]), {}), ((a, SubList([1, 2])), {}), ((a, [1]), {"x": {"q": 1}})]
+    for args, kwargs in cases:
+        tensors, others = optrace._split(args, kwargs)
+        leaves = tree_leaves((args, kwargs))
+        want_t = [x for x in leaves if isinstance(x, torch.Tensor)]
+        want_o = [x for x in leaves if not isinstance(x, torch.Tensor)]
+        assert [id(x) for x in tensors] == [id(x) for x in want_t], (args, kwargs)
+        assert others == want_o and [type(x) for x in others] == [type(x) for x in want_o], (args, kwargs)
+    assert optrace._split((a, torch.Size([2, 3])), {}) == ([a], [torch.Size([2, 3])])
