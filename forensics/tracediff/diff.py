@@ -278,6 +278,10 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
                  for side, reason in (("A", res.partial_a), ("B", res.partial_b)) if reason]
         if res.first_divergence is None and res.artifacts_total:
             notes.append(f"{res.artifacts_total} probe artifact(s) passed over; no real divergence")
+        if res.external_total:
+            notes.append(f"{res.external_total} record(s) that set a tensor onto a storage written outside the traced "
+                         "ops (a DataLoader worker's batch, shared memory) differ, by their data or by the order it "
+                         "arrived in: not judged; the ops that read that data were compared")
         res.warnings.extend(n for n in notes if n not in res.warnings)  # once, also when shards are merged
     return report
 
@@ -383,6 +387,8 @@ def format_report(report: DiffReport) -> str:
         head = f"rank {r}: {res.records_compared} records compared"
         if res.artifacts_total:
             head += f", {res.artifacts_total} probe artifact(s) passed over"
+        if res.external_total:
+            head += f", {res.external_total} record(s) of outside data not judged"
         if d is None:
             lines.append(f"{head}; no divergence")
         else:
@@ -407,6 +413,10 @@ def format_report(report: DiffReport) -> str:
             where = (f"the JSON report (--json) lists {listed}" if listed >= res.artifacts_total
                      else f"the JSON report (--json) lists the first {listed}")
             lines.append(f"    ... and {res.artifacts_total - 3} more artifact(s) passed over; {where}")
+        for e in res.external[:3]:
+            lines.append(f"    outside data not judged: {e.identity} (step {e.step})")
+        if res.external_total > 3:
+            lines.append(f"    ... and {res.external_total - 3} more record(s) of outside data not judged")
         for w in res.warnings:
             lines.append(f"    note: {w}")
     for w in report.warnings:

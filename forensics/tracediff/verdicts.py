@@ -30,6 +30,11 @@ PROVEN, UNPROVEN_EVIDENCE, NO_EVIDENCE = "proven", "unproven", "none"
 
 #: Ops whose outputs are uninitialised memory: a difference there is a probe artifact.
 UNINITIALISED_OPS = re.compile(r"(^|\.)(empty|empty_like|empty_strided|empty_permuted|new_empty|new_empty_strided)(\.|$)")
+#: Ops that point a tensor at a storage (``Tensor.set_(storage, ...)``): the output holds that
+#: storage's bytes, which the record does not hold as an input. A DataLoader worker's batch arrives
+#: in the training process this way (rebuilt from shared memory written by the worker, in the order
+#: the workers finish), and so does any tensor set onto a storage filled outside the traced ops.
+EXTERNAL_DATA_OPS = re.compile(r"(^|\.)set_\.source_Storage")
 #: Copies that may be read by the tracer while still in flight when ``non_blocking=True``.
 ASYNC_COPY_OPS = re.compile(r"(^|\.)(_to_copy|copy_|copy|to)(\.|$)")
 #: Ops that cannot by themselves make a difference from equal inputs (one-hop-later rule).
@@ -102,6 +107,10 @@ class RankResult:
     unproven_matches: int = 0  # records whose output equality rests on weak evidence only
     artifacts: list[Divergence] = field(default_factory=list)
     artifacts_total: int = 0
+    #: records whose outputs differ because their data came from outside the traced ops (not an
+    #: artifact: nothing is passed through; the records that read the data are compared as usual)
+    external: list[Divergence] = field(default_factory=list)
+    external_total: int = 0
     steps: list[int | None] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     #: how each side's stream ended when it is partial (truncated / interrupted), else None
@@ -123,6 +132,8 @@ class RankResult:
             "unproven_matches": self.unproven_matches,
             "artifacts": [a.to_json() for a in self.artifacts],
             "artifacts_total": self.artifacts_total,
+            "external": [a.to_json() for a in self.external],
+            "external_total": self.external_total,
             "steps": self.steps,
             "warnings": self.warnings,
             "partial_a": self.partial_a,
@@ -139,9 +150,10 @@ class RankResult:
         """The inverse of :meth:`to_json`."""
         d = dict(data)
         first = d.pop("first_divergence", None)
-        res = cls(**{k: v for k, v in d.items() if k not in ("artifacts", "after_control_flow")})
+        res = cls(**{k: v for k, v in d.items() if k not in ("artifacts", "external", "after_control_flow")})
         res.first_divergence = Divergence.from_json(first) if first else None
         res.artifacts = [Divergence.from_json(x) for x in data.get("artifacts") or []]
+        res.external = [Divergence.from_json(x) for x in data.get("external") or []]
         res.after_control_flow = [Divergence.from_json(x) for x in data.get("after_control_flow") or []]
         return res
 
@@ -169,6 +181,16 @@ def artifact_reason(rec: TraceRecord) -> str | None:
         return "uninitialised memory (empty*): its bits are whatever was there"
     if ASYNC_COPY_OPS.search(rec.name) and bool(rec.extra.get("non_blocking")):
         return "non_blocking copy read while possibly in flight"
+    return None
+
+
+def external_reason(rec: TraceRecord) -> str | None:
+    """Why a record's output is data from outside the traced ops (so a difference there is no
+    origin, and no probe artifact either: the ops that read the data compare it), or None."""
+    if EXTERNAL_DATA_OPS.search(rec.name):
+        return ("a tensor set onto a storage: its bytes were written outside the traced ops (a DataLoader "
+                "worker's batch, shared memory) and arrive in the order the writers finish; the ops that "
+                "read them compare the data")
     return None
 
 
@@ -316,5 +338,5 @@ def after_control_flow(d: Divergence) -> Divergence:
 
 __all__ = [
     "AFTER_CONTROL_FLOW", "CONTROL_FLOW", "INPUTS_UNKNOWN", "ORIGIN", "RECEIVER", "Divergence", "RankResult",
-    "artifact_reason", "base_op", "control_flow", "judge", "site_of", "UNPROVEN",
+    "artifact_reason", "external_reason", "base_op", "control_flow", "judge", "site_of", "UNPROVEN",
 ]

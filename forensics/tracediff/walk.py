@@ -41,6 +41,7 @@ from forensics.tracediff.verdicts import (
     after_control_flow,
     artifact_reason,
     control_flow,
+    external_reason,
     judge,
     site_of,
 )
@@ -267,6 +268,15 @@ class RankWalker:
         if out_same and in_same:
             return None
         res = self.result
+        external = external_reason(a)
+        if external is not None:  # data from outside: listed, not judged, nothing passed through
+            res.external_total += 1
+            if len(res.external) < MAX_LISTED:
+                outputs = compare_tensors(a.outputs, b.outputs, self.use_ordered)
+                d = judge(self.rank, a, b, compare_tensors(a.inputs, b.inputs, self.use_ordered), outputs)
+                d.artifact = external
+                res.external.append(d)
+            return None
         outputs = _SAME if out_same else compare_tensors(a.outputs, b.outputs, self.use_ordered)
         outputs_differ = outputs.status == DIFFER
         if not outputs_differ and outputs.status in (UNPROVEN, UNOBSERVED) and a.outputs:
