@@ -231,7 +231,8 @@ def _split_tree(args: tuple, kwargs: dict) -> tuple[list, list]:
 class _OpInfo:
     """What the tracer needs to know about an op, worked out once per OpOverload."""
 
-    __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view", "lift", "call")
+    __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view", "lift", "call",
+                 "written")
 
     def __init__(self, func: Any) -> None:
         #: what runs the op: an OpOverload's own C++ callable (its __call__ is one Python frame around it)
@@ -249,6 +250,22 @@ class _OpInfo:
         self.view = base in SAME_ELEMENT_VIEWS
         self.order_view = base in ORDER_PRESERVING_VIEWS
         self.lift = base in LIFT_OPS
+        self.written = _written_args(func)
+
+
+def _written_args(func: Any) -> tuple[tuple[int, str], ...]:
+    """(position, name) of the arguments an op writes when it returns nothing (``Tensor(a!)`` in its
+    schema: ``_foreach_add_``, ``_fused_adamw_``, GradScaler's unscale), else (): what such an op
+    did is only in those arguments, so they are its outputs. An op that returns what it writes
+    (``add_``, ``mm.out``) has its outputs already."""
+    try:
+        schema = func._schema
+        if schema.returns:
+            return ()
+        return tuple((i, a.name) for i, a in enumerate(schema.arguments)
+                     if a.alias_info is not None and a.alias_info.is_write)
+    except Exception:  # noqa: BLE001 - no schema (a Python-defined op): its returned values only
+        return ()
 
 
 #: the autograd graph task running on this thread (-1: none, so not inside a backward pass); a torch
@@ -827,6 +844,8 @@ class OpTracer(TorchDispatchMode):
               and out.numel() == args[0].numel() and out.dtype == args[0].dtype
               and (reused := self._view_entry(inputs[0], args[0], out, info.order_view)) is not None):
             outputs = [reused]
+        elif info.written:  # a void op that writes its arguments: their digests after it ran
+            outputs, meta["written"] = self._written_outputs(info.written, args, kwargs, chunks, out_every, cpu)
         else:
             if out.__class__ is tensor:
                 outputs = [self._digest(out, chunks, out_every or (cpu and out.is_cpu))]
@@ -847,6 +866,19 @@ class OpTracer(TorchDispatchMode):
                 pass
         self.add_record(name, kind, inputs, outputs, meta, autograd_seq, backward)
         return out
+
+    def _written_outputs(self, written: tuple[tuple[int, str], ...], args: tuple, kwargs: dict, chunks: bool,
+                         out_every: bool, cpu: bool) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """Entries of the tensors a void op wrote, argument by argument (a list argument in its
+        order), and how many each argument gave (``meta.written``: which output is which)."""
+        outputs: list[dict[str, Any]] = []
+        counts: dict[str, int] = {}
+        for pos, name in written:
+            value = args[pos] if pos < len(args) else kwargs.get(name)
+            tensors = [x for x in (value if isinstance(value, (list, tuple)) else (value,)) if isinstance(x, torch.Tensor)]
+            outputs.extend(self._digest(x, chunks, out_every or (cpu and x.is_cpu)) for x in tensors)
+            counts[name] = len(tensors)
+        return outputs, counts
 
     def _autograd_meta(self, meta: dict[str, Any], backward: bool) -> int | None:
         """Backward ops (``backward``: inside autograd's backward pass): ``meta.node`` (the autograd

@@ -714,3 +714,31 @@ def test_split_gives_pytrees_leaves_in_pytrees_order():
         assert [id(x) for x in tensors] == [id(x) for x in want_t], (args, kwargs)
         assert others == want_o and [type(x) for x in others] == [type(x) for x in want_o], (args, kwargs)
     assert optrace._split((a, torch.Size([2, 3])), {}) == ([a], [torch.Size([2, 3])])
+
+
+def test_a_void_op_that_writes_its_arguments_records_them_as_outputs(tmp_path):
+    """``_foreach_*_`` and the fused optimizers return nothing: what they did is only in the
+    arguments they write (``Tensor(a!)`` in the schema). Their records carry those arguments'
+    digests after the op as outputs, and ``meta.written`` says how many each argument gave.
+    Before, such records had no outputs, so a difference born inside a fused AdamW step could not
+    be placed at it."""
+    a, b = torch.ones(4), torch.arange(3.0)
+    p = torch.nn.Parameter(torch.ones(4))
+    p.grad = torch.full((4,), 0.5)
+    opt = torch.optim.AdamW([p], lr=0.1, fused=True)
+
+    def run():
+        torch._foreach_add_([a, b], 1.0)
+        opt.step()
+
+    recs = {r["id"]: r for r in trace(tmp_path, run)[1:-1] if "op" in r}
+    fe = recs["aten._foreach_add_.Scalar:1"]  # ours (:2 is the optimizer's step count)
+    assert [e["o"] for e in fe["out"]] == [ordered(a), ordered(b)]  # after the op: 2s and 1, 2, 3
+    assert fe["meta"]["written"] == {"self": 2}
+    fused = recs["aten._fused_adamw_.default:1"]
+    state = opt.state[p]
+    assert fused["meta"]["written"] == {"self": 1, "grads": 1, "exp_avgs": 1, "exp_avg_sqs": 1, "max_exp_avg_sqs": 0}
+    assert [e["o"] for e in fused["out"]] == [ordered(p.detach()), ordered(p.grad), ordered(state["exp_avg"]),
+                                              ordered(state["exp_avg_sq"])]
+    assert fused["out"][0]["o"] != fused["in"][0]["o"]  # the parameter moved: the output is after, the input before
+    assert optrace._written_args(torch.ops.aten.add_.Tensor) == ()  # returns what it writes: outputs as before
