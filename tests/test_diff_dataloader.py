@@ -67,3 +67,41 @@ def test_data_that_really_differ_show_at_their_first_reader(runs):
     assert d.name == "aten.addmm.default" and d.step == 3  # sample 50 is in batch 3 (16 per batch)
     assert not d.inputs_matched
     assert not d.name.startswith("aten.set_")
+
+
+def _trace_in_process(out: Path, fn) -> Path:
+    from probes import optrace
+    from probes.config import ProbeConfig
+    from probes.window import StepWindow, parse_steps
+
+    cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="all", max_records=1000)
+    window = StepWindow(parse_steps("all"))
+    inst = optrace.install(cfg, window, out / "rank0", 0)
+    window.start()
+    try:
+        fn()
+    finally:
+        window.close()
+        inst.close()
+    return out / "rank0" / "trace.jsonl"
+
+
+@pytest.mark.parametrize("differ", [False, True])
+def test_a_tensor_read_from_a_file_is_outside_data(tmp_path, differ):
+    """``torch.from_file``: the file's bytes are no input of the record. Different files make the
+    record differ with "inputs MATCH"; that is no origin. The reader of the data is the first
+    divergence (a RECEIVER) when it reads different data."""
+    paths = {}
+    f = tmp_path / "data.bin"  # one path (an argument of the record): only its bytes change
+    for run in ("a", "b"):
+        values = torch.arange(8.0) + (1.0 if differ and run == "b" else 0.0)
+        f.write_bytes(values.numpy().tobytes())
+        paths[run] = _trace_in_process(tmp_path / run, lambda: torch.from_file(str(f), size=8).mul(2.0))
+    rep = diff_paths(paths["a"], paths["b"])
+    res = rep.ranks[0]
+    d = res.first_divergence
+    if differ:
+        assert d is not None and d.verdict == RECEIVER and d.name == "aten.mul.Tensor", d
+        assert res.external_total == 1 and res.external[0].name == "aten.from_file.default"
+    else:
+        assert d is None and res.external_total == 0

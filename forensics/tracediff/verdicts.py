@@ -30,11 +30,11 @@ PROVEN, UNPROVEN_EVIDENCE, NO_EVIDENCE = "proven", "unproven", "none"
 
 #: Ops whose outputs are uninitialised memory: a difference there is a probe artifact.
 UNINITIALISED_OPS = re.compile(r"(^|\.)(empty|empty_like|empty_strided|empty_permuted|new_empty|new_empty_strided)(\.|$)")
-#: Ops that point a tensor at a storage (``Tensor.set_(storage, ...)``): the output holds that
-#: storage's bytes, which the record does not hold as an input. A DataLoader worker's batch arrives
-#: in the training process this way (rebuilt from shared memory written by the worker, in the order
-#: the workers finish), and so does any tensor set onto a storage filled outside the traced ops.
-EXTERNAL_DATA_OPS = re.compile(r"(^|\.)set_\.source_Storage")
+#: Ops whose output holds bytes the record does not hold as an input. ``Tensor.set_(storage, ...)``
+#: points a tensor at a storage: a DataLoader worker's batch arrives in the training process this
+#: way (rebuilt from shared memory written by the worker, in the order the workers finish), and so
+#: does any tensor set onto a storage filled outside the traced ops. ``torch.from_file`` reads a file.
+EXTERNAL_DATA_OPS = re.compile(r"(^|\.)(set_\.source_Storage|from_file(\.|$))")
 #: Copies that may be read by the tracer while still in flight when ``non_blocking=True``.
 ASYNC_COPY_OPS = re.compile(r"(^|\.)(_to_copy|copy_|copy|to)(\.|$)")
 #: Ops that cannot by themselves make a difference from equal inputs (one-hop-later rule).
@@ -188,6 +188,8 @@ def external_reason(rec: TraceRecord) -> str | None:
     """Why a record's output is data from outside the traced ops (so a difference there is no
     origin, and no probe artifact either: the ops that read the data compare it), or None."""
     if EXTERNAL_DATA_OPS.search(rec.name):
+        if "from_file" in rec.name:
+            return "a tensor read from a file: its bytes were written outside the traced ops; the ops that read them compare the data"
         return ("a tensor set onto a storage: its bytes were written outside the traced ops (a DataLoader "
                 "worker's batch, shared memory) and arrive in the order the writers finish; the ops that "
                 "read them compare the data")
