@@ -35,6 +35,8 @@ UNINITIALISED_OPS = re.compile(r"(^|\.)(empty|empty_like|empty_strided|empty_per
 #: way (rebuilt from shared memory written by the worker, in the order the workers finish), and so
 #: does any tensor set onto a storage filled outside the traced ops. ``torch.from_file`` reads a file.
 EXTERNAL_DATA_OPS = re.compile(r"(^|\.)(set_\.source_Storage|from_file(\.|$))")
+#: Resizes: a resize that grows a tensor leaves its new elements uninitialised (an artifact then).
+RESIZE_OPS = re.compile(r"(^|\.)(resize_|resize_as_)(\.|$)")
 #: Copies that may be read by the tracer while still in flight when ``non_blocking=True``.
 ASYNC_COPY_OPS = re.compile(r"(^|\.)(_to_copy|copy_|copy|to)(\.|$)")
 #: Ops that cannot by themselves make a difference from equal inputs (one-hop-later rule).
@@ -181,7 +183,17 @@ def artifact_reason(rec: TraceRecord) -> str | None:
         return "uninitialised memory (empty*): its bits are whatever was there"
     if ASYNC_COPY_OPS.search(rec.name) and bool(rec.extra.get("non_blocking")):
         return "non_blocking copy read while possibly in flight"
+    if RESIZE_OPS.search(rec.name) and _grew(rec):
+        return "resize_ grew the tensor: its new elements are uninitialised memory"
     return None
+
+
+def _grew(rec: TraceRecord) -> bool:
+    """Whether a resize's output holds more elements than its input did (the rest is garbage)."""
+    try:
+        return int(rec.outputs[0].numel) > int(rec.inputs[0].numel)
+    except (IndexError, AttributeError, TypeError, ValueError):
+        return False
 
 
 def external_reason(rec: TraceRecord) -> str | None:
