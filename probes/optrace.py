@@ -47,12 +47,13 @@ from torch.utils._pytree import tree_leaves
 
 from probes import forks as _forks
 from probes.config import ProbeConfig
-try:
-    from probes import gemm_naming as _gemm_naming
-except ImportError:  # GEMM records then carry no site
-    _gemm_naming = None  # type: ignore[assignment]
 from probes.digests import _GOLDEN, _INT_OF_SIZE, holds_elements, ordered_device, plain_real, row_major_pieces  # noqa: F401  (ordered_device: part of this module's API)
 from probes.window import StepWindow, world_size
+
+try:
+    from probes import gemm_naming as _gemm_naming
+except ImportError:  # pragma: no cover - GEMM records then carry no site
+    _gemm_naming = None  # type: ignore[assignment]
 
 #: Signals whose Python handlers (SIGTERM: footer; SIGINT: KeyboardInterrupt) must not run in the
 #: middle of a batch write: a handler writing to the same buffered file then fails ("reentrant
