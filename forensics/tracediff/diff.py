@@ -277,7 +277,12 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
         notes = [f"{side} is partial: {reason}; compared up to where it stops"
                  for side, reason in (("A", res.partial_a), ("B", res.partial_b)) if reason]
         if res.first_divergence is None and res.artifacts_total:
-            notes.append(f"{res.artifacts_total} probe artifact(s) passed over; no real divergence")
+            notes.append(f"{res.artifacts_total} probe artifact(s) passed over; no real divergence seen")
+        if res.first_divergence is None and res.unproven_matches:
+            notes.append(f"{res.unproven_matches} record(s) matched only by a screen (an order-independent digest) or "
+                         "had no digest to compare (metadata: sparse, quantized, subclass, freed): equality is proven "
+                         "for the other records only, and a difference there would not have been seen (on a device, "
+                         "`forensics trace --ordered-digests all` makes digests proof; metadata cannot be compared)")
         if res.external_total:
             notes.append(f"{res.external_total} record(s) that set a tensor onto a storage written outside the traced "
                          "ops (a DataLoader worker's batch, shared memory) differ, by their data or by the order it "
@@ -389,6 +394,8 @@ def format_report(report: DiffReport) -> str:
             head += f", {res.artifacts_total} probe artifact(s) passed over"
         if res.external_total:
             head += f", {res.external_total} record(s) of outside data not judged"
+        if res.unproven_matches:
+            head += f", {res.unproven_matches} matched on weak evidence only"
         if d is None:
             lines.append(f"{head}; no divergence")
         else:

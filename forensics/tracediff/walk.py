@@ -359,6 +359,7 @@ class RankWalker:
                                           f"was {hb.seq - ha.seq} at {ha.identity}, is {b.seq - a.seq} here; an op may "
                                           "have run in one run only, so the two records compared may be different "
                                           "calls of one op (control flow): compare what each run executed around here")
+                self._note_unproven_before(d)
                 res.first_divergence = d
                 return res
             if len(self.border) > 2 * self.window:
@@ -409,12 +410,22 @@ class RankWalker:
             return res
         return self._control_flow_from(left[0], "B")
 
+    def _note_unproven_before(self, d: Divergence) -> None:
+        """A first divergence after records whose outputs matched on weak evidence only is the first
+        one seen, not proven the first: one of those may have differed unseen."""
+        n = self.result.unproven_matches
+        if n:
+            d.warnings.append(f"{n} earlier record(s) matched only by a screen (an order-independent digest) or had "
+                              "no digest to compare (metadata): a difference there would not have been seen, so this is "
+                              "the first divergence seen, not proven the first")
+
     # ------------------------------------------------------------------ phase 2: after control flow
     def _control_flow_from(self, rec: TraceRecord, side: str) -> RankResult:
         """Record the CONTROL_FLOW divergence at ``rec``, then align the rest by op-name order."""
         res = self.result
         if res.first_divergence is None:
             res.first_divergence = control_flow(self.rank, rec, side)
+            self._note_unproven_before(res.first_divergence)
         unwound: list[TraceRecord] = []
         b_from: list[TraceRecord]
         if side == "B":
