@@ -118,6 +118,12 @@ CHUNK_NAME = "position-weighted int64 sum, 16 chunks"
 ORDERED_CPU = "xxh3_64(bytes in memory order; 'ol' gives the dim order when not row-major)"
 ORDERED_DEVICE = "fmix64(bits^position) sum mod 2^64"
 ORDERED_MODES = ("auto", "inputs", "all", "off")
+#: what torch.compile'd code does under the tracer (config ``extra.compiled``, header ``compiled``):
+#: "compiled" runs it compiled, as it runs untraced (the mode is off while dynamo compiles and sees
+#: the ATen calls the compiled code makes; its fused kernels are below the dispatcher); "eager"
+#: makes torch.compile fall back to eager so every op is seen (torch's default for a dispatch mode),
+#: which runs other kernels than the program does
+COMPILED_MODES = ("compiled", "eager")
 #: which CPU tensors carry ``o`` (header ``ordered.cpu_sides``): one kind of digest on both sides of
 #: every op, so a producer's output and its consumer's input compare (and link) by the same digest
 CPU_SIDES = ("inputs and outputs, in every mode but off; with it no XOR digest 'h' (one pass over the bytes), "
@@ -233,7 +239,7 @@ class _OpInfo:
     """What the tracer needs to know about an op, worked out once per OpOverload."""
 
     __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view", "lift", "call",
-                 "written")
+                 "written", "out_names")
 
     def __init__(self, func: Any) -> None:
         #: what runs the op: an OpOverload's own C++ callable (its __call__ is one Python frame around it)
@@ -252,6 +258,18 @@ class _OpInfo:
         self.order_view = base in ORDER_PRESERVING_VIEWS
         self.lift = base in LIFT_OPS
         self.written = _written_args(func)
+        self.out_names = _out_names(func)
+
+
+def _out_names(func: Any) -> frozenset[str]:
+    """Names of an ``.out`` variant's output arguments (``out``, ``values``/``indices``...): written,
+    never read, so their contents before the op are no input of it. A buffer allocated outside the
+    traced ops (torch.compile's generated code allocates in C++) holds garbage there, which would
+    read as differing inputs; they are recorded as the op's outputs (it returns them)."""
+    try:
+        return frozenset(a.name for a in func._schema.arguments if a.is_out)
+    except Exception:  # noqa: BLE001 - no schema: every argument is an input
+        return frozenset()
 
 
 def _written_args(func: Any) -> tuple[tuple[int, str], ...]:
@@ -462,6 +480,9 @@ class OpTracer(TorchDispatchMode):
         extra = cfg.extra if isinstance(cfg.extra, dict) else {}
         mode = extra.get("ordered_digests", "auto")
         self.ordered_mode = mode if mode in ORDERED_MODES else "auto"
+        compiled = extra.get("compiled", "compiled")
+        self.compiled_mode = compiled if compiled in COMPILED_MODES else "compiled"
+        type(self)._runs_compiled = self.compiled_mode == "compiled"  # read by ignore_compile_internals
         #: (step number, whether the window holds it): what _recording last asked the window; one
         #: attribute, replaced whole, so a thread never reads one step's number with another's answer
         self._active_for: tuple[Any, bool] = (None, False)
@@ -508,6 +529,7 @@ class OpTracer(TorchDispatchMode):
             "chunks": CHUNK_NAME if self.chunk_digests else None,
             "chunked_ops": sorted(CHUNKED_OPS) if self.chunk_digests else [],
             "ordered": self._ordered_info(),
+            "compiled": self.compiled_mode,
         }
         header.update(self._program_info())
         self.file.write((json.dumps(header, default=str) + "\n").encode())
@@ -787,6 +809,16 @@ class OpTracer(TorchDispatchMode):
             if len(self.records) >= FLUSH_EVERY or time.monotonic() - self.last_flush >= FLUSH_SECONDS:
                 self.flush()
 
+    #: torch.compile'd code runs compiled under this mode (COMPILED_MODES; set from the config)
+    _runs_compiled = True
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """True (the default "compiled"): torch.compile compiles under the tracer as without it, the
+        mode off while dynamo compiles and on for what the compiled code dispatches. False
+        ("eager"): torch.compile falls back to eager, so that every op reaches the tracer."""
+        return cls._runs_compiled
+
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         """Do not let TorchDispatchMode wrap our handler in torch._dynamo.disable at class creation:
@@ -822,7 +854,10 @@ class OpTracer(TorchDispatchMode):
             return info.call(*args, **kwargs)
         chunks = info.chunks
         tensor = torch.Tensor
-        tensors, others = _split(args, kwargs)
+        if info.out_names and kwargs:  # an .out variant: its output buffers are not inputs
+            tensors, others = _split(args, {k: v for k, v in kwargs.items() if k not in info.out_names})
+        else:
+            tensors, others = _split(args, kwargs)
         mode = self.ordered_mode  # _ordered_for(x, "in") and (x, "out"), once per op
         every, cpu, out_every = mode in ("inputs", "all"), mode != "off", mode == "all"
         if info.lift:
@@ -1009,7 +1044,8 @@ class OpTracer(TorchDispatchMode):
                                       "last_step": self.window.step,
                                       "seeds": {"torch_initial_seed": _initial_seed(),
                                                 "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED")},
-                                      "stopped": self._stopped()}
+                                      "stopped": self._stopped(),
+                                      "compiled_graphs": _compiled_graphs()}
             if self.seq > self.written:
                 footer["unwritten"] = self.seq - self.written  # recorded but lost with the interrupted write
             try:
@@ -1093,6 +1129,18 @@ def _args_key(values: list[Any]) -> tuple | None:
         key.append(c)
         key.append(v)
     return tuple(key)
+
+
+def _compiled_graphs() -> int | None:
+    """Graphs torch.compile compiled in this process (None: dynamo never loaded, so none)."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    try:
+        from torch._dynamo.utils import counters  # noqa: PLC0415
+
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 - private API
+        return None
 
 
 def _initial_seed() -> int | None:

@@ -363,6 +363,13 @@ def _make_mode(probe: SiteProbe):
     class GemmSiteMode(TorchDispatchMode):
         inactive = False
 
+        @classmethod
+        def ignore_compile_internals(cls) -> bool:
+            """torch.compile'd code runs compiled under the probe (torch's default for a dispatch
+            mode is to fall back to eager: other kernels than the program's would be named); the
+            GEMMs the generated code calls through ATen (``aten.mm.out``...) still reach it."""
+            return True
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
             kwargs = kwargs or {}
             if self.inactive or not probe.window.active:

@@ -742,3 +742,17 @@ def test_a_void_op_that_writes_its_arguments_records_them_as_outputs(tmp_path):
                                               ordered(state["exp_avg_sq"])]
     assert fused["out"][0]["o"] != fused["in"][0]["o"]  # the parameter moved: the output is after, the input before
     assert optrace._written_args(torch.ops.aten.add_.Tensor) == ()  # returns what it writes: outputs as before
+
+
+def test_an_out_variants_output_buffer_is_no_input(tmp_path):
+    """``torch.mm(a, b, out=buf)``: ``buf``'s contents before the op are overwritten, never read. A
+    buffer allocated outside the traced ops (torch.compile's generated code allocates in C++) holds
+    garbage there, which read as differing inputs between identical runs. The buffer is the
+    record's output only."""
+    a, b = torch.arange(4.0).reshape(2, 2), torch.ones(2, 2)
+    buf = torch.full((2, 2), 7.0)
+    recs = [r for r in trace(tmp_path, lambda: torch.mm(a, b, out=buf))[1:-1] if r.get("op") == "aten.mm.out"]
+    assert len(recs) == 1
+    assert [e["o"] for e in recs[0]["in"]] == [ordered(a), ordered(b)]  # no entry for buf's old contents
+    assert [e["o"] for e in recs[0]["out"]] == [ordered(buf)]
+    assert optrace._out_names(torch.ops.aten.max.dim_max) == {"max", "max_values"}

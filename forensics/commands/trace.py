@@ -17,6 +17,7 @@ class UsageError(ValueError):
 
 CONFIG_NAME = "optrace-config.json"
 ORDERED_MODES = ("auto", "inputs", "all", "off")
+COMPILED_MODES = ("compiled", "eager")  # probes/optrace.py COMPILED_MODES
 FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 
@@ -119,7 +120,7 @@ def _child_got_terminal_sigint() -> bool:
 
 def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str = "all",
                   max_records: int = 2_000_000, chunk_digests: bool = True,
-                  ordered_digests: str = "auto") -> tuple[int, Path]:
+                  ordered_digests: str = "auto", compiled: str = "compiled") -> tuple[int, Path]:
     """Run ``command`` through the probe bootstrap with ``optrace`` on; returns (exit code, out dir).
 
     ``out`` must be absent or empty (a capture is never overwritten; a config left by a run that
@@ -138,6 +139,8 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
         raise UsageError(str(e)) from None
     if ordered_digests not in ORDERED_MODES:
         raise UsageError(f"--ordered-digests {ordered_digests!r}: one of {', '.join(ORDERED_MODES)}")
+    if compiled not in COMPILED_MODES:
+        raise UsageError(f"--compiled {compiled!r}: one of {', '.join(COMPILED_MODES)}")
     from forensics.atomic import claim_dir  # noqa: PLC0415 - one run per --out, even when two start at once
 
     if _only_leftover_config(out):
@@ -148,7 +151,7 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
                          "overwritten (choose another --out)")
     cfg = ProbeConfig(out_dir=str(out.resolve()), probes=["optrace"], steps=steps, ranks=ranks,
                       max_records=max_records, chunk_digests=chunk_digests, nvtx=False,
-                      extra={"command": list(command), "ordered_digests": ordered_digests})
+                      extra={"command": list(command), "ordered_digests": ordered_digests, "compiled": compiled})
     cfg_path = cfg.write(out / CONFIG_NAME)
     try:
         code = run_forwarding_signals(command, bootstrap_env(cfg_path))
@@ -180,6 +183,11 @@ def summarise(out: Path) -> list[str]:
         else:
             drop = f", {foot['dropped']} dropped past --max-records" if foot and foot.get("dropped") else ""
             lines.append(f"  {f}: {end.records or 0} records{drop}")
+        graphs = foot.get("compiled_graphs") if foot else None
+        if isinstance(graphs, int) and graphs > 0:
+            lines.append(f"    {graphs} torch.compile graph(s) ran compiled: their fused kernels are below the "
+                         "dispatcher, so a difference born in one shows at its first traced reader (--compiled eager "
+                         "records every op, running eager kernels instead)")
     return lines
 
 
@@ -204,6 +212,10 @@ def register(app: typer.Typer) -> None:
                                          "tensors, inputs and outputs (xxh3, instead of the XOR digest); inputs = also "
                                          "inputs on every device; all = inputs and outputs on every device; off = none "
                                          "(XOR digests only)"),
+        compiled: str = typer.Option("compiled", "--compiled", metavar="compiled|eager",
+                                     help="torch.compile'd code: compiled = runs compiled, as without the tracer (its "
+                                          "ATen calls are recorded, its fused kernels are not); eager = falls back to "
+                                          "eager so every op is recorded (other kernels than the program's)"),
     ) -> None:
         command = list(ctx.args)
         if command and command[0] == "--":
@@ -218,12 +230,13 @@ def register(app: typer.Typer) -> None:
                        err=True)
             raise typer.Exit(EXIT_UNAVAILABLE)
         try:
-            code, out_dir = trace_command(command, out, steps, ranks, max_records, not no_chunks, ordered)
+            code, out_dir = trace_command(command, out, steps, ranks, max_records, not no_chunks, ordered, compiled)
         except UsageError as e:
             typer.echo(f"forensics trace: {e}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
         lines = summarise(out_dir) if out_dir.is_dir() else []
-        typer.echo(f"forensics trace: {out_dir} ({len(lines)} rank file(s)); command exited {code}")
+        files = sum(1 for line in lines if not line.startswith("    "))  # notes under a file are indented further
+        typer.echo(f"forensics trace: {out_dir} ({files} rank file(s)); command exited {code}")
         for line in lines:
             typer.echo(line)
         if not lines:
