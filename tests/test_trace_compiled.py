@@ -39,7 +39,7 @@ PROGRAM = textwrap.dedent("""
 
 
 def _trace(tmp_path: Path, name: str, *options: str) -> tuple[Path, str]:
-    script = tmp_path / "compiled_train.py"
+    script = tmp_path / f"compiled_train_{name}.py"
     script.write_text(PROGRAM)
     proc = subprocess.run([sys.executable, "-m", "forensics.cli", "trace", *options, "--out", str(tmp_path / name),
                            "--", sys.executable, str(script)], capture_output=True, text=True, cwd=REPO, timeout=600)
@@ -51,9 +51,19 @@ def _lines(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "rank0" / "trace.jsonl").read_text().splitlines()]
 
 
-def test_compiled_code_runs_compiled_and_two_runs_match(tmp_path):
-    a, out = _trace(tmp_path, "a")
-    b, _ = _trace(tmp_path, "b")
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, tuple[Path, str]]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    base = tmp_path_factory.mktemp("compiled")
+    options = {"a": (), "b": (), "e": ("--compiled", "eager")}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        done = {name: pool.submit(_trace, base, name, *opts) for name, opts in options.items()}
+    return {name: f.result() for name, f in done.items()}
+
+
+def test_compiled_code_runs_compiled_and_two_runs_match(runs):
+    (a, out), (b, _) = runs["a"], runs["b"]
     lines = _lines(a)
     ops = {r.get("op") for r in lines[1:-1]}
     assert "aten.addmm.out" in ops and "aten.gelu.default" not in ops  # the generated code's calls; GELU fused
@@ -63,10 +73,12 @@ def test_compiled_code_runs_compiled_and_two_runs_match(tmp_path):
     assert res.first_divergence is None, res.first_divergence
 
 
-def test_compiled_eager_falls_back_and_sees_every_op(tmp_path):
-    run, out = _trace(tmp_path, "e", "--compiled", "eager")
+def test_compiled_eager_falls_back_and_sees_every_op(runs):
+    run, out = runs["e"]
     lines = _lines(run)
     ops = {r.get("op") for r in lines[1:-1]}
     assert "aten.gelu.default" in ops and "aten.addmm.default" in ops
     assert lines[0]["compiled"] == "eager" and not lines[-1]["compiled_graphs"]
     assert "ran compiled" not in out
+    rep = diff_paths(runs["a"][0], run)  # the two modes ran different ops: the comparison says why
+    assert any(d["field"] == "compiled" and d["severity"] == "warning" for d in rep.comparability)
