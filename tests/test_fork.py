@@ -5,8 +5,9 @@ atexit hook that closes the probes). Before probes/forks.py the child wrote the 
 batch and a footer into trace.jsonl and sites.jsonl, and the parent's own went to
 trace.<pid>.jsonl and sites.<pid>.jsonl. Run in a child process of pytest's own.
 
-The CPU collector (torch.profiler) is left out: with the profiler started, a forked child that
-exits normally hangs in kineto's static destructors (torch 2.13), with or without our probes."""
+The CPU collector (torch.profiler) is left out: once kineto has been used in a process, a child
+forked from it that exits normally hangs in kineto's static destructors (torch 2.13), with or
+without our probes (docs/capture.md)."""
 from __future__ import annotations
 
 import json
