@@ -157,6 +157,22 @@ ORDER_PRESERVING_VIEWS = frozenset({
 #: traced op produced their input, so a CPU input keeps its XOR digest beside ``o`` (equal XOR,
 #: different ``o``: an untraced producer reordered the values).
 LIFT_OPS = frozenset({"lift_fresh", "lift", "lift_fresh_copy"})
+#: In-place ops that write every element of ``self`` from their other arguments alone: ``self``'s
+#: contents before the op are no input of it (like an ``.out`` variant's buffer), so they are not
+#: digested. A buffer from ``empty`` (garbage) filled by ``copy_`` read as a differing input between
+#: identical runs whenever the uninitialised-memory trail could not follow it (a DataLoader's
+#: receipts shift the occurrence numbers of ``empty``).
+OVERWRITING_OPS = frozenset({"copy_", "fill_", "zero_", "random_", "uniform_", "normal_", "cauchy_", "log_normal_",
+                             "exponential_", "geometric_", "bernoulli_"})
+#: Ops with which torch rebuilds a tensor received from another process (``torch.empty((0,))`` then
+#: ``set_`` onto the shared storage: a DataLoader worker's batch). How many batches arrive before a
+#: given op depends on which worker finishes first, so these are counted apart, identities
+#: ``aten.empty.memory_format@received:N``: the program's own ``empty``s keep the same occurrence
+#: numbers in every run (one shifted count misaligned every later ``empty`` and broke the trail of
+#: uninitialised memory into, e.g., DDP's gradient buckets).
+RECEIPT_OPS = frozenset({"empty", "set_"})
+#: where torch rebuilds received tensors (``rebuild_tensor``, ``rebuild_storage_fd``...)
+_RECEIPT_FILE = os.path.join("torch", "multiprocessing", "reductions.py")
 #: Ops never recorded (the tracer's own work, or pure metadata queries).
 SKIPPED_OPS = frozenset({"hash_tensor", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel",
                          "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"})
@@ -239,7 +255,7 @@ class _OpInfo:
     """What the tracer needs to know about an op, worked out once per OpOverload."""
 
     __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view", "lift", "call",
-                 "written", "out_names")
+                 "written", "out_names", "overwrites", "receivable")
 
     def __init__(self, func: Any) -> None:
         #: what runs the op: an OpOverload's own C++ callable (its __call__ is one Python frame around it)
@@ -259,6 +275,8 @@ class _OpInfo:
         self.lift = base in LIFT_OPS
         self.written = _written_args(func)
         self.out_names = _out_names(func)
+        self.overwrites = base in OVERWRITING_OPS
+        self.receivable = base in RECEIPT_OPS
 
 
 def _out_names(func: Any) -> frozenset[str]:
@@ -270,6 +288,22 @@ def _out_names(func: Any) -> frozenset[str]:
         return frozenset(a.name for a in func._schema.arguments if a.is_out)
     except Exception:  # noqa: BLE001 - no schema: every argument is an input
         return frozenset()
+
+
+def _received() -> bool:
+    """Whether the op being dispatched was called while torch rebuilt a tensor received from another
+    process: ``torch/multiprocessing/reductions.py`` among the few Python frames above the handler."""
+    try:
+        frame = sys._getframe(2)
+        for _ in range(8):
+            if frame is None:
+                return False
+            if frame.f_code.co_filename.endswith(_RECEIPT_FILE):
+                return True
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001 - no frames: counted with the program's own ops
+        pass
+    return False
 
 
 def _written_args(func: Any) -> tuple[tuple[int, str], ...]:
@@ -775,7 +809,7 @@ class OpTracer(TorchDispatchMode):
         return True
 
     def add_record(self, name: str, kind: str, inputs: list, outputs: list, meta: dict | None = None,
-                   autograd_seq: int | None = None, backward: bool | None = None) -> None:
+                   autograd_seq: int | None = None, backward: bool | None = None, scope: str | None = None) -> None:
         with self.lock:
             if self.failed is not None or self.closed:
                 return
@@ -785,8 +819,9 @@ class OpTracer(TorchDispatchMode):
             self.in_write = True
             try:
                 counts = self.counts  # the identity op:occurrence, counted per op name on this rank
-                n = counts[name] = counts.get(name, 0) + 1
-                identity = f"{name}:{n}"
+                key = name if scope is None else f"{name}@{scope}"  # a scope counts apart (received data)
+                n = counts[key] = counts.get(key, 0) + 1
+                identity = f"{key}:{n}"
                 stack = self.phase_stack  # _phase, inline on the hot path
                 phase = stack[-1] if stack else self._phase(backward)
                 rec = {"seq": self.seq, "id": identity, "op": name, "kind": kind,
@@ -856,6 +891,8 @@ class OpTracer(TorchDispatchMode):
         tensor = torch.Tensor
         if info.out_names and kwargs:  # an .out variant: its output buffers are not inputs
             tensors, others = _split(args, {k: v for k, v in kwargs.items() if k not in info.out_names})
+        elif info.overwrites and args and isinstance(args[0], tensor):  # self is written whole, not read
+            tensors, others = _split(args[1:], kwargs)
         else:
             tensors, others = _split(args, kwargs)
         mode = self.ordered_mode  # _ordered_for(x, "in") and (x, "out"), once per op
@@ -900,7 +937,11 @@ class OpTracer(TorchDispatchMode):
                 self.issuers.note(sys._getframe(1))
             except Exception:  # noqa: BLE001
                 pass
-        self.add_record(name, kind, inputs, outputs, meta, autograd_seq, backward)
+        scope = None
+        if info.receivable and _received():  # a batch from another process: counted apart (_received)
+            scope = "received"
+            meta["received"] = True
+        self.add_record(name, kind, inputs, outputs, meta, autograd_seq, backward, scope)
         return out
 
     def _written_outputs(self, written: tuple[tuple[int, str], ...], args: tuple, kwargs: dict, chunks: bool,

@@ -5,7 +5,10 @@ knew this, two runs that trained identically (batches arriving in another order)
 "ORIGIN (proven) aten.set_...:1, inputs MATCH": a false origin, since the storage's bytes are an
 input the record does not hold. Now such records are listed as outside data and not judged, and
 the ops that read the data are compared as usual: a real data difference shows at its first
-reader (a RECEIVER), never hidden."""
+reader (a RECEIVER), never hidden. The received batches' ops are counted apart
+(``...@received:N``): how many arrive before a given op differs from run to run, and one shifted
+count of ``empty`` misaligned the program's own ``empty``s after it (false divergences where
+their uninitialised memory was read, as in DDP's gradient buckets)."""
 from __future__ import annotations
 
 import json
@@ -41,9 +44,12 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return {name: base / name for name in RUNS}
 
 
+def _records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "rank0" / "trace.jsonl").read_text().splitlines()[1:-1]]
+
+
 def _set_records(run: Path) -> list[dict]:
-    recs = [json.loads(line) for line in (run / "rank0" / "trace.jsonl").read_text().splitlines()[1:-1]]
-    return [r for r in recs if r.get("op", "").startswith("aten.set_.source_Storage")]
+    return [r for r in _records(run) if r.get("op", "").startswith("aten.set_.source_Storage")]
 
 
 def test_batches_arriving_in_another_order_are_no_divergence(runs):
@@ -54,6 +60,12 @@ def test_batches_arriving_in_another_order_are_no_divergence(runs):
     res = rep.ranks[0]
     assert not rep.diverged and res.first_divergence is None, res.first_divergence
     assert res.external_total >= 2 and all(e.name.startswith("aten.set_.source_Storage") for e in res.external)
+    # received batches are counted apart, so the program's own empty()s align in both runs
+    assert all(r["id"].startswith("aten.set_.source_Storage_storage_offset@received:") and r["meta"]["received"]
+               for r in a)
+    ids_a = [r["id"] for r in _records(runs["slow0"]) if r["op"] == "aten.empty.memory_format"]
+    ids_b = [r["id"] for r in _records(runs["slow1"]) if r["op"] == "aten.empty.memory_format"]
+    assert sorted(ids_a) == sorted(ids_b) and any("@received" in i for i in ids_a)
     assert res.records_compared >= 300  # the training ops that read the batches were compared, and matched
     text = format_report(rep)
     assert "record(s) of outside data not judged; no divergence" in text

@@ -756,3 +756,24 @@ def test_an_out_variants_output_buffer_is_no_input(tmp_path):
     assert [e["o"] for e in recs[0]["in"]] == [ordered(a), ordered(b)]  # no entry for buf's old contents
     assert [e["o"] for e in recs[0]["out"]] == [ordered(buf)]
     assert optrace._out_names(torch.ops.aten.max.dim_max) == {"max", "max_values"}
+
+
+def test_an_op_that_overwrites_every_element_does_not_read_self(tmp_path):
+    """``copy_``, ``fill_``, ``zero_`` and the random fills write every element of ``self`` from
+    their other arguments: ``self``'s old contents (garbage, for a buffer from ``empty``) are no
+    input of the record."""
+    src = torch.arange(4.0)
+
+    def run():
+        buf = torch.empty(4)
+        buf.copy_(src)
+        buf.fill_(2.0)
+        buf.zero_()
+        torch.manual_seed(0)
+        buf.uniform_()
+
+    recs = {r["op"]: r for r in trace(tmp_path, run)[1:-1] if "op" in r}
+    assert [e.get("o") for e in recs["aten.copy_.default"]["in"]] == [ordered(src)]
+    for op in ("aten.fill_.Scalar", "aten.zero_.default", "aten.uniform_.default"):
+        assert all(e["t"] == "args" for e in recs[op]["in"]), recs[op]["in"]  # scalars only, no tensor
+    assert recs["aten.copy_.default"]["out"][0]["o"] == ordered(src)

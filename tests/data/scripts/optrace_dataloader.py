@@ -5,7 +5,9 @@ process in a chosen order: with ``--slow-worker 0`` batch 1 arrives before batch
 ``--slow-worker 1`` the other way round. The training process rebuilds each batch from the
 worker's shared memory as it arrives (``aten.set_.source_Storage_storage_offset``); the loop
 consumes them in order, so two runs with different slow workers train identically.
-``--noisy-sample I`` adds run-to-run noise to sample I (the data really differ)."""
+``--noisy-sample I`` adds run-to-run noise to sample I (the data really differ). Each iteration
+also allocates an uninitialised buffer and views it (the differ must follow the garbage: the
+received batches' own ``empty``s must not shift the occurrence numbers of the program's)."""
 import argparse
 import os
 import time
@@ -45,6 +47,8 @@ loader = DataLoader(Samples(), batch_size=16, num_workers=2, shuffle=False)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for x, y in loader:
+    scratch = torch.empty(64)  # uninitialised, as DDP's gradient buckets are: read through a view below
+    scratch.view(8, 8)
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
