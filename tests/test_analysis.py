@@ -253,3 +253,18 @@ def test_a_bad_site_string_in_sites_jsonl_is_bad_input_with_file_and_line(tmp_pa
     assert main(["analyze", str(root), "-q"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sites.jsonl:3:" in err[0] and "layout 'XX'" in err[0]
+
+
+def test_the_no_launch_message_says_whether_the_site_ran_and_why_nothing_was_counted():
+    """A site whose ranges are in the capture but hold nothing the instruments count (on the CPU:
+    an ATen-native kernel such as layer norm's backward, which no library logs) is not "no launch
+    attributed (sites seen: <the same site>)": the message says it ran and why nothing is NAMED."""
+    from forensics.judge.analysis import no_launch_message
+
+    site = "aten.native_layer_norm_backward.default#1"
+    cpu = no_launch_message(site, [site], {"torch_profiler", "mkl", "sites", "cpuprobe"})
+    assert cpu.startswith(f"site {site} ran inside the window") and "profiler's word only" in cpu
+    gpu = no_launch_message("gemm:NT:acc0:grad1", ["gemm:NT:acc0:grad1#1", "gemm:NT:acc0:grad1#2"], {"cupti", "sites"})
+    assert "ran inside the window (gemm:NT:acc0:grad1#1, gemm:NT:acc0:grad1#2)" in gpu and "no kernel launch" in gpu
+    unseen = no_launch_message("gemm:TN:acc0:grad0", ["gemm:NT:acc0:grad1#1"], {"cupti", "sites"})
+    assert unseen == "no launch attributed to site gemm:TN:acc0:grad0 (sites seen: gemm:NT:acc0:grad1#1)"

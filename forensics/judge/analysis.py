@@ -599,6 +599,21 @@ def _rule(by_family: dict[str, int], sources: dict[str, str], not_confirmable: l
     return DISAGREE, f"launch counts differ: {text}"
 
 
+def no_launch_message(site: str, labels: list[str], instruments: set[str]) -> str:
+    """What to say when nothing was attributed to ``site``: that its ranges were not seen at all, or
+    (they were) that nothing inside them is what the instruments count. On the CPU backend that is
+    an op no library serves: ATen's own kernels have the profiler's word only."""
+    seen = [x for x in labels if x == site or x.split("#", 1)[0] == site]
+    if not seen:
+        return f"no launch attributed to site {site} (sites seen: {', '.join(labels[:8]) or 'none'})"
+    if "torch_profiler" in instruments and "cupti" not in instruments:
+        return (f"site {site} ran inside the window ({', '.join(seen[:4])}), but no op inside it calls a library "
+                "that a second instrument logs (oneDNN, oneMKL): ATen's own CPU kernels (layer norm, elementwise "
+                "ops, reductions) have the profiler's word only, so nothing there can be NAMED")
+    return (f"site {site} ran inside the window ({', '.join(seen[:4])}), but no kernel launch was attributed to its "
+            "ranges (no launch-recording instrument covered them, or the op launched no kernel)")
+
+
 # --------------------------------------------------------------------------- entry point
 def analyze(capture: str | Path | Capture, site: str | None = None, keep_going: bool = False) -> Analysis:
     """Load a capture directory and apply the two-instrument rule (offline; no GPU)."""
@@ -614,7 +629,7 @@ def analyze(capture: str | Path | Capture, site: str | None = None, keep_going: 
     missing = list(cap.missing)
     if site and not len(verdicts):
         labels = sorted(set(launches["site_label"].dropna()) | set(sites.get("label", pd.Series(dtype=str)).dropna()))
-        missing.append(f"no launch attributed to site {site} (sites seen: {', '.join(labels[:8]) or 'none'})")
+        missing.append(no_launch_message(site, labels, cap.instruments()))
     return Analysis(cap, site, launches, calls, sites, counts, verdicts, missing, notes, facts, losses)
 
 

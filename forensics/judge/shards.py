@@ -24,7 +24,7 @@ import pandas as pd
 
 from forensics.capture.directory import Capture, InstrumentFile, load_capture
 from forensics.errors import BadInput, doing
-from forensics.judge.analysis import KEYS, Analysis, analyze, file_rank, manifest_digest
+from forensics.judge.analysis import KEYS, Analysis, analyze, file_rank, manifest_digest, no_launch_message
 from forensics.parallel import available_cores, rank_span, run_groups, shard_outputs, workers_for  # noqa: F401 (available_cores: API)
 
 #: Most ranks one worker task analyses at once (bounds a worker's memory).
@@ -149,7 +149,7 @@ def merge(cap: Capture, parts: list[Part], site: str | None, ranks: list[int | N
     missing = list(cap.missing)
     if site and not len(verdicts):
         labels = sorted(set().union(*(p.labels for p in parts)) if parts else set())
-        missing.append(f"no launch attributed to site {site} (sites seen: {', '.join(labels[:8]) or 'none'})")
+        missing.append(no_launch_message(site, labels, cap.instruments()))
     empty = pd.DataFrame()
     return Analysis(cap, site, empty, empty, empty, counts, verdicts, missing, notes,
                     [x for p in parts for x in p.facts], [x for p in parts for x in p.losses],
