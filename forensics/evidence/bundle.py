@@ -83,10 +83,13 @@ class Bundle:
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     sections: list[dict[str, Any]] = field(default_factory=list)  # {"title", "markdown", "data"} from other tools
+    #: "cpu" when the capture's instruments are the CPU backend's (profiler, oneDNN, oneMKL logs), else "cuda"
+    device: str = "cuda"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": "forensics.bundle", "version": 1, "tool_version": __version__, "synthetic": self.synthetic,
+            "device": self.device,
             "capture": self.capture, "site": self.site, "focus": self.focus,
             "verdicts": records(self.verdicts), "counts": records(self.counts),
             "kernels": records(self.kernels), "problems": records(self.problems),
@@ -157,14 +160,36 @@ def collect(capture_dir: str | Path | Evidence, site: str | None = None) -> tupl
     counts = an.counts[[in_site(s) for s in an.counts["scope"]]] if an is not None and len(an.counts) \
         else pd.DataFrame()
     kernels, problems = _kernels_and_problems(ev, site)
+    missing = list(getattr(an, "missing", []) or [])
+    if site and not len(verdicts):  # say whether the site ran and why nothing was counted in it
+        from forensics.judge.analysis import no_launch_message  # noqa: PLC0415
+
+        labels = sorted({str(x) for x in ev.sites["label"].dropna()}) if "label" in ev.sites else []
+        instruments = set(ev.capture.instruments()) if ev.capture is not None else set()
+        message = no_launch_message(site, labels, instruments)
+        if message not in missing:
+            missing.append(message)
     bundle = Bundle(
         capture=Path(_capture_name(ev)).name, site=site, focus=focus,
         synthetic=bool(ev.manifest.get("synthetic")), comparison=comparison, discriminator_site=disc_site,
         discriminator_gemm=disc_gemm, toggles=toggles, verdicts=verdicts.reset_index(drop=True),
         counts=counts.reset_index(drop=True), kernels=kernels, problems=problems,
-        environment=_environment(ev), missing=list(getattr(an, "missing", []) or []),
-        notes=list(getattr(an, "notes", []) or []))
+        environment=_environment(ev), missing=missing,
+        notes=list(getattr(an, "notes", []) or []), device=_device(ev))
     return bundle, ev
+
+
+#: instruments of the CUDA pipeline; a capture with none of them and the profiler's CPU trace is the CPU backend's
+_CUDA_INSTRUMENTS = frozenset({"cupti", "kineto", "nsys", "nsys_rep", "ncu", "ncu_csv", "cublaslt", "cublas"})
+
+
+def _device(ev: Evidence) -> str:
+    """"cpu" for a capture of the CPU backend (its counts are implementation-op executions), else "cuda"."""
+    try:
+        present = set(ev.capture.instruments()) if ev.capture is not None else set()
+    except Exception:  # noqa: BLE001 - the report then speaks of launches, as before
+        return "cuda"
+    return "cpu" if "torch_profiler" in present and not present & _CUDA_INSTRUMENTS else "cuda"
 
 
 def _site_rows(ev: Evidence, site: str | None) -> pd.DataFrame:
@@ -318,14 +343,18 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
                "How to read this: docs/verdicts.md; what is where: docs/bundle.md.\n")
 
     out.append("## Verdict\n")
-    cpu = bool(len(b.counts)) and any(c in b.counts.columns and b.counts[c].fillna(0).astype(bool).any()
-                                      for c in ("torch_profiler",))
+    cpu = b.device == "cpu" or (bool(len(b.counts)) and any(
+        c in b.counts.columns and b.counts[c].fillna(0).astype(bool).any() for c in ("torch_profiler",)))
     unit = "implementation-op execution count" if cpu else "launch count"
     named = b.verdicts[b.verdicts["verdict"] == NAMED] if len(b.verdicts) else b.verdicts
     if len(named):
         kernels = sorted(set(named["kernel"].astype(str)))
         out.append(f"**NAMED** (two independent instruments agree on the {unit}) at {len(named)} "
                    f"(arm, rank, occurrence) scope(s): " + ", ".join(f"`{k}`" for k in kernels) + ".\n")
+    elif cpu:
+        out.append("**NOT NAMED**: no implementation of this site was confirmed by two independent instruments "
+                   "(see the execution counts and what is missing); the identities below are what single "
+                   "instruments saw.\n")
     else:
         out.append("**NOT NAMED**: no kernel of this site was confirmed by two independent instruments "
                    "(see the launch counts); the identities below are what single instruments saw.\n")
@@ -334,7 +363,8 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
         out.append(f"- focus `{b.focus}`, arm `{r['arm']}` rank {r['rank']}: `{r.get('short_name') or r['kernel']}` "
                    f"**{r['verdict']}** ({r['reason']})")
     if b.focus and not len(focus):
-        out.append(f"- focus `{b.focus}`: no instrument counted a kernel launch in this occurrence")
+        what = "an implementation-op execution (an op that calls oneDNN or oneMKL)" if cpu else "a kernel launch"
+        out.append(f"- focus `{b.focus}`: no instrument counted {what} in this occurrence")
     out.append("")
     for p in b.comparison.pairs:
         if not p.comparable:
@@ -353,7 +383,10 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
                    "block stay empty; `launches` counts executions):\n")
     else:
         out.append("Symbols as the instruments reported them (mangled) and demangled (cxxfilt):\n")
-    if b.kernels.empty:
+    if b.kernels.empty and cpu:
+        out.append("No implementation op was attributed to this site (no profiler op that calls oneDNN or oneMKL "
+                   "inside its occurrences): the implementation is unknown, not guessed.\n")
+    elif b.kernels.empty:
         out.append("No instrument attributed a kernel launch to this site (no CUPTI/nsys/Kineto/ncu record "
                    "tied to its occurrences): the kernel is unknown, not guessed.\n")
     out.append(_md_table(b.kernels, ["arm", "family", "launches", "grid", "block", "instrument", "mangled",
@@ -386,7 +419,7 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     out.append("\nTwo-instrument rule, per scope:\n")
     out.append(_md_table(b.verdicts, ["arm", "rank", "scope", "short_name", "verdict", "reason"]))
     if b.missing:
-        out.append("\nMissing instruments: " + "; ".join(b.missing) + "\n")
+        out.append("\nMissing: " + "; ".join(b.missing) + "\n")
 
     out.append("## Arms\n")
     for p in b.comparison.pairs:
@@ -422,18 +455,27 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     out.append(_md_table(env))
 
     out.append("## Plot\n")
-    out.append(f"![kernel launches per arm]({plot_name})\n" if plot_name else f"No plot: {plot_note}\n")
+    alt = "implementation-op executions per arm" if cpu else "kernel launches per arm"
+    out.append(f"![{alt}]({plot_name})\n" if plot_name else f"No plot: {plot_note}\n")
 
     out.append("## Files\n")
-    out.append("- `evidence.json`: everything above, machine-readable\n- `raw/`: the site's own records "
-               "(site JSONL, CUPTI records of its launches, cuBLASLt lines of its calls)\n- `manifest.yaml`: "
-               "the capture manifest, redacted\n- `repro.py`: standalone repro (torch only): `python repro.py`\n")
+    raw = ("site JSONL, the oneDNN and oneMKL lines of its calls" if cpu
+           else "site JSONL, CUPTI records of its launches, cuBLASLt lines of its calls")
+    out.append(f"- `evidence.json`: everything above, machine-readable\n- `raw/`: the site's own records ({raw})\n"
+               "- `manifest.yaml`: the capture manifest, redacted\n- `repro.py`: standalone repro (torch only): "
+               "`python repro.py`\n")
 
     out.append("## Limits\n")
-    out.append("What happens inside the kernel (why it is nondeterministic: atomics, split-K reduction order, "
-               "stream-K scheduling) is not observable from these instruments; it needs Nsight Compute source "
-               "counters or the library owner (docs/limits.md). `repro.py` uses random inputs of the captured "
-               "shapes, not the captured values.\n")
+    if cpu:
+        out.append("What happens inside the implementation (why it is nondeterministic: how its threads split a "
+                   "reduction, the CNR mode, the ISA path taken) is not observable from these instruments; it needs "
+                   "the library's own controls (MKL_CBWR, ONEDNN_ settings) or the library owner (docs/limits.md). "
+                   "`repro.py` uses random inputs of the captured shapes, not the captured values.\n")
+    else:
+        out.append("What happens inside the kernel (why it is nondeterministic: atomics, split-K reduction order, "
+                   "stream-K scheduling) is not observable from these instruments; it needs Nsight Compute source "
+                   "counters or the library owner (docs/limits.md). `repro.py` uses random inputs of the captured "
+                   "shapes, not the captured values.\n")
     return "\n".join(out) + "\n"
 
 

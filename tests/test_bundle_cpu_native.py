@@ -1,0 +1,68 @@
+"""A CPU-backend capture whose site runs one of ATen's own kernels (layer norm's backward): no
+library logs it, so only the profiler sees it and nothing can be NAMED. Captured for real with
+`forensics kernel --device cpu`; the bundle must speak of the CPU backend (implementation ops,
+execution counts, the library logs), not of CUPTI, launches and cuBLASLt as it did, and say that
+the site ran and why nothing was counted in it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+SITE = "aten.native_layer_norm_backward.default"
+PROGRAM = textwrap.dedent("""
+    import torch
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.LayerNorm(128), torch.nn.Linear(128, 4))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        m(torch.randn(16, 64)).pow(2).mean().backward()
+        opt.step()
+""")
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "forensics.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600)
+
+
+def _report(tgz: Path) -> tuple[str, dict]:
+    with tarfile.open(tgz) as t:
+        names = t.getnames()
+        report = t.extractfile(next(n for n in names if n.endswith("/report.md"))).read().decode()
+        evidence = json.loads(t.extractfile(next(n for n in names if n.endswith("/evidence.json"))).read())
+    return report, evidence
+
+
+def test_a_native_kernel_site_bundle_speaks_of_the_cpu_backend(tmp_path):
+    (tmp_path / "ln.py").write_text(PROGRAM)
+    cap = tmp_path / "cap"
+    proc = _cli("kernel", "--device", "cpu", "--site", f"{SITE}#1", "--steps", "0", "--out", str(cap), "--",
+                sys.executable, str(tmp_path / "ln.py"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # 1: nothing NAMED
+    assert f"site {SITE}#1 ran inside the window" in proc.stdout and "profiler's word only" in proc.stdout
+    proc = _cli("bundle", str(cap), "-o", str(tmp_path / "b.tgz"), "--site", f"{SITE}#1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report, evidence = _report(tmp_path / "b.tgz")
+    assert evidence["device"] == "cpu"
+    assert "no implementation of this site was confirmed" in report and "## Execution counts per instrument" in report
+    assert "CUPTI" not in report and "cuBLASLt" not in report
+    assert any("profiler's word only" in m for m in evidence["missing"])
+
+
+def test_the_shipped_cpu_capture_is_a_cpu_bundle(tmp_path):
+    proc = _cli("bundle", str(REPO / "tests/fixtures/cpu/conv1d-threads"), "-o", str(tmp_path / "c.tgz"), "--site",
+                "aten.convolution.default#1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report, evidence = _report(tmp_path / "c.tgz")
+    assert evidence["device"] == "cpu" and "**NAMED**" in report
