@@ -198,10 +198,12 @@ class SiteProbe:
             if collector is not None:
                 collector.pop_external_id()
             self._range_end(rng)
+        # every tensor output: an op with several (layer norm's backward: grad_input, grad_weight,
+        # grad_bias) can differ in any of them, and "bits unchanged" must cover them all
         outs = [stage(t) if digests else describe(t)
                 for t in (out if isinstance(out, (list, tuple)) else [out]) if _tensorish(t)]
         rec = {"event": "site", "arm": self.cfg.arm, "iteration": self.window.step, "site": site, "occurrence": occ,
-               "label": label, "external_id": ext, "in": ins, "out": outs[:1], "rank": self.rank, "pid": self.pid,
+               "label": label, "external_id": ext, "in": ins, "out": outs, "rank": self.rank, "pid": self.pid,
                "op": op, "meta": meta}
         if bracket is not None:
             rec["cpu"] = bracket

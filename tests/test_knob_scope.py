@@ -234,3 +234,16 @@ def test_docs_catalog_entries_are_generated_from_the_yaml():
 
     doc = (Path(__file__).parents[1] / "docs" / "knob-catalog.md").read_text()
     assert catalog_markdown() in doc, "regenerate: python -m forensics.knobs.catalog"
+
+
+def test_a_bit_change_with_nothing_captured_does_not_claim_kernel_and_algo_unchanged():
+    from types import SimpleNamespace
+
+    from forensics.knobs.dynamic import reach_line
+
+    r = SimpleNamespace(toggle={"OMP_NUM_THREADS": "1"}, kernel_changed=None, algo_changed=None, comparable=True,
+                        bits_changed=True, baseline_run_to_run="bit-identical at 1 occurrence(s)")
+    assert reach_line(r).endswith("(bits changed while the replica arms are bit-identical; kernel and algo not both "
+                                  "captured)")
+    r.kernel_changed = r.algo_changed = False
+    assert reach_line(r).endswith("kernel and algo unchanged)")

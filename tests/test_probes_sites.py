@@ -262,3 +262,24 @@ def test_ordered_digest_is_chunked_with_the_same_value(monkeypatch):
     assert digests.ordered_device(x).item() == whole
     assert digests.ordered_device(x[torch.randperm(x.numel())]).item() != whole
     assert torch.hash_tensor(x[torch.randperm(x.numel())]).item() == torch.hash_tensor(x).item()
+
+
+def test_a_site_with_several_outputs_records_them_all(tmp_path):
+    """Layer norm's backward returns grad_input, grad_weight and grad_bias; with more threads only
+    the last two change (their reductions split differently). The probe recorded the first output
+    only, so `forensics knob OMP_NUM_THREADS` said "bits unchanged" at a site whose bits changed."""
+    site = "aten.native_layer_norm_backward.default"
+    cfg = ProbeConfig(out_dir=str(tmp_path), site=site, steps="0")
+    window = StepWindow(parse_steps("0"))
+    probe = install(cfg, window, tmp_path / "rank0", 0)
+    window.start()
+    ln = torch.nn.LayerNorm(16)
+    x = torch.randn(8, 16, requires_grad=True)
+    ln(x).pow(2).sum().backward()
+    window.close()
+    probe.close()
+    rec = next(r for r in lines(tmp_path / "rank0" / "sites.jsonl") if r.get("event") == "site")
+    assert rec["label"] == f"{site}#1"
+    assert [o["shape"] for o in rec["out"]] == [[8, 16], [16], [16]]
+    o = lambda t: int(__import__("probes.digests", fromlist=["x"]).ordered_device(t).item()) % (1 << 64)  # noqa: E731
+    assert [d["ohash"] for d in rec["out"][1:]] == [o(ln.weight.grad), o(ln.bias.grad)]

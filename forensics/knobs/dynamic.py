@@ -200,7 +200,8 @@ def reach_line(r: Any) -> str:
     run_to_run = getattr(r, "baseline_run_to_run", None)
     replicas_equal = bool(run_to_run) and "bit-identical" in run_to_run
     if getattr(r, "bits_changed", None) and replicas_equal:
-        return f"{knob}: REACHES the site (bits changed while the replica arms are bit-identical; kernel and algo unchanged)"
+        seen = "kernel and algo unchanged" if kernel is False and algo is False else "kernel and algo not both captured"
+        return f"{knob}: REACHES the site (bits changed while the replica arms are bit-identical; {seen})"
     if kernel is False and algo is False:
         return f"{knob}: change NOT SEEN at the site (kernel and algo descriptor unchanged)"
     return f"{knob}: reach UNKNOWN (kernel/algo not captured at the site)"

@@ -1,0 +1,44 @@
+"""`forensics knob OMP_NUM_THREADS` at a site with several outputs, for real on the CPU backend.
+Layer norm's backward under one intra-op thread against two: grad_input stays the same, grad_weight
+and grad_bias change (their reductions split by thread). The site probe recorded the first output
+only, so the dynamic verdict was "bits unchanged" and "reach UNKNOWN" where the knob reaches the
+site. The kernel is ATen's own (no library logs it), so kernel and algo are not captured: the
+verdict rests on the bits, with the replica arms bit-identical, and says so."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+PROGRAM = textwrap.dedent("""
+    import torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.Linear(512, 8))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        m(torch.randn(64, 256)).pow(2).mean().backward()
+        opt.step()
+""")
+
+
+def test_omp_num_threads_reaches_layer_norm_backward(tmp_path):
+    script = tmp_path / "ln.py"
+    script.write_text(PROGRAM)
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}  # the baseline arms: two threads
+    proc = subprocess.run([sys.executable, "-m", "forensics.cli", "knob", "OMP_NUM_THREADS", "--site",
+                           "aten.native_layer_norm_backward.default", "--device", "cpu", "--values", "1", "--steps",
+                           "0", "--out", str(tmp_path / "cap"), "--", sys.executable, str(script)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    out = proc.stdout
+    assert "OMP_NUM_THREADS=1: kernel unknown, algo unknown, bits CHANGED (vs a1)" in out, out[-2000:]
+    assert ("OMP_NUM_THREADS=1: REACHES the site (bits changed while the replica arms are bit-identical; kernel "
+            "and algo not both captured)") in out
