@@ -423,7 +423,9 @@ def _short_desc(t: Any) -> dict[str, Any]:
 
 
 def _operands(call, args: tuple, kwargs: dict[str, Any]) -> list[Any]:  # noqa: ANN001
-    """The call's tensors in cuBLAS order: A, B, then C/bias (``self``) when present."""
+    """The call's tensors in cuBLAS order: A, B, then C/bias (``self``) when present, then every
+    other tensor argument in argument order (``_scaled_mm``'s scales and bias: inputs of the result
+    too, so "inputs matched" must cover them); never an ``out=`` buffer (written, not read)."""
     base = call.op.split(".")[1]
     with_self = base in ("addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "_addmm_activation")
     if with_self:
@@ -438,6 +440,10 @@ def _operands(call, args: tuple, kwargs: dict[str, Any]) -> list[Any]:  # noqa: 
     out = [mat2, mat1] if a_is_mat2 else [mat1, mat2]
     if _tensorish(self_t):
         out.append(self_t)
+    from torch.utils._pytree import tree_leaves  # noqa: PLC0415
+
+    rest = (args, {k: v for k, v in kwargs.items() if k != "out"})
+    out.extend(t for t in tree_leaves(rest) if _tensorish(t) and not any(t is x for x in out))
     return out
 
 

@@ -283,3 +283,23 @@ def test_a_site_with_several_outputs_records_them_all(tmp_path):
     assert [o["shape"] for o in rec["out"]] == [[8, 16], [16], [16]]
     o = lambda t: int(__import__("probes.digests", fromlist=["x"]).ordered_device(t).item()) % (1 << 64)  # noqa: E731
     assert [d["ohash"] for d in rec["out"][1:]] == [o(ln.weight.grad), o(ln.bias.grad)]
+
+
+def test_a_scaled_gemm_site_records_its_scales_as_inputs(tmp_path):
+    """``torch._scaled_mm`` (FP8): the result depends on scale_a and scale_b too. The probe recorded
+    A and B only, so two runs whose scales differed read as "inputs matched, output differs": an
+    origin at the GEMM that was not one."""
+    cfg = ProbeConfig(out_dir=str(tmp_path), steps="0")
+    window = StepWindow(parse_steps("0"))
+    probe = install(cfg, window, tmp_path / "rank0", 0)
+    window.start()
+    a = torch.randn(16, 32).to(torch.float8_e4m3fn)
+    b = torch.randn(16, 32).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.tensor(0.5), torch.tensor(2.0)
+    torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    window.close()
+    probe.close()
+    rec = next(r for r in lines(tmp_path / "rank0" / "sites.jsonl") if r.get("event") == "site")
+    assert rec["op"] == "aten._scaled_mm.default"
+    assert [i["shape"] for i in rec["in"]] == [[32, 16], [16, 32], [], []]  # cuBLAS A, B, then the two scales
+    assert [i["dtype"] for i in rec["in"][2:]] == ["float32", "float32"]
