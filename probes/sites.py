@@ -490,6 +490,8 @@ def wrap_transformer_engine(probe: SiteProbe) -> bool:
         inputs = [x for x in (a, b) if _tensorish(x)]
         if acc and _tensorish(bound.get("out")):
             inputs.append(bound["out"])
+        if not grad and _tensorish(bound.get("bias")):  # fprop adds the bias (in backward TE writes its gradient there)
+            inputs.append(bound["bias"])
         meta = {"layout": site.split(":")[1], "accumulate": acc, "grad": grad, "te": True,
                 "operands": [{"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")} for x in inputs]}
         return probe.around(site, f"transformer_engine.{TE_ENTRY}", meta, inputs, lambda: orig(*args, **kwargs),

@@ -220,6 +220,8 @@ def test_transformer_engine_entry_point_is_wrapped_and_named_from_te_args(tmp_pa
         a = A.t() if layout[0] == "T" else A
         b = B.t() if layout[1] == "T" else B
         d = torch.mm(b, a)
+        if bias is not None and not grad:
+            d = d + bias
         if accumulate and out is not None:
             out.add_(d)
             return out
@@ -240,6 +242,8 @@ def test_transformer_engine_entry_point_is_wrapped_and_named_from_te_args(tmp_pa
     main_grad = torch.zeros(6, 4)
     assert torch.equal(linear.general_gemm(x, dy, None, layout="NT", grad=True), dy.t() @ x)  # wgrad
     linear.general_gemm(x, dy, None, layout="NT", grad=True, accumulate=True, out=main_grad)
+    w, bias = torch.randn(6, 4), torch.randn(6)
+    linear.general_gemm(w, x, None, layout="TN", bias=bias)  # fprop with a bias: an input too
     window.advance()
     probe.close()
     recs = [r for r in lines(tmp_path / "rank0" / "sites.jsonl") if r["event"] == "site"]
@@ -247,8 +251,9 @@ def test_transformer_engine_entry_point_is_wrapped_and_named_from_te_args(tmp_pa
     # the aten mm inside the stand-in is named too (a real TE GEMM would not reach aten)
     assert "gemm:NT:acc0:grad1#1" in labels and "gemm:NT:acc1:grad1#1" in labels
     te = [r for r in recs if r["op"] == "transformer_engine.general_gemm"]
-    assert [r["site"] for r in te] == ["gemm:NT:acc0:grad1", "gemm:NT:acc1:grad1"]
+    assert [r["site"] for r in te] == ["gemm:NT:acc0:grad1", "gemm:NT:acc1:grad1", "gemm:TN:acc0:grad0"]
     assert len(te[1]["in"]) == 3 and te[1]["meta"]["te"] is True
+    assert [i["shape"] for i in te[2]["in"]] == [[6, 4], [8, 4], [6]]  # A, B, then the bias fprop adds
 
 
 def test_ordered_digest_is_chunked_with_the_same_value(monkeypatch):
