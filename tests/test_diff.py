@@ -253,3 +253,35 @@ def test_mixed_formats_refused_with_one_line(tmp_path, capsys):
     assert "megatron" in str(e.value) and "native" in str(e.value) and str(MEGATRON_RUN) in str(e.value)
     assert main(["diff", str(good), str(MEGATRON_RUN)]) == 3
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def _rnn_records(ws: str, grads: str) -> list[dict]:
+    """SYNTHETIC oneDNN RNN layer and its backward: outputs (output, hy, cy, workspace)."""
+    return [
+        rec("aten.mkldnn_rnn_layer.default", 1, [tensor("x"), tensor("w")],
+            [tensor("out"), tensor("hy"), tensor("cy"), tensor(ws, shape=(64,), dtype="uint8")]),
+        rec("aten.mkldnn_rnn_layer_backward.default", 1,
+            [tensor("x"), tensor("w"), tensor("out"), tensor(ws, shape=(64,), dtype="uint8")], [tensor(grads)]),
+        rec("aten.sum.default", 1, [tensor(grads)], [tensor(f"s{grads}", shape=())]),
+    ]
+
+
+def test_a_library_workspace_that_differs_alone_is_passed_over(tmp_path):
+    """oneDNN's (and cuDNN's) RNN workspace output holds scratch it never initialises in full: two
+    identical runs of an LSTM on the CPU differed only there (a false ORIGIN at
+    aten.mkldnn_rnn_layer.default:1). It is passed over; its backward, whose grads match, too."""
+    a = write_trace(tmp_path / "a", {0: _rnn_records("ws1", "g")})
+    b = write_trace(tmp_path / "b", {0: _rnn_records("ws2", "g")})
+    res = diff_paths(a, b).ranks[0]
+    assert res.first_divergence is None
+    assert [x.name for x in res.artifacts] == ["aten.mkldnn_rnn_layer.default"]
+    assert "workspace" in res.artifacts[0].artifact
+
+
+def test_a_reader_of_a_differing_workspace_whose_outputs_differ_is_judged(tmp_path):
+    """The workspace is followed only while it changes nothing: a backward whose grads differ is
+    judged (a RECEIVER: its workspace input differs), never passed through as artifact-derived."""
+    a = write_trace(tmp_path / "a", {0: _rnn_records("ws1", "g1")})
+    b = write_trace(tmp_path / "b", {0: _rnn_records("ws2", "g2")})
+    d = diff_paths(a, b).ranks[0].first_divergence
+    assert d is not None and d.name == "aten.mkldnn_rnn_layer_backward.default" and d.verdict == RECEIVER

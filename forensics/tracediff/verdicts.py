@@ -37,6 +37,10 @@ UNINITIALISED_OPS = re.compile(r"(^|\.)(empty|empty_like|empty_strided|empty_per
 EXTERNAL_DATA_OPS = re.compile(r"(^|\.)(set_\.source_Storage|from_file(\.|$))")
 #: Resizes: a resize that grows a tensor leaves its new elements uninitialised (an artifact then).
 RESIZE_OPS = re.compile(r"(^|\.)(resize_|resize_as_)(\.|$)")
+#: Outputs that are a library's opaque workspace, kept for the backward pass (by op base name: the
+#: indexes of those outputs): oneDNN's and cuDNN's RNN workspaces hold scratch the library never
+#: initialises in full, so identical runs differ there while the op's real outputs match.
+WORKSPACE_OUTPUTS = {"mkldnn_rnn_layer": frozenset({3}), "_cudnn_rnn": frozenset({3}), "miopen_rnn": frozenset({3})}
 #: Copies that may be read by the tracer while still in flight when ``non_blocking=True``.
 ASYNC_COPY_OPS = re.compile(r"(^|\.)(_to_copy|copy_|copy|to)(\.|$)")
 #: Ops that cannot by themselves make a difference from equal inputs (one-hop-later rule).
@@ -185,6 +189,15 @@ def artifact_reason(rec: TraceRecord) -> str | None:
         return "non_blocking copy read while possibly in flight"
     if RESIZE_OPS.search(rec.name) and _grew(rec):
         return "resize_ grew the tensor: its new elements are uninitialised memory"
+    return None
+
+
+def workspace_reason(rec: TraceRecord, differing: list[int]) -> str | None:
+    """Why a record whose only differing outputs are a library's opaque workspace is an artifact."""
+    slots = WORKSPACE_OUTPUTS.get(base_op(rec.name))
+    if slots and differing and set(differing) <= slots:
+        return ("a library's workspace output (kept for the backward pass; scratch the library does not initialise "
+                "in full): the op's real outputs match")
     return None
 
 
@@ -352,5 +365,5 @@ def after_control_flow(d: Divergence) -> Divergence:
 
 __all__ = [
     "AFTER_CONTROL_FLOW", "CONTROL_FLOW", "INPUTS_UNKNOWN", "ORIGIN", "RECEIVER", "Divergence", "RankResult",
-    "artifact_reason", "external_reason", "base_op", "control_flow", "judge", "site_of", "UNPROVEN",
+    "artifact_reason", "external_reason", "workspace_reason", "base_op", "control_flow", "judge", "site_of", "UNPROVEN",
 ]

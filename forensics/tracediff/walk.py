@@ -44,6 +44,7 @@ from forensics.tracediff.verdicts import (
     external_reason,
     judge,
     site_of,
+    workspace_reason,
 )
 
 #: records of the other side held while looking for a counterpart; bounds the differ's memory
@@ -116,6 +117,9 @@ class RankWalker:
         self.border: deque[TraceRecord] = deque()  # B records read so far, in B's order
         self.b_done = False
         self.tainted = _BoundedSet(4 * self.window)  # (A key, B key) of tensors derived from artifacts
+        #: (A key, B key) of library workspaces (partly uninitialised scratch): a reader whose only
+        #: differing inputs they are passes while its outputs match; whose outputs differ is judged
+        self.workspaces = _BoundedSet(4 * self.window)
         self.site_counts: Counter = Counter()
         self._uninit: dict[str, bool] = {}  # op name -> its outputs are uninitialised memory
         self._steps_seen: set = set()
@@ -162,6 +166,7 @@ class RankWalker:
         if not pre.pairs:
             self.site_counts.clear()
             self.tainted.clear()
+            self.workspaces.clear()
             return 0
         res = self.result
         res.records_compared += pre.pairs
@@ -249,6 +254,12 @@ class RankWalker:
             self._steps_seen.add(rec.step)
             self.result.steps.append(rec.step)
 
+    def _only_from(self, keys: _BoundedSet, a: TraceRecord, b: TraceRecord, inputs: ListTest) -> bool:
+        """Whether every differing input of the pair is one of ``keys`` (artifact-derived values)."""
+        return inputs.status == DIFFER and bool(inputs.differing) and all(
+            i < len(a.inputs) and i < len(b.inputs) and any(p in keys for p in _pairs(a.inputs[i], b.inputs[i]))
+            for i in inputs.differing)
+
     def _taint(self, x: Any, y: Any) -> None:
         """Remember a tensor of A and its counterpart in B as artifact-derived (every digest kind)."""
         for p in _pairs(x, y):
@@ -286,22 +297,25 @@ class RankWalker:
         inputs = compare_tensors(a.inputs, b.inputs, self.use_ordered)
         if not outputs_differ and inputs.status != DIFFER:
             return None
-        tainted = inputs.status == DIFFER and bool(inputs.differing) and all(
-            i < len(a.inputs) and i < len(b.inputs) and any(p in self.tainted for p in _pairs(a.inputs[i], b.inputs[i]))
-            for i in inputs.differing)
+        tainted = self._only_from(self.tainted, a, b, inputs)
         if not outputs_differ:  # inputs differ, outputs match or were not recorded
-            if tainted:
+            if tainted or self._only_from(self.workspaces, a, b, inputs):  # noise that did not reach the outputs
                 return None
             if out_same:  # say what the match rests on (a screen, or proof)
                 outputs = compare_tensors(a.outputs, b.outputs, self.use_ordered)
             return judge(self.rank, a, b, inputs, outputs)
-        reason = artifact_reason(a)
+        workspace = workspace_reason(a, outputs.differing)
+        reason = artifact_reason(a) or workspace
         if reason is None and tainted:
             reason = "consumes only artifact-derived inputs (passed through)"
         if reason is not None:
             for i in outputs.differing:
                 if i < len(a.outputs) and i < len(b.outputs):
-                    self._taint(a.outputs[i], b.outputs[i])
+                    if reason is workspace:  # followed only while it changes nothing (a reader whose
+                        for p in _pairs(a.outputs[i], b.outputs[i]):  # outputs differ is judged)
+                            self.workspaces.add(p)
+                    else:
+                        self._taint(a.outputs[i], b.outputs[i])
             res.artifacts_total += 1
             if len(res.artifacts) < MAX_LISTED:
                 d = judge(self.rank, a, b, inputs, outputs)
