@@ -369,6 +369,37 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int64)
 
 
+def _raw(x: torch.Tensor) -> Any:
+    """A contiguous CPU tensor's bytes, read in place through ctypes (a buffer xxh3 reads). Never
+    ``x.numpy()``: that marks the tensor's storage not resizable for good, and FSDP resizes an
+    unsharded parameter's storage to nothing after use; a traced FSDP program died there
+    ("Trying to resize storage that is not resizable")."""
+    _check_readable(x)
+    n = x.numel() * x.element_size()
+    return (ctypes.c_char * n).from_address(x.data_ptr()) if n else b""
+
+
+def _check_readable(x: torch.Tensor) -> None:
+    """Raise unless ``x`` is a plain strided CPU tensor whose storage holds every element it reaches:
+    anything else (a DTensor, as FSDP2's parameters are; a freed storage) has no memory of its own
+    at ``data_ptr`` to read, and reading there kills the process."""
+    if x.__class__ not in _PLAIN or not x.is_cpu or x.layout is not _STRIDED or not holds_elements(x):
+        raise TypeError("no memory of its own to read in place")
+
+
+def _np_words(x: torch.Tensor, word: Any) -> np.ndarray:
+    """A CPU tensor's elements as unsigned words of its element size (numpy ``word``), a read-only
+    view with its own strides over its memory, through ctypes (see :func:`_raw`)."""
+    _check_readable(x)
+    if x.numel() == 0:
+        return np.empty(tuple(x.shape), dtype=word)
+    size = x.element_size()
+    span = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
+    base = np.frombuffer((ctypes.c_char * (span * size)).from_address(x.data_ptr()), dtype=word, count=span)
+    return np.lib.stride_tricks.as_strided(base, shape=tuple(x.shape), strides=tuple(st * size for st in x.stride()),
+                                           writeable=False)
+
+
 def ordered_cpu(t: torch.Tensor) -> str | None:
     """Order-sensitive digest of a CPU tensor: xxh3-64 over its bytes in row-major order (a
     non-contiguous tensor is read in bounded row-major pieces, :func:`row_major_pieces`, fed to
@@ -380,16 +411,11 @@ def ordered_cpu(t: torch.Tensor) -> str | None:
     size = x.element_size()
     if size not in _INT_OF_SIZE:
         return None
-    word = _INT_OF_SIZE[size]
     if x.is_contiguous():
-        if x.dtype != word:
-            x = x.view(word)
-        if x.dim() == 0:
-            x = x.reshape(1)
-        return format(_xxh3(memoryview(x.numpy()).cast("B")), "016x")
+        return format(_xxh3(_raw(x)), "016x")
     h = _xxh3_stream()
     for _start, piece in row_major_pieces(x):
-        h.update(memoryview((piece.view(word) if piece.dtype != word else piece).numpy()).cast("B"))
+        h.update(_raw(piece.contiguous()))  # pieces are row-major already: contiguous() is no copy
     return format(h.intdigest(), "016x")
 
 
@@ -418,10 +444,7 @@ def ordered_cpu_layout(t: torch.Tensor) -> tuple[str | None, list[int] | None]:
     size = x.element_size()
     if size not in _INT_OF_SIZE:
         return None, None
-    y = x.permute(order)
-    if y.dtype != _INT_OF_SIZE[size]:
-        y = y.view(_INT_OF_SIZE[size])
-    return format(_xxh3(memoryview(y.numpy()).cast("B")), "016x"), order
+    return format(_xxh3(_raw(x.permute(order))), "016x"), order  # dense: its memory, read in place
 
 
 def xor_cpu(t: torch.Tensor) -> str | None:
@@ -431,8 +454,7 @@ def xor_cpu(t: torch.Tensor) -> str | None:
     size = x.element_size()
     if size not in _XOR_WORD or x.is_complex() or x.is_conj() or x.is_neg() or x.dtype == torch.bool:
         return None
-    arr = x.numpy()
-    return format(int(np.bitwise_xor.reduce(arr.view(_XOR_WORD[size]), axis=None)), "016x")
+    return format(int(np.bitwise_xor.reduce(_np_words(x, _XOR_WORD[size]), axis=None)), "016x")
 
 
 class _Digest:
@@ -631,15 +653,14 @@ class OpTracer(TorchDispatchMode):
             entry["ev"] = "metadata"
             return entry
         if (word is not None and numel and not chunks and t.is_cpu and t.__class__ in _PLAIN and t.layout is _STRIDED
-                and not t.is_neg()):  # a numpy view: the XOR digest, or a transposed weight in memory order
+                and not t.is_neg()):  # its memory in place: the XOR digest, or a transposed weight in memory order
             try:
-                x = t.detach() if t.requires_grad else t  # numpy() refuses a tensor that requires grad
-                arr = x.numpy()
+                x = t
                 if not ordered or _xxh3 is None or xor:
-                    entry["h"] = format(int(np.bitwise_xor.reduce(arr.view(word), axis=None)), "016x")
+                    entry["h"] = format(int(np.bitwise_xor.reduce(_np_words(x, word), axis=None)), "016x")
                 if ordered and _xxh3 is not None:  # alone, it proves equality and difference
-                    if arr.flags.c_contiguous:  # xxh3 reads a C-contiguous array's buffer as its bytes
-                        entry["o"] = format(_xxh3(arr), "016x")
+                    if x.is_contiguous():  # its bytes, read in place
+                        entry["o"] = format(_xxh3(_raw(x)), "016x")
                     else:  # a transposed weight in memory order (its "ol"), or a row-major copy
                         o, layout = ordered_cpu_layout(x)
                         if o is None:
@@ -650,7 +671,8 @@ class OpTracer(TorchDispatchMode):
                 return entry
             except Exception:  # noqa: BLE001 - the general path below decides
                 entry = {"s": entry["s"], "t": entry["t"], "n": numel}
-        if t.is_sparse or t.is_quantized or t.device.type == "meta" or type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
+        if t.is_sparse or t.is_quantized or t.device.type == "meta" or t.__class__ not in _PLAIN:  # a DTensor too:
+            # no memory of its own, and a digest through its ops would add collectives to the step
             entry["ev"] = "metadata"
             return entry
         try:

@@ -777,3 +777,43 @@ def test_an_op_that_overwrites_every_element_does_not_read_self(tmp_path):
     for op in ("aten.fill_.Scalar", "aten.zero_.default", "aten.uniform_.default"):
         assert all(e["t"] == "args" for e in recs[op]["in"]), recs[op]["in"]  # scalars only, no tensor
     assert recs["aten.copy_.default"]["out"][0]["o"] == ordered(src)
+
+
+def test_digests_leave_the_storage_resizable(tmp_path):
+    """The tracer read CPU tensors through ``tensor.numpy()``, which marks the storage not resizable
+    for good: FSDP2 then failed to free an unsharded parameter ("Trying to resize storage that is
+    not resizable") and the traced program died. Every CPU digest now reads memory in place."""
+    base = torch.randn(6, 8)
+    views = [base.t(), base[:, ::2], base[1:3], torch.randn(3, 1).expand(3, 5), torch.randn(4, 4, dtype=torch.float64)]
+
+    def run():
+        for v in views:
+            v.mul(1.0)  # a non-contiguous input, digested on the general path
+        torch.randn(2, 3).t().add(1)
+
+    trace(tmp_path, run)
+    assert optrace.xor_cpu(base[:, ::2]) is not None and optrace.ordered_cpu(base.t()) is not None
+    for v in [base, *views]:
+        owner = v if v._base is None else v._base
+        owner.untyped_storage().resize_(0)  # raised before
+
+
+def test_a_tensor_subclass_is_never_read_in_place():
+    """A wrapper subclass (FSDP2's DTensor parameters) has no memory of its own at ``data_ptr``:
+    reading there killed the process (SIGSEGV) once digests read memory in place."""
+    from torch.utils._python_dispatch import return_and_correct_aliasing  # noqa: F401 (torch has wrapper subclasses)
+
+    class Wrapper(torch.Tensor):
+        @staticmethod
+        def __new__(cls, inner):
+            return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            return NotImplemented
+
+    w = Wrapper(torch.randn(4, 4))
+    with pytest.raises(TypeError):
+        optrace._raw(w)
+    with pytest.raises(TypeError):
+        optrace._np_words(w, optrace.np.uint32)
