@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,6 +242,11 @@ def device_of(name: str | None) -> str | None:
     """The device of an instrument (cuda | cpu), None for context files and unknown names."""
     inst = _BY_NAME.get(name) if isinstance(name, str) else None
     return inst.device if inst else None
+
+
+def devices_of(names: Iterable[str]) -> set[str]:
+    """The devices of a capture's instruments (``{"cpu"}`` for the CPU backend's alone)."""
+    return {device_of(n) for n in names} - {None}
 
 
 def file_patterns() -> list[tuple[str, str]]:

@@ -165,8 +165,8 @@ def collect(capture_dir: str | Path | Evidence, site: str | None = None) -> tupl
         from forensics.judge.analysis import no_launch_message  # noqa: PLC0415
 
         labels = sorted({str(x) for x in ev.sites["label"].dropna()}) if "label" in ev.sites else []
-        instruments = set(ev.capture.instruments()) if ev.capture is not None else set()
-        message = no_launch_message(site, labels, instruments)
+        present = set(ev.capture.instruments()) if ev.capture is not None else set()
+        message = no_launch_message(site, labels, present)
         if message not in missing:
             missing.append(message)
     bundle = Bundle(
@@ -179,17 +179,15 @@ def collect(capture_dir: str | Path | Evidence, site: str | None = None) -> tupl
     return bundle, ev
 
 
-#: instruments of the CUDA pipeline; a capture with none of them and the profiler's CPU trace is the CPU backend's
-_CUDA_INSTRUMENTS = frozenset({"cupti", "kineto", "nsys", "nsys_rep", "ncu", "ncu_csv", "cublaslt", "cublas"})
-
-
 def _device(ev: Evidence) -> str:
-    """"cpu" for a capture of the CPU backend (its counts are implementation-op executions), else "cuda"."""
+    """"cpu" for a capture of the CPU backend alone (its counts are implementation-op executions), else "cuda"."""
+    from forensics import instruments  # noqa: PLC0415
+
     try:
-        present = set(ev.capture.instruments()) if ev.capture is not None else set()
+        present = ev.capture.instruments() if ev.capture is not None else set()
     except Exception:  # noqa: BLE001 - the report then speaks of launches, as before
         return "cuda"
-    return "cpu" if "torch_profiler" in present and not present & _CUDA_INSTRUMENTS else "cuda"
+    return "cpu" if instruments.devices_of(present) == {instruments.CPU} else "cuda"
 
 
 def _site_rows(ev: Evidence, site: str | None) -> pd.DataFrame:

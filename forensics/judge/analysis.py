@@ -606,7 +606,9 @@ def no_launch_message(site: str, labels: list[str], instruments: set[str]) -> st
     seen = [x for x in labels if x == site or x.split("#", 1)[0] == site]
     if not seen:
         return f"no launch attributed to site {site} (sites seen: {', '.join(labels[:8]) or 'none'})"
-    if "torch_profiler" in instruments and "cupti" not in instruments:
+    from forensics import instruments as registry  # noqa: PLC0415
+
+    if registry.devices_of(instruments) == {registry.CPU}:
         return (f"site {site} ran inside the window ({', '.join(seen[:4])}), but no op inside it calls a library "
                 "that a second instrument logs (oneDNN, oneMKL): ATen's own CPU kernels (layer norm, elementwise "
                 "ops, reductions) have the profiler's word only, so nothing there can be NAMED")

@@ -60,7 +60,7 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
 
 def what_is_named(an: Analysis) -> tuple[str, str]:
     """(what is counted, what is named): kernel launches on the GPU, implementation ops on the CPU."""
-    devices = {instruments.device_of(n) for n in an.capture.instruments()} - {None}
+    devices = instruments.devices_of(an.capture.instruments())
     if devices == {instruments.CPU}:
         return "implementation-op executions", "implementation"
     if instruments.CPU in devices:
