@@ -345,6 +345,16 @@ _BYTES_AT: dict[int, Any] = {}
 _BYTES_AT_MAX = 1 << 12
 
 
+def _bytes_type(nbytes: int) -> Any:
+    """``ctypes.c_char * nbytes``, made once per size (bounded cache :data:`_BYTES_AT`)."""
+    buf = _BYTES_AT.get(nbytes)
+    if buf is None:
+        if len(_BYTES_AT) >= _BYTES_AT_MAX:
+            _BYTES_AT.clear()
+        buf = _BYTES_AT[nbytes] = ctypes.c_char * nbytes
+    return buf
+
+
 def _packet(name: str) -> str:
     parts = name.split(".")
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[0] in ("aten", "c10d", "prims")) else parts[0]
@@ -376,7 +386,7 @@ def _raw(x: torch.Tensor) -> Any:
     ("Trying to resize storage that is not resizable")."""
     _check_readable(x)
     n = x.numel() * x.element_size()
-    return (ctypes.c_char * n).from_address(x.data_ptr()) if n else b""
+    return _bytes_type(n).from_address(x.data_ptr()) if n else b""
 
 
 def _check_readable(x: torch.Tensor) -> None:
@@ -395,7 +405,7 @@ def _np_words(x: torch.Tensor, word: Any) -> np.ndarray:
         return np.empty(tuple(x.shape), dtype=word)
     size = x.element_size()
     span = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
-    base = np.frombuffer((ctypes.c_char * (span * size)).from_address(x.data_ptr()), dtype=word, count=span)
+    base = np.frombuffer(_bytes_type(span * size).from_address(x.data_ptr()), dtype=word, count=span)
     return np.lib.stride_tricks.as_strided(base, shape=tuple(x.shape), strides=tuple(st * size for st in x.stride()),
                                            writeable=False)
 
@@ -637,11 +647,7 @@ class OpTracer(TorchDispatchMode):
                 size = fast[1]
                 nbytes = numel * size
                 if numel and (t.storage_offset() * size + nbytes <= t.untyped_storage().nbytes()):  # holds_elements, row-major
-                    buf = _BYTES_AT.get(nbytes)
-                    if buf is None:
-                        if len(_BYTES_AT) >= _BYTES_AT_MAX:
-                            _BYTES_AT.clear()
-                        buf = _BYTES_AT[nbytes] = ctypes.c_char * nbytes
+                    buf = _BYTES_AT.get(nbytes) or _bytes_type(nbytes)
                     return {"s": list(t.shape), "t": fast[0], "n": numel,
                             "o": "%016x" % _xxh3(buf.from_address(t.data_ptr()))}
             except Exception:  # noqa: BLE001 - the general path below decides, and never raises
