@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 from forensics.commands.trace import trace_command  # noqa: E402
 from forensics.tracediff.diff import diff_paths, format_report  # noqa: E402
 from forensics.tracediff.verdicts import ORIGIN, RECEIVER  # noqa: E402
+from tests.traced import trace_in_process  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).resolve().parent / "data" / "scripts" / "optrace_dataloader.py"
@@ -81,23 +82,6 @@ def test_data_that_really_differ_show_at_their_first_reader(runs):
     assert not d.name.startswith("aten.set_")
 
 
-def _trace_in_process(out: Path, fn) -> Path:
-    from probes import optrace
-    from probes.config import ProbeConfig
-    from probes.window import StepWindow, parse_steps
-
-    cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="all", max_records=1000)
-    window = StepWindow(parse_steps("all"))
-    inst = optrace.install(cfg, window, out / "rank0", 0)
-    window.start()
-    try:
-        fn()
-    finally:
-        window.close()
-        inst.close()
-    return out / "rank0" / "trace.jsonl"
-
-
 @pytest.mark.parametrize("differ", [False, True])
 def test_a_tensor_read_from_a_file_is_outside_data(tmp_path, differ):
     """``torch.from_file``: the file's bytes are no input of the record. Different files make the
@@ -108,7 +92,7 @@ def test_a_tensor_read_from_a_file_is_outside_data(tmp_path, differ):
     for run in ("a", "b"):
         values = torch.arange(8.0) + (1.0 if differ and run == "b" else 0.0)
         f.write_bytes(values.numpy().tobytes())
-        paths[run] = _trace_in_process(tmp_path / run, lambda: torch.from_file(str(f), size=8).mul(2.0))
+        paths[run] = trace_in_process(tmp_path / run, lambda: torch.from_file(str(f), size=8).mul(2.0))
     rep = diff_paths(paths["a"], paths["b"])
     res = rep.ranks[0]
     d = res.first_divergence

@@ -12,23 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from forensics.tracediff.diff import diff_paths, format_report  # noqa: E402
-
-
-def _trace(out: Path, fn) -> Path:
-    from probes import optrace
-    from probes.config import ProbeConfig
-    from probes.window import StepWindow, parse_steps
-
-    cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="all", max_records=1000)
-    window = StepWindow(parse_steps("all"))
-    inst = optrace.install(cfg, window, out / "rank0", 0)
-    window.start()
-    try:
-        fn()
-    finally:
-        window.close()
-        inst.close()
-    return out / "rank0" / "trace.jsonl"
+from tests.traced import trace_in_process  # noqa: E402
 
 
 def _program(seed: int):
@@ -41,7 +25,7 @@ def _program(seed: int):
 
 
 def test_no_divergence_says_what_it_could_not_compare(tmp_path):
-    a, b = _trace(tmp_path / "a", _program(0)), _trace(tmp_path / "b", _program(0))
+    a, b = trace_in_process(tmp_path / "a", _program(0)), trace_in_process(tmp_path / "b", _program(0))
     rep = diff_paths(a, b)
     res = rep.ranks[0]
     assert res.first_divergence is None and res.unproven_matches >= 1
@@ -51,7 +35,7 @@ def test_no_divergence_says_what_it_could_not_compare(tmp_path):
 
 
 def test_a_first_divergence_after_unproven_matches_is_the_first_seen(tmp_path):
-    a, b = _trace(tmp_path / "a", _program(0)), _trace(tmp_path / "b", _program(1))
+    a, b = trace_in_process(tmp_path / "a", _program(0)), trace_in_process(tmp_path / "b", _program(1))
     d = diff_paths(a, b).ranks[0].first_divergence
     assert d is not None and d.name == "aten.rand.default"
     assert any("first divergence seen, not proven the first" in w for w in d.warnings), d.warnings
@@ -65,7 +49,7 @@ def test_no_warning_when_every_earlier_match_is_proven(tmp_path):
             torch.rand(3)
         return run
 
-    a, b = _trace(tmp_path / "a", program(0)), _trace(tmp_path / "b", program(1))
+    a, b = trace_in_process(tmp_path / "a", program(0)), trace_in_process(tmp_path / "b", program(1))
     res = diff_paths(a, b).ranks[0]
     assert res.unproven_matches == 0 and res.first_divergence is not None
     assert not any("not proven the first" in w for w in res.first_divergence.warnings)

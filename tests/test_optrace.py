@@ -15,26 +15,14 @@ if not hasattr(torch, "hash_tensor"):
 
 from probes import optrace  # noqa: E402
 from probes.config import ProbeConfig  # noqa: E402
-from probes.window import StepWindow, install_optimizer_hook, parse_steps  # noqa: E402
+from probes.window import StepWindow, parse_steps  # noqa: E402
+from tests.traced import trace_in_process  # noqa: E402
 
 
 def trace(tmp_path: Path, fn, steps: str = "all", max_records: int = 100_000, chunks: bool = True,
           optimizer_hook: bool = False, ordered: str = "auto") -> list[dict]:
     """Run ``fn`` under the tracer; return the file's lines as dicts (header first)."""
-    cfg = ProbeConfig(out_dir=str(tmp_path), probes=["optrace"], steps=steps, max_records=max_records,
-                      chunk_digests=chunks, extra={"ordered_digests": ordered})
-    window = StepWindow(parse_steps(steps))
-    inst = optrace.install(cfg, window, tmp_path / "rank0", 0)
-    unhook = install_optimizer_hook(window) if optimizer_hook else None
-    window.start()
-    try:
-        fn()
-    finally:
-        window.close()
-        inst.close()
-        if unhook:
-            unhook()
-    f = tmp_path / "rank0" / "trace.jsonl"
+    f = trace_in_process(tmp_path, fn, steps, max_records, chunks, optimizer_hook, ordered)
     return [json.loads(line) for line in f.read_text().splitlines()]
 
 
