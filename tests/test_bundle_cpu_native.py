@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 import tarfile
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,7 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 SITE = "aten.native_layer_norm_backward.default"
-PROGRAM = textwrap.dedent("""
-    import torch
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.LayerNorm(128), torch.nn.Linear(128, 4))
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    for _ in range(2):
-        opt.zero_grad()
-        m(torch.randn(16, 64)).pow(2).mean().backward()
-        opt.step()
-""")
+SCRIPT = REPO / "tests" / "data" / "scripts" / "layer_norm_train.py"
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -45,10 +34,9 @@ def _report(tgz: Path) -> tuple[str, dict]:
 
 
 def test_a_native_kernel_site_bundle_speaks_of_the_cpu_backend(tmp_path):
-    (tmp_path / "ln.py").write_text(PROGRAM)
     cap = tmp_path / "cap"
     proc = _cli("kernel", "--device", "cpu", "--site", f"{SITE}#1", "--steps", "0", "--out", str(cap), "--",
-                sys.executable, str(tmp_path / "ln.py"), cwd=tmp_path)
+                sys.executable, str(SCRIPT), cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # 1: nothing NAMED
     assert f"site {SITE}#1 ran inside the window" in proc.stdout and "profiler's word only" in proc.stdout
     proc = _cli("bundle", str(cap), "-o", str(tmp_path / "b.tgz"), "--site", f"{SITE}#1", cwd=tmp_path)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,25 +16,14 @@ import pytest
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
-PROGRAM = textwrap.dedent("""
-    import torch
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.Linear(512, 8))
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    for _ in range(2):
-        opt.zero_grad()
-        m(torch.randn(64, 256)).pow(2).mean().backward()
-        opt.step()
-""")
+SCRIPT = REPO / "tests" / "data" / "scripts" / "layer_norm_train.py"
 
 
 def test_omp_num_threads_reaches_layer_norm_backward(tmp_path):
-    script = tmp_path / "ln.py"
-    script.write_text(PROGRAM)
     env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}  # the baseline arms: two threads
     proc = subprocess.run([sys.executable, "-m", "forensics.cli", "knob", "OMP_NUM_THREADS", "--site",
                            "aten.native_layer_norm_backward.default", "--device", "cpu", "--values", "1", "--steps",
-                           "0", "--out", str(tmp_path / "cap"), "--", sys.executable, str(script)],
+                           "0", "--out", str(tmp_path / "cap"), "--", sys.executable, str(SCRIPT)],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     out = proc.stdout

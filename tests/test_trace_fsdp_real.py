@@ -6,8 +6,6 @@ its end, traced, with complete traces on both ranks."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,24 +13,22 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from tests.test_trace_command import env  # noqa: E402
+from tests.test_trace_kill import free_port  # noqa: E402
+
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")]
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "data" / "scripts" / "optrace_fsdp2.py"
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_fsdp2_runs_to_its_end_under_the_tracer(tmp_path):
     out = tmp_path / "t"
     proc = subprocess.run([sys.executable, "-m", "forensics.cli", "trace", "--out", str(out), "--", sys.executable,
-                           "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_port()),
+                           "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
                            str(SCRIPT)], capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env=env())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     for rank in (0, 1):
         lines = [json.loads(x) for x in (out / f"rank{rank}" / "trace.jsonl").read_text().splitlines()]
