@@ -36,7 +36,7 @@ def activate(config: ProbeConfig | None = None) -> StepWindow | None:
         installed.append(mod.install(cfg, window, out, rank))
     if cfg.step_hook == "optimizer":
         install_optimizer_hook(window)
-    _state.update(window=window, probes=installed, cfg=cfg, rank=rank, pid=window.pid)
+    _state.update(window=window, probes=installed, cfg=cfg, rank=rank)
     window.start()
     atexit.register(shutdown)
     _chain_sigterm()
@@ -54,9 +54,9 @@ def shutdown() -> None:
     """Close the window and every probe (flush); safe to call twice. In a fork of the process
     that activated the probes (its atexit hook runs there too) it does nothing: what the probes
     hold is the parent's to write (:mod:`probes.forks`)."""
-    if forks.foreign(_state.get("pid", os.getpid())):
-        return
     window = _state.get("window")
+    if window is not None and forks.foreign(window.pid):
+        return
     if window is not None:
         window.close()
     for p in _state.pop("probes", []):

@@ -235,7 +235,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"forensics trace: {e}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
         lines = summarise(out_dir) if out_dir.is_dir() else []
-        files = sum(1 for line in lines if not line.startswith("    "))  # notes under a file are indented further
+        files = len(list(out_dir.glob("rank*/trace*.jsonl"))) if out_dir.is_dir() else 0
         typer.echo(f"forensics trace: {out_dir} ({files} rank file(s)); command exited {code}")
         for line in lines:
             typer.echo(line)
