@@ -1231,10 +1231,57 @@ def _non_blocking(base: str, args: tuple, kwargs: dict) -> bool:
     return False
 
 
-def _gemm_meta(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -> dict | None:
-    """``{"layout", "acc", "grad", "m", "n", "k", ...}`` for GEMM ops (probes.gemm_naming), else None."""
-    if _gemm_naming is None or not _gemm_naming.is_gemm(name):
+#: GEMM records' ``meta.gemm`` by call shape (:func:`_gemm_key`): the naming reads nothing else
+_GEMM_SEEN: dict[tuple, dict | None] = {}
+_GEMM_SEEN_MAX = 4096
+
+
+def _gemm_key(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -> tuple | None:
+    """What a GEMM's name and size depend on when no tensor is passed by keyword: the op, the pass,
+    every argument (a tensor by shape and strides) and the result's shape and strides. An ``out=``
+    tensor is left to the naming itself (whether it aliases ``self`` decides ``acc``). None: not
+    cached."""
+    tensor = torch.Tensor
+    if kwargs:
+        for v in kwargs.values():
+            if isinstance(v, tensor):
+                return None
+    key: list[Any] = [name, backward, tuple(kwargs.items()) if kwargs else ()]
+    for a in args:
+        key.append((a.shape, a.stride()) if isinstance(a, tensor) else a)
+    if isinstance(out, tensor):
+        key.append((out.shape, out.stride()))
+    key = tuple(key)
+    try:
+        hash(key)
+    except TypeError:  # a list argument
         return None
+    return key
+
+
+def _gemm_meta(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -> dict | None:
+    """``{"layout", "acc", "grad", "m", "n", "k", ...}`` for GEMM ops (probes.gemm_naming), else None.
+    Calls of one shape share one entry (nothing changes an entry once made). Called for GEMM ops
+    only (``_OpInfo.gemm``)."""
+    if _gemm_naming is None:
+        return None
+    try:
+        key = _gemm_key(name, args, kwargs, out, backward)
+    except Exception:  # noqa: BLE001 - named afresh
+        key = None
+    if key is not None:
+        entry = _GEMM_SEEN.get(key, _GEMM_SEEN)
+        if entry is not _GEMM_SEEN:
+            return entry
+    entry = _gemm_name(name, args, kwargs, out, backward)
+    if key is not None:
+        if len(_GEMM_SEEN) >= _GEMM_SEEN_MAX:
+            _GEMM_SEEN.clear()
+        _GEMM_SEEN[key] = entry
+    return entry
+
+
+def _gemm_name(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -> dict | None:
     try:
         call = _gemm_naming.name_gemm(name, args, kwargs, backward, out if isinstance(out, torch.Tensor) else None,
                                      describe=False)

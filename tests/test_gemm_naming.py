@@ -184,3 +184,55 @@ def test_meta_carries_the_problem_descriptor():
     assert meta["layout"] == "TN" and meta["m"] == 6 and meta["n"] == 8 and meta["k"] == 4
     a_desc = meta["operands"][0]
     assert a_desc["strides"] == [1, 4] and a_desc["ld"] == 4 and a_desc["trans"] == "T"
+
+
+class Calls(TorchDispatchMode):
+    """Keeps every GEMM call's (op, args, kwargs, result, backward) for naming afterwards."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if is_gemm(str(func)):
+            self.calls.append((str(func), args, kwargs, out, in_backward()))
+        return out
+
+
+def test_the_tracers_gemm_cache_names_every_call_as_naming_afresh_does():
+    """The op tracer names a GEMM once per call shape (probes.optrace._gemm_meta): every call whose
+    naming depends on more than shapes and strides (an out= tensor that may alias self, beta=0 in
+    place, the backward pass, a column-major output) must read as named afresh, in any order."""
+    from probes import optrace
+
+    c, o, main_grad = torch.zeros(6, 4), torch.empty(6, 4), torch.zeros(6, 4)
+    w = W.clone().requires_grad_(True)
+    x = X.clone().requires_grad_(True)
+
+    def program():
+        F.linear(x, w, torch.randn(6)).sum().backward()  # fprop TN, dgrad NN, wgrad NT
+        F.linear(x, w).sum().backward()
+        main_grad.addmm_(DY.t(), X)  # acc1
+        main_grad.addmm_(DY.t(), X, beta=0)  # same shapes, acc0
+        torch.addmm(c, DY.t(), X, out=c)  # out aliases self: acc1
+        torch.addmm(c, DY.t(), X, out=o)  # same shapes, acc0
+        torch.mm(DY.t(), X)
+        torch.mm(DY.t().contiguous(), X)  # same shapes, other strides
+        torch.mm(X.t(), DY).t()
+        torch.bmm(torch.randn(3, 8, 4), torch.randn(3, 6, 4).transpose(1, 2))
+        torch.bmm(torch.randn(3, 8, 4), torch.randn(3, 4, 6))
+
+    with Calls() as m:
+        program()
+        program()  # every call again: named from the cache now
+    optrace._GEMM_SEEN.clear()
+    fresh = [optrace._gemm_name(*call) for call in m.calls]
+    cached = [optrace._gemm_meta(*call) for call in m.calls]
+    assert cached == fresh
+    assert len({f["site"] for f in fresh}) >= 5  # the program covers distinct sites
+    assert any(f["acc"] for f in fresh) and any(f["grad"] for f in fresh)
+    optrace._GEMM_SEEN.clear()
+    reversed_order = [optrace._gemm_meta(*call) for call in reversed(m.calls)]
+    assert reversed_order[::-1] == fresh
