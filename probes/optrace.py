@@ -77,7 +77,7 @@ class _signals_deferred:
 
 try:  # order-sensitive digests of CPU tensors; without it CPU tensors carry the XOR digest only
     from xxhash import xxh3_64 as _xxh3_stream
-    from xxhash import xxh3_64_intdigest as _xxh3
+    from xxhash import xxh3_64_hexdigest as _xxh3  # 16 hex digits, made in C (a "%016x" costs as much)
 except ImportError:  # pragma: no cover - depends on the environment
     _xxh3 = _xxh3_stream = None
 
@@ -422,11 +422,11 @@ def ordered_cpu(t: torch.Tensor) -> str | None:
     if size not in _INT_OF_SIZE:
         return None
     if x.is_contiguous():
-        return format(_xxh3(_raw(x)), "016x")
+        return _xxh3(_raw(x))
     h = _xxh3_stream()
     for _start, piece in row_major_pieces(x):
         h.update(_raw(piece.contiguous()))  # pieces are row-major already: contiguous() is no copy
-    return format(h.intdigest(), "016x")
+    return h.hexdigest()
 
 
 def dense_order(t: torch.Tensor) -> list[int] | None:
@@ -454,7 +454,7 @@ def ordered_cpu_layout(t: torch.Tensor) -> tuple[str | None, list[int] | None]:
     size = x.element_size()
     if size not in _INT_OF_SIZE:
         return None, None
-    return format(_xxh3(_raw(x.permute(order))), "016x"), order  # dense: its memory, read in place
+    return _xxh3(_raw(x.permute(order))), order  # dense: its memory, read in place
 
 
 def xor_cpu(t: torch.Tensor) -> str | None:
@@ -649,7 +649,7 @@ class OpTracer(TorchDispatchMode):
                 if numel and (t.storage_offset() * size + nbytes <= t.untyped_storage().nbytes()):  # holds_elements, row-major
                     buf = _BYTES_AT.get(nbytes) or _bytes_type(nbytes)
                     return {"s": list(t.shape), "t": fast[0], "n": numel,
-                            "o": "%016x" % _xxh3(buf.from_address(t.data_ptr()))}
+                            "o": _xxh3(buf.from_address(t.data_ptr()))}
             except Exception:  # noqa: BLE001 - the general path below decides, and never raises
                 pass
         word = _FAST_WORD.get(dtype)
@@ -666,7 +666,7 @@ class OpTracer(TorchDispatchMode):
                     entry["h"] = format(int(np.bitwise_xor.reduce(_np_words(x, word), axis=None)), "016x")
                 if ordered and _xxh3 is not None:  # alone, it proves equality and difference
                     if x.is_contiguous():  # its bytes, read in place
-                        entry["o"] = format(_xxh3(_raw(x)), "016x")
+                        entry["o"] = _xxh3(_raw(x))
                     else:  # a transposed weight in memory order (its "ol"), or a row-major copy
                         o, layout = ordered_cpu_layout(x)
                         if o is None:
