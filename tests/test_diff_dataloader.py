@@ -80,6 +80,11 @@ def test_data_that_really_differ_show_at_their_first_reader(runs):
     assert d.name == "aten.addmm.default" and d.step == 3  # sample 50 is in batch 3 (16 per batch)
     assert not d.inputs_matched
     assert not d.name.startswith("aten.set_")
+    # where the differing input came from: the received batch, in both runs (outside data)
+    (src,) = d.input_sources
+    assert src["writer_a"]["identity"].startswith("aten.set_.source_Storage") and "@received:" in src["writer_a"]["identity"]
+    assert src["writer_b"]["identity"] == src["writer_a"]["identity"]
+    assert "which differs between the runs: the walk passed over it as a tensor set onto a storage" in src["reading"]
 
 
 @pytest.mark.parametrize("differ", [False, True])

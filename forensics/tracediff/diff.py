@@ -404,6 +404,8 @@ def format_report(report: DiffReport) -> str:
                 lines.append(f"    control flow: {_region_line(d.control_flow)}")
             for w in d.warnings:
                 lines.append(f"    warning: {w}")
+            for src in d.input_sources:
+                lines.append(f"    input {src['input']}: {src['reading']}")
         if res.control_flow_regions_total > 1:
             lines.append(f"    after it: {res.control_flow_regions_total - 1} more control-flow region(s)")
             for region in res.control_flow_regions[1:3]:

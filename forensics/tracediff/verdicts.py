@@ -95,6 +95,9 @@ class Divergence:
     source_b: str | None = None
     outputs_a: list[dict | None] = field(default_factory=list)
     outputs_b: list[dict | None] = field(default_factory=list)
+    #: RECEIVER: per differing input, the latest traced op in each run whose output holds its bits,
+    #: and what that says (:mod:`forensics.tracediff.provenance`)
+    input_sources: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -33,8 +33,10 @@ from typing import Any
 from forensics.errors import BadInput
 from forensics.tracediff.align import edit_script
 from forensics.tracediff.compare import DIFFER, EQUAL, UNOBSERVED, UNPROVEN, ListTest, compare_tensors, lists_equal
+from forensics.tracediff.provenance import input_sources
 from forensics.tracediff.traces import StreamEnd, TraceRecord, stream_end
 from forensics.tracediff.verdicts import (
+    RECEIVER,
     UNINITIALISED_OPS,
     Divergence,
     RankResult,
@@ -593,4 +595,9 @@ def walk_rank(rank: int, a_records: Iterable[TraceRecord], b_records: Iterable[T
     walker = RankWalker(rank, a_records, b_records, window=window, use_ordered=use_ordered)
     if columnar:
         walker.fast_forward()
-    return walker.run()
+    result = walker.run()
+    d = result.first_divergence
+    if d is not None and d.verdict == RECEIVER and d.differing_inputs:
+        passed = {x.identity: x.artifact for x in result.artifacts + result.external if x.artifact}
+        d.input_sources = input_sources(d, a_records, b_records, passed)
+    return result
