@@ -193,6 +193,10 @@ def test_cross_rank_patterns(tmp_path):
     # both ranks origin at the same op -> op_nondeterministic
     b2 = write_trace(tmp_path / "b2", {0: r("s2", "p2"), 1: r("s2", "p2")})
     assert diff_paths(a, b2).pattern == "op_nondeterministic"
+    # ... unless the runs differ in a knob, which can change the op's bits by itself
+    b4 = write_trace(tmp_path / "b4", {0: r("s2", "p2"), 1: r("s2", "p2")}, env={"OMP_NUM_THREADS": "2"})
+    rep4 = diff_paths(a, b4)
+    assert rep4.pattern == "same_op_config_differs" and "env.OMP_NUM_THREADS" in rep4.pattern_explanation
     # both ranks: collective with matching inputs, whole world traced -> the collective is the origin
     b3 = write_trace(tmp_path / "b3", {0: r("s2", "p"), 1: r("s2", "p")})
     rep3 = diff_paths(a, b3)
@@ -285,3 +289,16 @@ def test_a_reader_of_a_differing_workspace_whose_outputs_differ_is_judged(tmp_pa
     b = write_trace(tmp_path / "b", {0: _rnn_records("ws2", "g2")})
     d = diff_paths(a, b).ranks[0].first_divergence
     assert d is not None and d.name == "aten.mkldnn_rnn_layer_backward.default" and d.verdict == RECEIVER
+
+
+def test_a_command_line_that_differs_only_in_the_launchers_port_is_the_same_experiment():
+    """SYNTHETIC run info: torchrun's rendezvous values are bookkeeping (like MASTER_PORT)."""
+    from forensics.tracediff.comparability import compare_runs
+
+    def argv(*tail):
+        return {"argv": ["torchrun", "--nproc-per-node", "2", *tail, "train.py", "--lr", "0.1"]}
+
+    assert compare_runs(argv("--master-port", "29500"), argv("--master-port", "29611")) == []
+    assert compare_runs(argv("--rdzv_endpoint=h:1"), argv("--rdzv_endpoint=h:2")) == []
+    assert [d.field for d in compare_runs(argv("--master-port", "1"), {"argv": ["torchrun", "--nproc-per-node", "2",
+            "--master-port", "2", "train.py", "--lr", "0.2"]})] == ["argv"]

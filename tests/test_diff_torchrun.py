@@ -65,3 +65,35 @@ def test_origin_on_rank0_receiver_on_rank1(runs):
 def test_single_rank_view_of_the_receiver_says_widen(runs):
     rep = diff_paths(runs["a"], runs["b"], rank=1)
     assert rep.pattern == "only_receivers" and rep.site is None and "--ranks all" in rep.next_command
+
+
+def test_the_same_origin_on_every_rank_under_a_flipped_knob_is_not_called_nondeterministic(tmp_path):
+    """OMP_NUM_THREADS=1 vs 2 on both ranks: both ranks' first divergence is the same sum, an ORIGIN.
+    The sum is deterministic at either thread count (two runs with one setting do not diverge,
+    test_origin_on_rank0...'s rank 1 is one), so "the operation itself is nondeterministic"
+    (op_nondeterministic, what this read before) was false: the runs differ in the knob, which the
+    pattern now says (same_op_config_differs). The two torchrun ports differ too, which is not a
+    difference of the experiment: no argv line."""
+    import os
+    import subprocess
+
+    def run(job: tuple[str, str]) -> subprocess.CompletedProcess:
+        name, threads = job
+        cmd = [sys.executable, "-m", "forensics.cli", "trace", "--out", str(tmp_path / name), "--",
+               sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+               "--master-port", str(free_port()), str(SCRIPT), "--threads", "0"]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "OMP_NUM_THREADS": threads})
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        procs = list(pool.map(run, [("a", "1"), ("b", "2")]))
+    assert [p.returncode for p in procs] == [0, 0], [p.stderr[-2000:] for p in procs]
+    rep = diff_paths(tmp_path / "a", tmp_path / "b")
+    for r in (0, 1):
+        d = rep.ranks[r].first_divergence
+        assert d.verdict == ORIGIN and d.identity == "aten.sum.default:1"
+    assert [(c["field"], c["a"], c["b"]) for c in rep.comparability] == [("env.OMP_NUM_THREADS", "1", "2")]
+    assert rep.pattern == "same_op_config_differs" and "nondeterministic" not in rep.pattern
+    assert "env.OMP_NUM_THREADS" in rep.pattern_explanation
+    assert "does not show the op nondeterministic" in rep.pattern_explanation
+    assert rep.site == "aten.sum.default"

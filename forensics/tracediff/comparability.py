@@ -26,6 +26,9 @@ PROGRAM_PREFIXES = ("packages.", "program.sources.")
 #: Env knobs that are rank/launcher bookkeeping, not configuration: never reported.
 IGNORED_ENV = ("FORENSICS_CONFIG", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_", "RANK", "LOCAL_RANK",
                "GROUP_RANK", "ROLE_RANK", "SLURM_JOB_ID", "SLURM_PROCID", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+#: Launcher options whose value is rendezvous bookkeeping (torchrun's port, endpoint and job id, like
+#: MASTER_PORT above): two command lines that differ only there ran the same experiment
+LAUNCHER_OPTIONS = ("--master-port", "--master_port", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id")
 
 
 @dataclass(frozen=True)
@@ -63,14 +66,37 @@ def _ignored(field: str) -> bool:
                      "program.script", "program.git.root", "program.note", "ordered", "traced_ranks")
 
 
+def launcher_masked(argv: Any) -> Any:
+    """``argv`` with the values of :data:`LAUNCHER_OPTIONS` replaced by ``<...>`` (``--master-port
+    29501`` and ``--master-port=29501`` alike); anything that is not a list of strings as it is."""
+    if not isinstance(argv, list) or not all(isinstance(x, str) for x in argv):
+        return argv
+    out, mask_next = [], False
+    for x in argv:
+        if mask_next:
+            out.append("<...>")
+            mask_next = False
+        elif x in LAUNCHER_OPTIONS:
+            out.append(x)
+            mask_next = True
+        elif x.split("=", 1)[0] in LAUNCHER_OPTIONS and "=" in x:
+            out.append(x.split("=", 1)[0] + "=<...>")
+        else:
+            out.append(x)
+    return out
+
+
 def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
-    """Every recorded field that differs between two runs' info, warnings first."""
+    """Every recorded field that differs between two runs' info, warnings first (a command line
+    that differs only in a launcher's rendezvous values, :data:`LAUNCHER_OPTIONS`, does not)."""
     fa, fb = _flat(a or {}), _flat(b or {})
     diffs = []
     for key in sorted(set(fa) | set(fb)):
         if _ignored(key):
             continue
         va, vb = fa.get(key), fb.get(key)
+        if key == "argv" and launcher_masked(va) == launcher_masked(vb):
+            continue
         if key.startswith("seeds") and (key not in fa or key not in fb):
             continue  # seeds are known from a footer only: a killed run did not record them
         if va != vb:

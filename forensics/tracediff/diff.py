@@ -102,8 +102,14 @@ def diff_rank(rank: int, a_records: Iterable[TraceRecord], b_records: Iterable[T
 
 # --------------------------------------------------------------------------- across ranks
 
-def classify_pattern(results: dict[int, RankResult], world_size: int | None = None) -> tuple[str, str]:
-    """The cross-rank pattern and what it means. Resolves collective receivers in place."""
+def classify_pattern(results: dict[int, RankResult], world_size: int | None = None,
+                     config_differs: list[str] | None = None) -> tuple[str, str]:
+    """The cross-rank pattern and what it means. Resolves collective receivers in place.
+
+    ``config_differs``: the run-info fields that differ between the two runs (command line, seeds,
+    knobs: the comparability lines). The same op as the origin on most ranks shows the op
+    nondeterministic only when nothing else differs: a thread count or a library flag changes an
+    op's bits by itself (``same_op_config_differs``)."""
     firsts = {r: res.first_divergence for r, res in results.items() if res.first_divergence is not None}
     if not firsts:
         return "none", "no divergence on any compared rank"
@@ -138,6 +144,13 @@ def classify_pattern(results: dict[int, RankResult], world_size: int | None = No
                                 "blame needs more ranks")
     names = Counter(d.name for d in origins.values())
     top, count = names.most_common(1)[0]
+    if count >= 2 and len(names) == 1 and count * 2 > n and config_differs:
+        shown = ", ".join(config_differs[:3]) + (f" and {len(config_differs) - 3} more" if len(config_differs) > 3 else "")
+        return "same_op_config_differs", (f"{count} of {n} ranks have their origin at the same op ({top}), but the runs "
+                                          f"differ in {shown}: that difference can change this op's result by itself "
+                                          "(a thread count, a library flag), so this does not show the op "
+                                          "nondeterministic; trace two runs that differ in nothing to tell. Any of "
+                                          "those ranks is a valid site")
     if count >= 2 and len(names) == 1 and count * 2 > n:
         return "op_nondeterministic", (f"{count} of {n} ranks have their origin at the same op ({top}): the operation "
                                        "itself is nondeterministic; any of those ranks is a valid site")
@@ -259,7 +272,9 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
     if not report.ranks:
         raise BadInput(report.b, f"no rank in common with {report.a}: nothing to compare")
     world = run_info_a.get("world_size")
-    report.pattern, report.pattern_explanation = classify_pattern(report.ranks, world if isinstance(world, int) else None)
+    config = [d["field"] for d in report.comparability if d.get("severity") in ("warning", "info")]
+    report.pattern, report.pattern_explanation = classify_pattern(report.ranks, world if isinstance(world, int) else None,
+                                                                  config)
     origin = suggest_site(report.ranks)
     if origin is not None:
         report.site, report.occurrence = origin.site, origin.occurrence
