@@ -16,13 +16,17 @@ data pointer). docs/gemm-naming.md derives the rules; in short:
   the ``self``/``input`` operand): ``addmm_``/``baddbmm_``/``addbmm_``, ``.out`` variants with
   ``out`` aliasing ``self``. A functional ``addmm(bias, ...)`` writes a fresh tensor: ``acc0``.
 * **grad1** inside the backward pass: ``torch._C._current_graph_task_id() != -1`` (verified on
-  torch 2.13: -1 outside backward, the graph task id inside, on the engine's thread too).
+  torch 2.13: -1 outside backward, the graph task id inside, on the engine's thread too), except a
+  forward GEMM that activation checkpointing recomputes there (:func:`backward_gemm`): grad0, as
+  Transformer Engine names its own recomputed fprop.
 
 Checked by hand against TE: fprop ``y = x W^T`` -> TN, dgrad ``dx = dy W`` -> NN, wgrad
 ``dW = dy^T x`` -> NT.
 """
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,6 +201,37 @@ def name_gemm(func_name: str, args: tuple, kwargs: dict[str, Any] | None, in_bac
     if call.out_dtype is None and target is not None:
         call.out_dtype = str(target.dtype).replace("torch.", "")
     return call
+
+
+#: where activation checkpointing recomputes a forward (``torch.utils.checkpoint``: the unpack hook of
+#: ``use_reentrant=False``, ``CheckpointFunction.backward`` of ``use_reentrant=True``)
+_CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
+_MAX_FRAMES = 256
+
+
+def backward_gemm(in_backward: bool) -> bool:
+    """Whether a GEMM running now is a backward GEMM (grad1): inside the backward pass, and not a
+    forward recomputed there by activation checkpointing. A recomputed forward runs inside backward
+    with grad mode on, called from ``torch/utils/checkpoint.py``; a backward node's own GEMMs run
+    with grad mode off (on only under ``create_graph``, and then not from the checkpoint module).
+    Before this rule a checkpointed program's recomputed fprop GEMMs were named grad1."""
+    if not in_backward:
+        return False
+    import torch  # noqa: PLC0415
+
+    if not torch.is_grad_enabled():
+        return True
+    try:
+        frame = sys._getframe(1)
+        for _ in range(_MAX_FRAMES):
+            if frame is None:
+                return True
+            if frame.f_code.co_filename.endswith(_CHECKPOINT_FILE):
+                return False
+            frame = frame.f_back
+    except Exception:  # noqa: BLE001 - no frames: the engine's word
+        pass
+    return True
 
 
 def in_backward() -> bool:

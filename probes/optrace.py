@@ -1283,8 +1283,8 @@ def _gemm_meta(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -
 
 def _gemm_name(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -> dict | None:
     try:
-        call = _gemm_naming.name_gemm(name, args, kwargs, backward, out if isinstance(out, torch.Tensor) else None,
-                                     describe=False)
+        call = _gemm_naming.name_gemm(name, args, kwargs, _gemm_naming.backward_gemm(backward),
+                                     out if isinstance(out, torch.Tensor) else None, describe=False)
     except Exception:  # noqa: BLE001
         return None
     if call is None:

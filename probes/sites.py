@@ -29,7 +29,7 @@ from typing import Any
 
 from probes import forks
 from probes.config import ProbeConfig
-from probes.gemm_naming import GEMM_OPS, name_gemm, te_site
+from probes.gemm_naming import GEMM_OPS, backward_gemm, name_gemm, te_site
 from probes.window import StepWindow
 
 SCHEMA = "forensics.sites"
@@ -383,16 +383,16 @@ def _make_mode(probe: SiteProbe):
                 if not _matches_aten(func, aten_site):
                     return func(*args, **kwargs)
                 tensors = [t for t in tree_leaves((args, kwargs)) if _tensorish(t)]
-                call = name_gemm(str(func), args, kwargs, graph_task_id() != -1) \
-                    if func.overloadpacket in packets else None
+                grad = backward_gemm(graph_task_id() != -1)
+                call = name_gemm(str(func), args, kwargs, grad) if func.overloadpacket in packets else None
                 meta = call.meta() if call is not None else {}
-                meta.update(grad=graph_task_id() != -1, gemm_site=call.site if call is not None else None,
+                meta.update(grad=grad, gemm_site=call.site if call is not None else None,
                             operands=[_short_desc(t) for t in tensors])
                 return probe.around(aten_site, str(func), meta, tensors, lambda: func(*args, **kwargs),
                                     first_tensor=tensors[0] if tensors else None)
             if func.overloadpacket not in packets:
                 return func(*args, **kwargs)
-            call = name_gemm(str(func), args, kwargs, graph_task_id() != -1)
+            call = name_gemm(str(func), args, kwargs, backward_gemm(graph_task_id() != -1))
             if call is None:
                 return func(*args, **kwargs)
             tensors = _operands(call, args, kwargs)
