@@ -1236,8 +1236,8 @@ _GEMM_SEEN: dict[tuple, dict | None] = {}
 _GEMM_SEEN_MAX = 4096
 
 
-def _gemm_key(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -> tuple | None:
-    """What a GEMM's name and size depend on when no tensor is passed by keyword: the op, the pass,
+def _gemm_key(name: str, args: tuple, kwargs: dict, out: Any, grad: bool) -> tuple | None:
+    """What a GEMM's name and size depend on when no tensor is passed by keyword: the op, ``grad``,
     every argument (a tensor by shape and strides) and the result's shape and strides. An ``out=``
     tensor is left to the naming itself (whether it aliases ``self`` decides ``acc``). None: not
     cached."""
@@ -1246,7 +1246,7 @@ def _gemm_key(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) ->
         for v in kwargs.values():
             if isinstance(v, tensor):
                 return None
-    key: list[Any] = [name, backward, tuple(kwargs.items()) if kwargs else ()]
+    key: list[Any] = [name, grad, tuple(kwargs.items()) if kwargs else ()]
     for a in args:
         key.append((a.shape, a.stride()) if isinstance(a, tensor) else a)
     if isinstance(out, tensor):
@@ -1266,14 +1266,15 @@ def _gemm_meta(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -
     if _gemm_naming is None:
         return None
     try:
-        key = _gemm_key(name, args, kwargs, out, backward)
+        grad = _gemm_naming.backward_gemm(backward)  # not a forward that checkpointing recomputes
+        key = _gemm_key(name, args, kwargs, out, grad)
     except Exception:  # noqa: BLE001 - named afresh
-        key = None
+        grad, key = backward, None
     if key is not None:
         entry = _GEMM_SEEN.get(key, _GEMM_SEEN)
         if entry is not _GEMM_SEEN:
             return entry
-    entry = _gemm_name(name, args, kwargs, out, backward)
+    entry = _gemm_name(name, args, kwargs, out, grad)
     if key is not None:
         if len(_GEMM_SEEN) >= _GEMM_SEEN_MAX:
             _GEMM_SEEN.clear()
@@ -1281,10 +1282,11 @@ def _gemm_meta(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -
     return entry
 
 
-def _gemm_name(name: str, args: tuple, kwargs: dict, out: Any, backward: bool) -> dict | None:
+def _gemm_name(name: str, args: tuple, kwargs: dict, out: Any, grad: bool) -> dict | None:
+    """The naming itself; ``grad``: a backward GEMM (:func:`probes.gemm_naming.backward_gemm`)."""
     try:
-        call = _gemm_naming.name_gemm(name, args, kwargs, _gemm_naming.backward_gemm(backward),
-                                     out if isinstance(out, torch.Tensor) else None, describe=False)
+        call = _gemm_naming.name_gemm(name, args, kwargs, grad, out if isinstance(out, torch.Tensor) else None,
+                                     describe=False)
     except Exception:  # noqa: BLE001
         return None
     if call is None:

@@ -236,3 +236,27 @@ def test_the_tracers_gemm_cache_names_every_call_as_naming_afresh_does():
     optrace._GEMM_SEEN.clear()
     reversed_order = [optrace._gemm_meta(*call) for call in reversed(m.calls)]
     assert reversed_order[::-1] == fresh
+
+
+def test_the_gemm_cache_keeps_a_recomputed_forward_apart_from_a_backward_gemm():
+    """One call shape inside backward is grad1, or grad0 when activation checkpointing recomputes a
+    forward (called from torch/utils/checkpoint.py with grad mode on): the cache keys on that."""
+    import os
+
+    from probes import optrace
+
+    b, x, w = torch.randn(6), torch.randn(8, 4), torch.randn(6, 4)
+    args = (b, x, w.t())
+    out = torch.addmm(*args)
+    ns: dict = {}
+    exec(compile("def recompute(fn):\n    return fn()\n", os.path.join("site", "torch", "utils", "checkpoint.py"),
+                 "exec"), ns)
+    optrace._GEMM_SEEN.clear()
+    backward = optrace._gemm_meta("aten.addmm.default", args, {}, out, True)  # not under checkpoint: grad1
+    recomputed = ns["recompute"](lambda: optrace._gemm_meta("aten.addmm.default", args, {}, out, True))
+    assert backward["grad"] == 1 and recomputed["grad"] == 0
+    optrace._GEMM_SEEN.clear()
+    recomputed = ns["recompute"](lambda: optrace._gemm_meta("aten.addmm.default", args, {}, out, True))
+    backward = optrace._gemm_meta("aten.addmm.default", args, {}, out, True)
+    assert backward["grad"] == 1 and recomputed["grad"] == 0
+    optrace._GEMM_SEEN.clear()
