@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import json
+import re
 import os
 import signal
 import sys
@@ -173,6 +175,10 @@ OVERWRITING_OPS = frozenset({"copy_", "fill_", "zero_", "random_", "uniform_", "
 RECEIPT_OPS = frozenset({"empty", "set_"})
 #: where torch rebuilds received tensors (``rebuild_tensor``, ``rebuild_storage_fd``...)
 _RECEIPT_FILE = os.path.join("torch", "multiprocessing", "reductions.py")
+#: ops that draw random numbers (besides those with a ``Generator?`` argument): ``rand``, ``randn``,
+#: ``randint``, ``randperm`` and ``native_dropout`` take none and draw from the default generator.
+#: The differ's ``RANDOM_OPS`` (forensics/tracediff/verdicts.py) is the same pattern.
+RANDOM_OPS = re.compile(r"(rand|normal|uniform|bernoulli|dropout|multinomial|exponential|cauchy|geometric|log_normal)")
 #: Ops never recorded (the tracer's own work, or pure metadata queries).
 SKIPPED_OPS = frozenset({"hash_tensor", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel",
                          "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"})
@@ -255,7 +261,7 @@ class _OpInfo:
     """What the tracer needs to know about an op, worked out once per OpOverload."""
 
     __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view", "lift", "call",
-                 "written", "out_names", "overwrites", "receivable")
+                 "written", "out_names", "overwrites", "receivable", "draws")
 
     def __init__(self, func: Any) -> None:
         #: what runs the op: an OpOverload's own C++ callable (its __call__ is one Python frame around it)
@@ -277,6 +283,7 @@ class _OpInfo:
         self.out_names = _out_names(func)
         self.overwrites = base in OVERWRITING_OPS
         self.receivable = base in RECEIPT_OPS
+        self.draws = _draws(func, base)
 
 
 def _out_names(func: Any) -> frozenset[str]:
@@ -304,6 +311,40 @@ def _received() -> bool:
     except Exception:  # noqa: BLE001 - no frames: counted with the program's own ops
         pass
     return False
+
+
+def _draws(func: Any, base: str) -> bool:
+    """Whether the op draws random numbers: a ``Generator?`` argument in its schema, or a random op's
+    name (:data:`RANDOM_OPS`)."""
+    try:
+        if any("Generator" in str(a.type) for a in func._schema.arguments):
+            return True
+    except Exception:  # noqa: BLE001 - no schema: the name decides
+        pass
+    return bool(RANDOM_OPS.search(base))
+
+
+def _generator_entry(tensors: list, others: list, kwargs: dict) -> dict[str, Any] | None:
+    """The input entry of the generator a random op is about to draw from (the one it was given,
+    else its device's default generator): a digest of its state (``{"t": "generator"}``), or None
+    when there is no generator we can read (a device without a default one). The state is an input
+    of the op as much as its tensors: equal tensors and another state give other bits."""
+    try:
+        gen = next((v for v in others if isinstance(v, torch.Generator)), None)
+        if gen is None:
+            device = tensors[0].device if tensors else torch.device(kwargs.get("device") or "cpu")
+            if device.type == "cpu":
+                gen = torch.default_generator
+            elif device.type == "cuda" and torch.cuda.is_initialized():
+                index = device.index if device.index is not None else torch.cuda.current_device()
+                gen = torch.cuda.default_generators[index]
+            else:
+                return None
+        state = gen.get_state()
+        return {"s": None, "t": "generator", "n": 1,
+                "h": hashlib.blake2b(state.numpy().tobytes(), digest_size=8).hexdigest()}
+    except Exception:  # noqa: BLE001 - not recorded: the differ says the state is unknown
+        return None
 
 
 def _written_args(func: Any) -> tuple[tuple[int, str], ...]:
@@ -932,6 +973,10 @@ class OpTracer(TorchDispatchMode):
             inputs = self._digest_once(tensors, chunks, every, cpu)  # one tensor twice: addcmul_(g, g)
         else:
             inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu)) for x in tensors]
+        if info.draws:  # the generator's state, before the draw
+            gen = _generator_entry(tensors, others, kwargs)
+            if gen is not None:
+                inputs.append(gen)
         extra = self._args_digest(others)
         if extra is not None:
             inputs.append(extra)

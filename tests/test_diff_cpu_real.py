@@ -26,7 +26,7 @@ if not hasattr(torch, "hash_tensor"):
 
 from forensics.commands.trace import trace_command  # noqa: E402
 from forensics.tracediff.compare import REORDERED  # noqa: E402
-from forensics.tracediff.diff import ORIGIN, diff_paths, diff_streams  # noqa: E402
+from forensics.tracediff.diff import ORIGIN, RECEIVER, diff_paths, diff_streams  # noqa: E402
 from forensics.tracediff.traces.native import iter_ranks, run_info  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -102,10 +102,11 @@ def test_uninitialised_empty_differs_and_is_never_named(runs):
 
 
 def _strip_chunks(path: Path):
-    """A real XOR-only trace (--ordered-digests off), as a tracer without chunk digests would have
-    recorded it."""
+    """A real XOR-only trace (--ordered-digests off), as a tracer without chunk digests (and without
+    generator states) would have recorded it."""
     def strip(rec):
-        rec.inputs = [t if t is None else replace(t, chunks=None) for t in rec.inputs]
+        rec.inputs = [t if t is None else replace(t, chunks=None) for t in rec.inputs
+                      if t is None or t.dtype != "generator"]
         rec.outputs = [t if t is None else replace(t, chunks=None) for t in rec.outputs]
         return rec
     return {r: (strip(x) for x in it) for r, it in iter_ranks(path)}
@@ -114,8 +115,10 @@ def _strip_chunks(path: Path):
 def test_permutation_only_difference_needs_chunk_digests(runs):
     rep = diff_paths(runs["s1"], runs["s2"])
     d = rep.ranks[0].first_divergence
-    # a chunked op keeps its XOR beside the order-sensitive digest: equal XOR, different order
-    assert d.verdict == ORIGIN and d.identity == "aten.randperm.default:1" and d.how == REORDERED
+    # a chunked op keeps its XOR beside the order-sensitive digest: equal XOR, different order;
+    # the seeds differ, so the generator state randperm drew from differs: a RECEIVER, not an ORIGIN
+    assert d.verdict == RECEIVER and d.identity == "aten.randperm.default:1" and d.how == REORDERED
+    assert "the state of the generator it drew from" in d.input_evidence
     assert d.outputs_a[0]["digest"] == d.outputs_b[0]["digest"]  # the whole-tensor XOR is blind to it
     assert d.outputs_a[0]["chunks"] == 16  # and its chunk digests were recorded (they see it too)
     assert any("seeds" in c["field"] for c in rep.comparability)

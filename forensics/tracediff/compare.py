@@ -29,6 +29,11 @@ REORDERED = "order-sensitive digest (order-independent digests equal: the values
 LAYOUTS_DIFFER = "order-sensitive digests taken in different memory layouts: not compared"
 
 
+#: input entries whose one digest covers exact bytes (an order-independent XOR is for tensors):
+#: ``args`` (the non-tensor arguments' reprs, in order) and ``generator`` (the state of the default
+#: generator a random op drew from, docs/trace-format.md)
+EXACT_ENTRIES = frozenset({"args", "generator"})
+
 def _weakest(a: str, b: str) -> str:
     ia = EVIDENCE_LEVELS.index(a) if a in EVIDENCE_LEVELS else len(EVIDENCE_LEVELS) - 1
     ib = EVIDENCE_LEVELS.index(b) if b in EVIDENCE_LEVELS else len(EVIDENCE_LEVELS) - 1
@@ -66,7 +71,7 @@ def compare_tensor(x: TensorDigest | None, y: TensorDigest | None, use_ordered: 
             return UNOBSERVED, "digest recorded on one side only"
     if evidence != "full":
         return UNPROVEN, f"{evidence} digest ({LAYOUTS_DIFFER})" if unlike else f"{evidence} digest"
-    if ordered or x.dtype == "args":  # non-tensor arguments: one digest of their exact reprs, in order
+    if ordered or x.dtype in EXACT_ENTRIES:  # non-tensor arguments, a generator's state: digests of exact bytes
         return EQUAL, "order-sensitive digest"
     return SCREEN, f"order-independent digest ({LAYOUTS_DIFFER})" if unlike else "order-independent digest"
 

@@ -220,6 +220,8 @@ def input_sources(d: Any, a_stream: Any, b_stream: Any, passed: dict[str, str] |
         if i >= len(ra.inputs) or i >= len(rb.inputs) or ra.inputs[i] is None or rb.inputs[i] is None:
             continue
         ta, tb = ra.inputs[i], rb.inputs[i]
+        if ta.dtype in ("args", "generator"):  # no tensor: no op wrote it (the verdict's warning says what it is)
+            continue
         wa = latest_writer(a_stream, d.source_a, ta)
         wb = latest_writer(b_stream, d.source_b, tb)
         a_in_b = _writer_holds(b_stream, wa.identity, ta, d.source_b) if isinstance(wa, Writer) else None

@@ -241,6 +241,15 @@ def tensor_json(t: TensorDigest | None) -> dict | None:
     return d
 
 
+def _is_generator(rec: TraceRecord, i: int) -> bool:
+    """Whether input ``i`` of a record is the state of the generator a random op drew from."""
+    try:
+        t = rec.inputs[i]
+    except IndexError:
+        return False
+    return t is not None and t.dtype == "generator"
+
+
 def _node_fields(rec: TraceRecord) -> tuple[str | None, str | None]:
     extra = rec.extra if isinstance(rec.extra, dict) else {}
     node, fwd = extra.get("node"), extra.get("fwd")
@@ -264,6 +273,13 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
     if inputs.status == DIFFER:
         verdict, matched = RECEIVER, False
         input_evidence = f"input {inputs.differing[0]} differs by {inputs.how}"
+        generators = [i for i in inputs.differing if _is_generator(a, i)]
+        if generators:
+            input_evidence = (f"input {generators[0]} (the state of the generator it drew from) differs"
+                              if generators == inputs.differing else input_evidence)
+            warnings.append("the state of the generator this random op drew from differs between the runs: "
+                            "the seeds, or how many numbers were drawn before it (another random op, a different "
+                            "number of steps or samples); not a difference of the op's kernel")
         if inputs.how.startswith("order-sensitive digest (order-independent"):
             warnings.append(f"input {inputs.differing[0]} holds the same values in another order: its producer "
                             "reordered them. If no traced record produced it differently, the producer is untraced "
@@ -315,7 +331,13 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
         warnings.append(f"one hop later: {base} cannot change bits by itself from equal inputs; the producer "
                         "above it is uninstrumented (a kernel that bypasses the dispatcher). Add a probe there")
     if verdict == ORIGIN and RANDOM_OPS.search(base):
-        warnings.append("random op: its output depends on generator state, not only its inputs; check seeds")
+        if any(_is_generator(a, i) for i in range(len(a.inputs))):
+            warnings.append("random op: the state of the generator it drew from matched (recorded as an input), "
+                            "so the same draw gave other bits")
+        else:
+            warnings.append("random op: its output depends on generator state, which this trace did not record "
+                            "(a trace from before generator states were recorded, or a device without a default "
+                            "generator to read); check seeds")
     if outputs_differ and "chunk" in outputs.how:
         warnings.append("whole-tensor digests are equal; per-chunk digests differ: the values were reordered")
     if outputs_differ and outputs.how == "summary digest":
