@@ -38,6 +38,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 import zlib
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,10 @@ LIFT_OPS = frozenset({"lift_fresh", "lift", "lift_fresh_copy"})
 #: receipts shift the occurrence numbers of ``empty``).
 OVERWRITING_OPS = frozenset({"copy_", "fill_", "zero_", "random_", "uniform_", "normal_", "cauchy_", "log_normal_",
                              "exponential_", "geometric_", "bernoulli_"})
+#: In-place ops that change only a tensor's metadata (which storage, sizes, strides): ``Tensor(a!)``
+#: in their schema, yet they write no byte, so a grown storage stays uninitialised after them.
+METADATA_INPLACE_OPS = frozenset({"set_", "resize_", "resize_as_", "as_strided_", "squeeze_", "unsqueeze_",
+                                  "transpose_", "t_", "swapdims_", "swapaxes_", "detach_", "_coalesced_"})
 #: Ops with which torch rebuilds a tensor received from another process (``torch.empty((0,))`` then
 #: ``set_`` onto the shared storage: a DataLoader worker's batch). How many batches arrive before a
 #: given op depends on which worker finishes first, so these are counted apart, identities
@@ -261,7 +266,7 @@ class _OpInfo:
     """What the tracer needs to know about an op, worked out once per OpOverload."""
 
     __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view", "lift", "call",
-                 "written", "out_names", "overwrites", "receivable", "draws")
+                 "written", "out_names", "overwrites", "receivable", "draws", "writes")
 
     def __init__(self, func: Any) -> None:
         #: what runs the op: an OpOverload's own C++ callable (its __call__ is one Python frame around it)
@@ -284,6 +289,7 @@ class _OpInfo:
         self.overwrites = base in OVERWRITING_OPS
         self.receivable = base in RECEIPT_OPS
         self.draws = _draws(func, base)
+        self.writes = () if base in METADATA_INPLACE_OPS else _write_args(func)
 
 
 def _out_names(func: Any) -> frozenset[str]:
@@ -359,6 +365,16 @@ def _written_args(func: Any) -> tuple[tuple[int, str], ...]:
         return tuple((i, a.name) for i, a in enumerate(schema.arguments)
                      if a.alias_info is not None and a.alias_info.is_write)
     except Exception:  # noqa: BLE001 - no schema (a Python-defined op): its returned values only
+        return ()
+
+
+def _write_args(func: Any) -> tuple[tuple[int, str], ...]:
+    """(position, name) of every argument an op writes (``Tensor(a!)`` in its schema: ``self`` of an
+    in-place op, ``out=``), whatever it returns: what ends a grown storage's uninitialised state."""
+    try:
+        return tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                     if a.alias_info is not None and a.alias_info.is_write)
+    except Exception:  # noqa: BLE001 - no schema: it writes nothing the tracer can name
         return ()
 
 
@@ -599,6 +615,11 @@ class OpTracer(TorchDispatchMode):
         self.in_write = False  # inside add_record/flush (a signal handler closing now must not re-enter)
         self.uncaught: str | None = None  # the exception type that ended the program, if any
         self.fwd_by_seq: dict[int, str] = {}  # autograd sequence number -> forward op identity
+        #: storages a storage-level resize grew (``UntypedStorage.resize_``, FSDP2's alloc_storage) that
+        #: no traced op has written since: id(storage) -> (weakref to it, the resize record's identity,
+        #: bytes kept from before the resize). Their bytes past those are uninitialised memory; a traced
+        #: op's tensor entry on one gets "g". Empty in almost every program: the per-op cost is one test.
+        self.grown: dict[int, tuple[Any, str, int]] = {}
         try:
             from probes.optrace_program import Issuers  # noqa: PLC0415
 
@@ -973,6 +994,9 @@ class OpTracer(TorchDispatchMode):
             inputs = self._digest_once(tensors, chunks, every, cpu)  # one tensor twice: addcmul_(g, g)
         else:
             inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu)) for x in tensors]
+        grown = self.grown  # storages a resize grew and no traced op wrote since (almost always empty)
+        if grown:
+            self._mark_grown(tensors, inputs)
         if info.draws:  # the generator's state, before the draw
             gen = _generator_entry(tensors, others, kwargs)
             if gen is not None:
@@ -998,6 +1022,8 @@ class OpTracer(TorchDispatchMode):
             else:
                 outputs = [self._digest(x, chunks, out_every or (cpu and x.is_cpu)) if isinstance(x, tensor) else
                            self._args_digest([x]) for x in tree_leaves(out) if x is not None and not _is_opaque(x)]
+        if grown:
+            self._grown_after(info, args, kwargs, out, outputs)
         if info.copy and _non_blocking(base, args, kwargs):
             meta["non_blocking"] = True
         backward = _graph_task_id() != -1
@@ -1016,6 +1042,94 @@ class OpTracer(TorchDispatchMode):
             meta["received"] = True
         self.add_record(name, kind, inputs, outputs, meta, autograd_seq, backward, scope)
         return out
+
+    # ------------------------------------------------------------------ grown storages
+    def _grown_of(self, x: Any) -> str | None:
+        """The identity of the resize that grew ``x``'s storage when ``x`` reaches bytes of it that no
+        traced op has written since (uninitialised), else None."""
+        try:
+            st = x.untyped_storage()
+            entry = self.grown.get(id(st))
+            if entry is None or entry[0]() is not st:
+                return None
+            numel = x.numel()
+            if not numel:
+                return None
+            kept = entry[2]
+            if kept:  # only the bytes past what the resize kept are uninitialised
+                last = x.storage_offset() + sum((d - 1) * s for d, s in zip(x.shape, x.stride()))
+                if (last + 1) * x.element_size() <= kept:
+                    return None
+            return entry[1]
+        except Exception:  # noqa: BLE001 - no storage (a wrapper subclass): nothing to say
+            return None
+
+    def _mark_grown(self, tensors: list, entries: list) -> None:
+        """``g`` on the entries of tensors read from a grown storage no traced op has written."""
+        for x, entry in zip(tensors, entries):
+            ident = self._grown_of(x)
+            if ident is not None:
+                entry["g"] = ident
+
+    def _grown_after(self, info: _OpInfo, args: tuple, kwargs: dict, out: Any, outputs: list) -> None:
+        """After an op ran: the storages it wrote (its ``Tensor(a!)`` arguments; a collective's
+        returned buffers) are no longer uninitialised; its outputs still on a grown storage (a view
+        of one) get ``g``."""
+        try:
+            grown = self.grown
+            written = [args[pos] if pos < len(args) else kwargs.get(name) for pos, name in info.writes]
+            if info.collective:
+                written.append(out)
+            for t in _tensors_of(written):
+                try:
+                    grown.pop(id(t.untyped_storage()), None)
+                except Exception:  # noqa: BLE001
+                    pass
+            if not grown or info.written or info.collective:
+                return
+            leaves = [out] if isinstance(out, torch.Tensor) else [
+                x for x in tree_leaves(out) if x is not None and not _is_opaque(x)]
+            if len(leaves) == len(outputs):
+                self._mark_grown([x for x in leaves], [e if isinstance(x, torch.Tensor) else {}
+                                                       for x, e in zip(leaves, outputs)])
+        except Exception:  # noqa: BLE001 - bookkeeping never breaks the op
+            pass
+
+    def storage_resized(self, storage: Any, old: int) -> None:
+        """A storage-level resize (``UntypedStorage.resize_``, outside the dispatcher) ran: a
+        ``storage.resize_`` record, and a storage that grew is remembered until a traced op writes
+        it (its new bytes are uninitialised). Never raises."""
+        try:
+            new = storage.nbytes()
+            if new == old or not self._recording():
+                return
+            key = id(storage)
+            entry = self.grown.get(key)
+            if entry is not None and entry[0]() is not storage:
+                entry = None
+            device = storage.device.type
+            n0 = self.seq
+            self.add_record("storage.resize_", "event", [self._args_digest([old, new, device])], [],
+                            {"bytes": [old, new], "device": device})
+            if new == 0:
+                self.grown.pop(key, None)
+            elif new > old or entry is not None:
+                kept = min(old, new) if entry is None else min(entry[2], new)
+                if new > old and self.seq > n0:
+                    ident = f"storage.resize_:{self.counts.get('storage.resize_', 0)}"
+                elif entry is not None:
+                    ident = entry[1]
+                else:
+                    return
+                grown = self.grown
+
+                def forget(ref: Any, key: int = key) -> None:
+                    if grown.get(key, (None,))[0] is ref:
+                        grown.pop(key, None)
+
+                self.grown[key] = (entry[0] if entry is not None else weakref.ref(storage, forget), ident, kept)
+        except Exception:  # noqa: BLE001 - never break the program's resize
+            pass
 
     def _written_outputs(self, written: tuple[tuple[int, str], ...], args: tuple, kwargs: dict, chunks: bool,
                          out_every: bool, cpu: bool) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -1079,6 +1193,13 @@ class OpTracer(TorchDispatchMode):
         self.add_record(name, kind, ins, outs, meta)
 
     # ------------------------------------------------------------------ flush / close
+    def step_ended(self, _step: int = 0) -> None:
+        """At a step's end: write the batch; outside the window no op is traced, so a write there
+        would go unseen: grown storages are forgotten (never marked on a later step's reads)."""
+        self.flush()
+        if self.grown and not self._recording():
+            self.grown.clear()
+
     def flush(self) -> None:
         """Resolve the pending digests (one host transfer) and write the batch; never raises."""
         with self.lock:
@@ -1457,6 +1578,41 @@ def _hook_optimizer(tracer: OpTracer) -> list[Any]:
     return [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
 
 
+#: a restore entry's "original" for an attribute the object did not have itself (delete ours on close)
+_ABSENT = object()
+
+
+def _wrap_storage_resize(tracer: OpTracer) -> list[tuple[Any, str, Any]]:
+    """``storage.resize_`` records around ``torch.UntypedStorage.resize_``: a storage-level resize
+    never reaches the dispatcher (FSDP2 frees an unsharded parameter with ``resize_(0)`` and
+    re-allocates it with ``resize_(n)``, whose bytes are then uninitialised). Installed only while
+    the tracer is; it costs nothing per op, only per storage resize."""
+    cls = getattr(torch, "UntypedStorage", None)
+    orig = getattr(cls, "resize_", None)
+    if cls is None or orig is None or getattr(orig, "_forensics_wrapped", False):
+        return []
+    own = cls.__dict__.get("resize_", _ABSENT)
+
+    def resize_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            old = self.nbytes()
+        except Exception:  # noqa: BLE001
+            old = None
+        result = orig(self, *args, **kwargs)
+        if old is not None:
+            tracer.storage_resized(self, old)
+        return result
+
+    for attr in ("__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(resize_, attr, getattr(orig, attr))
+        except (AttributeError, TypeError):
+            pass
+    resize_._forensics_wrapped = True  # type: ignore[attr-defined]
+    cls.resize_ = resize_
+    return [(cls, "resize_", own)]
+
+
 class _Installed:
     """What :func:`install` returns: ``close()`` flushes, writes the footer and unhooks."""
 
@@ -1466,7 +1622,13 @@ class _Installed:
     def close(self) -> None:
         self.tracer.close()
         for mod, name, orig in self.restore:
-            setattr(mod, name, orig)
+            if orig is _ABSENT:  # it was inherited: remove ours, the base class's shows again
+                try:
+                    delattr(mod, name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(mod, name, orig)
         for h in self.handles:
             h.remove()
         self.restore, self.handles = [], []
@@ -1476,9 +1638,9 @@ def install(cfg: ProbeConfig, window: StepWindow, out_dir: Path, rank: int) -> _
     """Start tracing this rank: the mode is pushed when the window opens and popped when it closes."""
     tracer = OpTracer(cfg, window, Path(out_dir), rank)
     handles = _hook_optimizer(tracer)  # before activate's window hook: records land in this step
-    restore = _wrap_collectives(tracer) + _wrap_backward(tracer)
+    restore = _wrap_collectives(tracer) + _wrap_backward(tracer) + _wrap_storage_resize(tracer)
     window.on_enter.append(tracer.enter)
-    window.on_step.append(lambda _s: tracer.flush())
+    window.on_step.append(tracer.step_ended)
     window.on_exit.append(lambda _s: tracer.close())
     restore += _hook_excepthook(tracer)
     return _Installed(tracer, restore, handles)

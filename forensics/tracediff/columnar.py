@@ -51,7 +51,8 @@ MIN_BYTES = 1 << 20
 ROUND_ROWS = 1 << 15  # records aligned per round (a segment never spans more than the walk's window)
 
 _ENTRY = pa.struct([("s", pa.list_(pa.int64())), ("t", pa.string()), ("n", pa.int64()), ("h", pa.string()),
-                    ("o", pa.string()), ("c", pa.list_(pa.string())), ("ev", pa.string()), ("ol", pa.list_(pa.int64()))])
+                    ("o", pa.string()), ("c", pa.list_(pa.string())), ("ev", pa.string()), ("ol", pa.list_(pa.int64())),
+                    ("g", pa.string())])
 SCHEMA = pa.schema([
     ("type", pa.string()), ("seq", pa.int64()), ("id", pa.string()), ("op", pa.string()), ("kind", pa.string()),
     ("step", pa.int64()), ("phase", pa.string()), ("in", pa.list_(_ENTRY)), ("out", pa.list_(_ENTRY)),

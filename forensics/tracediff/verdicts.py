@@ -204,6 +204,44 @@ def workspace_reason(rec: TraceRecord, differing: list[int]) -> str | None:
     return None
 
 
+def grown_only(a: TraceRecord, b: TraceRecord, differing: list[int], tainted: Any = None) -> list[str] | None:
+    """The storage resizes behind a record's differing inputs when every one of them is memory a
+    storage resize grew and no traced op had written since, on both sides (``TensorDigest.grown``,
+    the tracer's ``g``), or an artifact-derived value (``tainted(i)`` true); None otherwise (also
+    when none is grown). Those bytes are uninitialised: a difference there is no input difference."""
+    ids: list[str] = []
+    for i in differing:
+        x = a.inputs[i] if i < len(a.inputs) else None
+        y = b.inputs[i] if i < len(b.inputs) else None
+        if x is not None and y is not None and x.grown and y.grown:
+            if x.grown not in ids:
+                ids.append(x.grown)
+        elif not (tainted is not None and tainted(i)):
+            return None
+    return ids or None
+
+
+def grown_outputs(a: TraceRecord, b: TraceRecord, differing: list[int]) -> bool:
+    """Whether every differing output is still memory a storage resize grew and no traced op wrote
+    (a view of it, or a tensor the op did not write), on both sides."""
+    return bool(differing) and all(
+        i < len(a.outputs) and i < len(b.outputs) and a.outputs[i] is not None and b.outputs[i] is not None
+        and bool(a.outputs[i].grown) and bool(b.outputs[i].grown) for i in differing)
+
+
+def grown_reason(ids: list[str]) -> str:
+    return (f"reads memory that a storage resize grew ({', '.join(ids)}) before any traced op wrote it: uninitialised "
+            "bytes (FSDP2's alloc_storage re-allocates an unsharded parameter this way); its differing outputs are "
+            "that memory still, unwritten")
+
+
+def grown_warning(ids: list[str]) -> str:
+    return (f"a differing input is memory that a storage resize grew ({', '.join(ids)}) and no traced op had written "
+            "when this op read it (uninitialised bytes), and this op's outputs differ: the program computed with "
+            "uninitialised memory here, or something the tracer does not see (a kernel below the dispatcher, a "
+            "storage-level copy) wrote it")
+
+
 def _grew(rec: TraceRecord) -> bool:
     """Whether a resize's output holds more elements than its input did (the rest is garbage)."""
     try:
@@ -391,4 +429,5 @@ def after_control_flow(d: Divergence) -> Divergence:
 __all__ = [
     "AFTER_CONTROL_FLOW", "CONTROL_FLOW", "INPUTS_UNKNOWN", "ORIGIN", "RECEIVER", "Divergence", "RankResult",
     "artifact_reason", "external_reason", "workspace_reason", "base_op", "control_flow", "judge", "site_of", "UNPROVEN",
+    "grown_only", "grown_outputs", "grown_reason", "grown_warning",
 ]

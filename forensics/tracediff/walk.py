@@ -44,6 +44,10 @@ from forensics.tracediff.verdicts import (
     artifact_reason,
     control_flow,
     external_reason,
+    grown_only,
+    grown_outputs,
+    grown_reason,
+    grown_warning,
     judge,
     site_of,
     workspace_reason,
@@ -262,6 +266,10 @@ class RankWalker:
             i < len(a.inputs) and i < len(b.inputs) and any(p in keys for p in _pairs(a.inputs[i], b.inputs[i]))
             for i in inputs.differing)
 
+    def _tainted_input(self, a: TraceRecord, b: TraceRecord, i: int) -> bool:
+        """Whether input ``i`` of the pair is an artifact-derived value."""
+        return i < len(a.inputs) and i < len(b.inputs) and any(p in self.tainted for p in _pairs(a.inputs[i], b.inputs[i]))
+
     def _taint(self, x: Any, y: Any) -> None:
         """Remember a tensor of A and its counterpart in B as artifact-derived (every digest kind)."""
         for p in _pairs(x, y):
@@ -300,18 +308,31 @@ class RankWalker:
         if not outputs_differ and inputs.status != DIFFER:
             return None
         tainted = self._only_from(self.tainted, a, b, inputs)
+        # memory a storage resize grew, read before any traced op wrote it (the tracer's "g")
+        grown = None if tainted or inputs.status != DIFFER else grown_only(
+            a, b, inputs.differing, lambda i: self._tainted_input(a, b, i))
         if not outputs_differ:  # inputs differ, outputs match or were not recorded
-            if tainted or self._only_from(self.workspaces, a, b, inputs):  # noise that did not reach the outputs
+            if tainted or grown or self._only_from(self.workspaces, a, b, inputs):  # noise that did not reach the outputs
                 return None
             if out_same:  # say what the match rests on (a screen, or proof)
                 outputs = compare_tensors(a.outputs, b.outputs, self.use_ordered)
             return judge(self.rank, a, b, inputs, outputs)
         workspace = workspace_reason(a, outputs.differing)
         reason = artifact_reason(a) or workspace
+        follow = reason is not None  # the differing outputs are followed (tainted, or as a workspace)
         if reason is None and tainted:
-            reason = "consumes only artifact-derived inputs (passed through)"
+            reason, follow = "consumes only artifact-derived inputs (passed through)", True
+        if reason is None and grown:
+            if not grown_outputs(a, b, outputs.differing):  # the uninitialised bytes reached a computed value
+                site = site_of(a) if a.extra.get("gemm") else None
+                d = judge(self.rank, a, b, inputs, outputs, self.site_counts[site] if site else None)
+                d.warnings.append(grown_warning(grown))
+                return d
+            # its differing outputs are that memory still (a view of it): their readers carry "g" too,
+            # so nothing is passed through; a reader whose outputs differ is judged there
+            reason = grown_reason(grown)
         if reason is not None:
-            for i in outputs.differing:
+            for i in outputs.differing if follow else ():
                 if i < len(a.outputs) and i < len(b.outputs):
                     if reason is workspace:  # followed only while it changes nothing (a reader whose
                         for p in _pairs(a.outputs[i], b.outputs[i]):  # outputs differ is judged)

@@ -38,6 +38,10 @@ class TensorDigest:
     #: is row-major contiguous and its row-major bytes are what ``ordered`` digested (None: row-major,
     #: the usual case). Two order-sensitive digests are comparable only when their layouts are equal.
     layout: tuple[int, ...] | None = None
+    #: the identity of the storage resize (``storage.resize_:N``) that grew this tensor's storage,
+    #: when no traced op had written that storage since: the bytes read are uninitialised memory
+    #: (or were written by something the tracer does not see). Not part of the value (``key``).
+    grown: str | None = None
 
     def key(self) -> tuple:
         """What equality compares: shape, dtype, digests and the layout of the order-sensitive one."""

@@ -169,7 +169,7 @@ def _entry_ok(obj: Any, _int: type = int, _str: type = str, _list: type = list, 
     numel = get("n")
     if numel is not None and (numel.__class__ is not _int or numel < 0 or (shape is not None and _prod(shape) != numel)):
         return False
-    for key in ("h", "o", "t"):
+    for key in ("h", "o", "t", "g"):
         v = get(key)
         if v is not None and v.__class__ is not _str:
             return False
@@ -224,6 +224,9 @@ def _check_entry(obj: Any, path: Path, line: int) -> None:
         raise _bad_tensor(path, line, f"order-sensitive digest 'o' must be a string, got {_brief(ordered)}")
     if chunks is not None and (chunks.__class__ is not list or any(c.__class__ is not str for c in chunks)):
         raise _bad_tensor(path, line, f"chunk digests 'c' must be a list of strings, got {_brief(chunks)}")
+    grown = obj.get("g")
+    if grown is not None and grown.__class__ is not str:
+        raise _bad_tensor(path, line, f"grown-storage mark 'g' must be a string, got {_brief(grown)}")
     layout = obj.get("ol")
     if layout is not None:
         problem = _layout_problem(layout, shape)
@@ -243,7 +246,7 @@ def _tensor(obj: Any, path: Path, line: int) -> TensorDigest | None:
     t = _new(TensorDigest)  # frozen dataclass without its per-field __setattr__ cost (hot path)
     t.__dict__.update(shape=tuple(shape) if shape is not None else None, dtype=obj.get("t"), numel=obj.get("n"),
                       digest=obj.get("h"), chunks=tuple(chunks) if chunks is not None else None,
-                      evidence=obj.get("ev", "full"), ordered=obj.get("o"), layout=layout)
+                      evidence=obj.get("ev", "full"), ordered=obj.get("o"), layout=layout, grown=obj.get("g"))
     return t
 
 
