@@ -1,12 +1,22 @@
 """A 2-rank FSDP2 (fully_shard) training loop on the CPU with gloo, for `forensics trace` under torchrun.
 FSDP2 frees each unsharded parameter's storage after use (``storage.resize_(0)``) and its
 parameters are DTensors: the tracer must neither make a storage unresizable nor read a DTensor's
-memory in place (tests/test_trace_fsdp_real.py)."""
-import os, torch, torch.distributed as dist
+memory in place (tests/test_trace_fsdp_real.py). Before each later use FSDP2 grows the storage
+again (``resize_(n)``, uninitialised bytes) and copies the all-gathered shards into it: two
+identical runs read different garbage there, which is no divergence.
+
+``--threads N`` sets the intra-op threads; ``--big`` uses shapes whose GEMMs the CPU blocks
+differently with 1 and 2 threads (a real difference, found at its first op)."""
+import argparse, torch, torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
+p = argparse.ArgumentParser()
+p.add_argument("--threads", type=int, default=1)
+p.add_argument("--big", action="store_true")
+args = p.parse_args()
+d_in, width, d_out, batch = (256, 512, 10, 4096) if args.big else (16, 32, 4, 8)
 dist.init_process_group("gloo")
-torch.manual_seed(0); torch.set_num_threads(1)
-model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+torch.manual_seed(0); torch.set_num_threads(args.threads)
+model = torch.nn.Sequential(torch.nn.Linear(d_in, width), torch.nn.ReLU(), torch.nn.Linear(width, d_out))
 for m in model:
     if isinstance(m, torch.nn.Linear):
         fully_shard(m)
@@ -14,6 +24,6 @@ fully_shard(model)
 opt = torch.optim.AdamW(model.parameters(), lr=0.01)
 g = torch.Generator().manual_seed(dist.get_rank())
 for _ in range(2):
-    x = torch.randn(8, 16, generator=g)
+    x = torch.randn(batch, d_in, generator=g)
     opt.zero_grad(); model(x).pow(2).mean().backward(); opt.step()
 dist.destroy_process_group()
