@@ -25,6 +25,7 @@ from forensics.tracediff.traces.native import read_footer, stream_end_of  # noqa
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 LOOP = REPO / "tests" / "data" / "scripts" / "optrace_loop.py"
+STALLED = REPO / "tests" / "data" / "scripts" / "stalled_trace.py"
 
 
 def forensics_argv(*args: str) -> list[str]:
@@ -129,6 +130,34 @@ def test_sigterm_to_trace_is_passed_on_and_leaves_no_orphan(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 128 + signal.SIGTERM
     assert not alive(below), "the traced program outlived forensics trace"
+    assert "got SIGTERM: passed to the traced command" in stderr
+    assert read_footer(out / "rank0" / "trace.jsonl")["stopped"] == "signal 15 (SIGTERM)"
+
+
+def test_sigterm_while_trace_is_still_starting_the_command_is_passed_on(tmp_path):
+    """The race behind a flaky run of the test above under load: `forensics trace` installed its
+    signal handlers only after starting the command, so a SIGTERM that reached it in between (the
+    process descheduled after the fork while the command got ready) killed it by the default action
+    (exit -15, no "passed to the traced command"), leaving the command to PR_SET_PDEATHSIG. Here the
+    parent is held right after the fork until the signal was sent; the handlers are now in place
+    before the command starts, so the signal is passed on once it runs."""
+    out, ready, go = tmp_path / "run", tmp_path / "ready", tmp_path / "go"
+    proc = subprocess.Popen([sys.executable, str(STALLED), "trace", "--out", str(out), "--", sys.executable, str(LOOP),
+                             "--ready", str(ready)], env=dict(env(), FORENSICS_TEST_GO=str(go)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(ready)
+        below = descendants(proc.pid)
+        assert below
+        proc.send_signal(signal.SIGTERM)  # while it stalls between the fork and its next instructions
+        time.sleep(0.2)  # let it be delivered during the stall (a handler-less process would be gone now)
+        go.touch()
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert not alive(below)
     assert "got SIGTERM: passed to the traced command" in stderr
     assert read_footer(out / "rank0" / "trace.jsonl")["stopped"] == "signal 15 (SIGTERM)"
 

@@ -68,22 +68,33 @@ def exit_code(returncode: int) -> int:
 def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
     """Run ``command``; signals sent to this process (SIGTERM, SIGHUP, SIGINT, ...) are passed on
     to it, and this process waits for it to stop. Returns its exit status (128+N when signal N
-    ended it), or 128+N when this process was sent signal N (it passed it on and waited)."""
+    ended it), or 128+N when this process was sent signal N (it passed it on and waited).
+
+    The handlers are installed before the command starts: a signal that arrives while it is being
+    started (this process descheduled between the fork and the handlers, under load) is passed on
+    as soon as it runs, instead of killing this process by the default action and leaving the
+    command to PR_SET_PDEATHSIG. One that arrives before the start means the command never starts."""
     import signal  # noqa: PLC0415
 
     preexec = _die_with_parent if sys.platform.startswith("linux") else None
-    proc = subprocess.Popen(command, env=env, preexec_fn=preexec)  # noqa: PLW1509 - no threads in this process
     received: list[int] = []
+    started: list[subprocess.Popen] = []  # the command, once started (a handler may run before)
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
         if signum == signal.SIGINT and _child_got_terminal_sigint():
             return  # Ctrl-C in a terminal reached the whole foreground group, the child included
-        if len(received) == 1:
+        if not started:
+            return  # not started yet: passed on as soon as it is (below)
+        pass_on(signum, len(received))
+
+    def pass_on(signum: int, count: int) -> None:
+        proc = started[0]
+        if count == 1:
             sys.stderr.write(f"forensics trace: got {signal.Signals(signum).name}: passed to the traced command "
                              f"(pid {proc.pid}); waiting for it to stop (send it again to kill it)\n")
         try:
-            proc.send_signal(signal.SIGKILL if len(received) > 1 and signum != signal.SIGINT else signum)
+            proc.send_signal(signal.SIGKILL if count > 1 and signum != signal.SIGINT else signum)
         except (ProcessLookupError, OSError):
             pass
 
@@ -97,6 +108,14 @@ def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
         except (ValueError, OSError):  # not the main thread
             pass
     try:
+        if received:  # asked to stop before anything started
+            sys.stderr.write(f"forensics trace: got {signal.Signals(received[0]).name} before the traced command "
+                             "started: not started\n")
+            return 128 + int(received[0])
+        proc = subprocess.Popen(command, env=env, preexec_fn=preexec)  # noqa: PLW1509 - no threads in this process
+        started.append(proc)
+        if received:  # arrived while it was being started: pass it on now
+            pass_on(received[0], 1)
         returncode = proc.wait()
     finally:
         for sig, handler in previous.items():
