@@ -1089,9 +1089,9 @@ class OpTracer(TorchDispatchMode):
                 return
             leaves = [out] if isinstance(out, torch.Tensor) else [
                 x for x in tree_leaves(out) if x is not None and not _is_opaque(x)]
-            if len(leaves) == len(outputs):
-                self._mark_grown([x for x in leaves], [e if isinstance(x, torch.Tensor) else {}
-                                                       for x, e in zip(leaves, outputs)])
+            if len(leaves) == len(outputs):  # the entries made above, leaf by leaf
+                tensors = [(x, e) for x, e in zip(leaves, outputs) if isinstance(x, torch.Tensor)]
+                self._mark_grown([x for x, _ in tensors], [e for _, e in tensors])
         except Exception:  # noqa: BLE001 - bookkeeping never breaks the op
             pass
 
