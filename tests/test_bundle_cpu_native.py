@@ -46,6 +46,12 @@ def test_a_native_kernel_site_bundle_speaks_of_the_cpu_backend(tmp_path):
     assert "no implementation of this site was confirmed" in report and "## Execution counts per instrument" in report
     assert "CUPTI" not in report and "cuBLASLt" not in report
     assert any("profiler's word only" in m for m in evidence["missing"])
+    # without --site: no divergence and no GEMM site, so the bundle is about the site captured (it
+    # was headed "no site" and said "Site `None` held fixed")
+    proc = _cli("bundle", str(cap), "-o", str(tmp_path / "b2.tgz"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report, _ = _report(tmp_path / "b2.tgz")
+    assert report.startswith(f"# Evidence bundle: `{SITE}`") and "`None`" not in report and "no site" not in report
 
 
 def test_the_shipped_cpu_capture_is_a_cpu_bundle(tmp_path):

@@ -103,7 +103,8 @@ class Bundle:
 
 # --------------------------------------------------------------------------- choosing the site
 def choose_site(ev: Evidence, comparison: ArmComparison, site: str | None) -> tuple[str | None, str | None]:
-    """(site, focus occurrence): the given site, else the first divergent origin's, else the first GEMM site."""
+    """(site, focus occurrence): the given site, else the first divergent origin's, else the first GEMM
+    site, else the first site recorded (a capture of a non-GEMM site with no divergence)."""
     labels = set(ev.sites["label"]) if len(ev.sites) else set()
     if site is not None:
         parsed = parse_site_or_occurrence(site)
@@ -126,9 +127,10 @@ def choose_site(ev: Evidence, comparison: ArmComparison, site: str | None) -> tu
         first = ev.sites[ev.sites["site"] == site].sort_values(["rank", "seq"]).iloc[0]
         return site, first["label"]
     gemm = ev.sites[ev.sites["site"].astype(str).str.startswith("gemm:")] if len(ev.sites) else ev.sites
-    if len(gemm):
-        first = gemm.sort_values(["rank", "seq"]).iloc[0]
-        return first["site"], first["label"]
+    for pool in (gemm, ev.sites):
+        if len(pool):
+            first = pool.sort_values(["rank", "seq"]).iloc[0]
+            return first["site"], first["label"]
     return None, None
 
 
