@@ -119,3 +119,25 @@ def test_line_offsets_across_chunks(tmp_path):
             assert _line_offset(mm, n, chunk=16) == starts[n - 1]
         assert _line_offset(mm, len(starts) + 2, chunk=16) is None
     assert MAX_HITS >= 1000
+
+
+def test_kernel_from_a_receiver_report_says_where_the_input_came_from(tmp_path):
+    """`forensics kernel --from` refuses a RECEIVER; its one line carries the reading."""
+    import json
+
+    from forensics.tracediff.from_report import site_from_report
+
+    def program(poke: bool) -> None:
+        y = torch.arange(8.0).mul(2.0)
+        if poke:
+            ctypes.c_float.from_address(y.data_ptr()).value = 42.0
+        y.add(1.0)
+
+    a = trace_in_process(tmp_path / "a", lambda: program(False))
+    b = trace_in_process(tmp_path / "b", lambda: program(True))
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(diff_paths(a, b).to_json()))
+    found = site_from_report(report)
+    assert not found.ok and found.verdict == RECEIVER
+    assert "input 0: in run A it holds the bits of aten.mul.Tensor:1's output" in found.reason
+    assert "\n" not in found.reason

@@ -184,9 +184,11 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
                     "CONTROL_FLOW": "a CONTROL-FLOW divergence (the runs executed different ops; no site to rerun)",
                     "INPUTS_UNKNOWN": "INPUTS_UNKNOWN (its inputs were not recorded, so the input test cannot tell an "
                                       "origin from a receiver; record them first)"}
+            sources = [src for src in d.get("input_sources") or [] if isinstance(src, dict) and src.get("reading")]
+            where = "".join(f"; input {src.get('input')}: {src['reading']}" for src in sources[:2])
             return _refuse(f"first divergence on rank {r} ({d.get('identity')}) is "
-                           f"{what.get(d['verdict'], repr(d['verdict']))}; refusing to hand an unproven site to "
-                           f"`forensics kernel` (pattern {rep.get('pattern')})", rank=r, verdict=d["verdict"])
+                           f"{what.get(d['verdict'], repr(d['verdict']))}{where}; refusing to hand an unproven site "
+                           f"to `forensics kernel` (pattern {rep.get('pattern')})", rank=r, verdict=d["verdict"])
         site_rank, origin = origins[0]
     fmt = rep.get("format")
     site = origin.get("site") or rep.get("site")
