@@ -58,7 +58,7 @@ def test_no_traced_op_wrote_the_value_in_either_run(tmp_path):
     d, _ = _first(tmp_path, program)
     (src,) = d.input_sources
     assert src["writer_a"] is None and src["writer_b"] is None
-    assert src["reading"].startswith("no traced op's output on this rank held these bits before it, in either run")
+    assert src["reading"].startswith("no traced op's output on this rank has these bits' digest before it, in either run")
 
 
 def test_another_tensor_read_in_each_run(tmp_path):
@@ -141,3 +141,45 @@ def test_kernel_from_a_receiver_report_says_where_the_input_came_from(tmp_path):
     assert not found.ok and found.verdict == RECEIVER
     assert "input 0: in run A it holds the bits of aten.mul.Tensor:1's output" in found.reason
     assert "\n" not in found.reason
+
+
+def test_a_writer_found_by_its_xor_digest_only_is_called_a_screen(tmp_path):
+    def program(poke: bool) -> None:
+        y = torch.arange(8.0).mul(2.0)
+        if poke:
+            ctypes.c_float.from_address(y.data_ptr()).value = 42.0
+        y.add(1.0)
+
+    a = trace_in_process(tmp_path / "a", lambda: program(False), ordered="off")
+    b = trace_in_process(tmp_path / "b", lambda: program(True), ordered="off")
+    (src,) = diff_paths(a, b).ranks[0].first_divergence.input_sources
+    assert src["writer_a"]["by"] == "XOR digest"
+    assert "aten.mul.Tensor:1's output (seq 1, by its XOR digest only (a screen, not proof))" in src["reading"]
+
+
+def test_an_input_with_both_digests_finds_an_output_that_has_only_the_xor():
+    """A device tensor's inputs carry both digests under --ordered-digests inputs, its outputs only
+    the XOR: the writer is still found (by the XOR), never reported missing."""
+    from forensics.tracediff.provenance import _holds
+    from forensics.tracediff.traces import TensorDigest
+
+    inp = TensorDigest(shape=(4,), dtype="float32", numel=4, digest="aa" * 8, ordered="bb" * 8)
+    assert _holds(TensorDigest(shape=(4,), dtype="float32", numel=4, digest="aa" * 8), inp) == "XOR digest"
+    assert _holds(TensorDigest(shape=(4,), dtype="float32", numel=4, digest="aa" * 8, ordered="bb" * 8),
+                  inp) == "order-sensitive digest"
+    assert _holds(TensorDigest(shape=(4,), dtype="float32", numel=4, digest="aa" * 8, ordered="cc" * 8), inp) is None
+    assert _holds(TensorDigest(shape=(2, 2), dtype="float32", numel=4, digest="aa" * 8), inp) is None
+
+
+def test_tensors_recorded_without_a_digest_earlier_are_said_to_hide_writes(tmp_path):
+    def program(poke: bool) -> None:
+        torch.arange(4.0).reshape(2, 2).to_sparse()  # sparse: recorded as metadata only
+        y = torch.arange(8.0).mul(2.0)
+        if poke:
+            ctypes.c_float.from_address(y.data_ptr()).value = 42.0
+        y.add(1.0)
+
+    a = trace_in_process(tmp_path / "a", lambda: program(False))
+    b = trace_in_process(tmp_path / "b", lambda: program(True))
+    (src,) = diff_paths(a, b).ranks[0].first_divergence.input_sources
+    assert "run B also recorded tensors without a digest, metadata only, before it" in src["reading"]

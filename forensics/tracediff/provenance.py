@@ -41,23 +41,32 @@ class Writer:
     identity: str
     seq: int
     source: str  # file:line
+    by: str = "order-sensitive digest"  # or "XOR digest" (a screen: equal XORs do not prove equal bits)
 
     def to_json(self) -> dict[str, Any]:
-        return {"identity": self.identity, "seq": self.seq, "source": self.source}
+        return {"identity": self.identity, "seq": self.seq, "source": self.source, "by": self.by}
 
 
-def _needle(t: TensorDigest) -> bytes | None:
-    value = t.ordered if t.ordered is not None else t.digest
-    return f'"{value}"'.encode() if isinstance(value, str) and value else None
+def _needles(t: TensorDigest) -> list[bytes]:
+    """The texts of the digests ``t`` carries (an output may carry only one of its kinds: a device
+    tensor's inputs get both, its outputs only the XOR under ``--ordered-digests inputs``)."""
+    return [f'"{v}"'.encode() for v in (t.ordered, t.digest) if isinstance(v, str) and v]
 
 
-def _holds(out: TensorDigest, t: TensorDigest) -> bool:
-    """Whether an output entry records the same bits as the input entry ``t``."""
+def _holds(out: TensorDigest, t: TensorDigest) -> str | None:
+    """How an output entry is seen to hold the input entry ``t``'s bits (by the order-sensitive
+    digest, else by the XOR both carry), or None."""
     if out.shape != t.shape or out.dtype != t.dtype:
-        return False
-    if t.ordered is not None:
-        return out.ordered == t.ordered and out.layout == t.layout
-    return t.digest is not None and out.digest == t.digest
+        return None
+    if t.ordered is not None and out.ordered is not None:
+        return "order-sensitive digest" if out.ordered == t.ordered and out.layout == t.layout else None
+    if t.digest is not None and out.digest is not None and out.digest == t.digest:
+        return "XOR digest"
+    return None
+
+
+#: how a record says an entry holds no digest (its memory could not be read: sparse, DTensor, freed)
+_METADATA = (b'"ev":"metadata"', b'"ev": "metadata"')
 
 
 def _line_offset(mm: mmap.mmap, line_no: int, chunk: int = 1 << 24) -> int | None:
@@ -92,11 +101,11 @@ def _offset(path: Path, line_no: int) -> int | None:
     return _cached_offset(str(path), line_no, st.st_size, st.st_mtime_ns)
 
 
-def _lines_back(mm: mmap.mmap, end: int, end_line: int, needle: bytes) -> Iterator[tuple[bytes, int]]:
+def _lines_back(mm: mmap.mmap, end: int, end_line: int, needles: list[bytes]) -> Iterator[tuple[bytes, int]]:
     """``(line, line number)`` of each line before byte ``end`` (the start of line ``end_line``) that
-    holds ``needle``, latest first; the header line (line 1) is never one."""
+    holds one of ``needles``, latest first; the header line (line 1) is never one."""
     while True:
-        hit = mm.rfind(needle, 0, end)
+        hit = max(mm.rfind(n, 0, end) for n in needles)
         if hit < 0:
             return
         start = mm.rfind(b"\n", 0, hit) + 1
@@ -120,8 +129,8 @@ def latest_writer(stream: Any, receiver_source: str, t: TensorDigest) -> Writer 
     a :class:`Writer`, None (no traced op wrote them), or a string saying why it was not searched."""
     where = _parse_source(receiver_source)
     parse = getattr(stream, "parse", None)
-    needle = _needle(t)
-    if where is None or parse is None or needle is None:
+    needles = _needles(t)
+    if where is None or parse is None or not needles:
         return "not searched (no byte-addressable rank file, or no digest)"
     path, line_no = where
     try:
@@ -129,44 +138,68 @@ def latest_writer(stream: Any, receiver_source: str, t: TensorDigest) -> Writer 
             end = _offset(path, line_no)
             if end is None:
                 return "not searched (the receiver's line is not in the file)"
-            for hits, (raw, hit_line) in enumerate(_lines_back(mm, end, line_no, needle)):
+            for hits, (raw, hit_line) in enumerate(_lines_back(mm, end, line_no, needles)):
                 if hits >= MAX_HITS:
                     return f"not searched past {MAX_HITS} lines holding the digest"
                 rec: TraceRecord = parse(raw, hit_line)
-                if any(_holds(out, t) for out in rec.outputs if out is not None):
-                    return Writer(rec.identity, rec.seq, rec.source or f"{path}:{hit_line}")
+                for out in rec.outputs:
+                    by = _holds(out, t) if out is not None else None
+                    if by is not None:
+                        return Writer(rec.identity, rec.seq, rec.source or f"{path}:{hit_line}", by)
             return None
     except (OSError, ValueError, BadInput) as e:
         return f"not searched ({type(e).__name__}: {e})"
 
 
+def _bits_of(w: Writer) -> str:
+    screen = ", by its XOR digest only (a screen, not proof)" if w.by == "XOR digest" else ""
+    return f"the bits of {w.identity}'s output (seq {w.seq}{screen})"
+
+
 def reading(a: Writer | None | str, b: Writer | None | str, a_in_b: bool | None, b_in_a: bool | None,
-            passed: dict[str, str] | None = None) -> str:
+            passed: dict[str, str] | None = None, hidden: tuple[bool, bool] = (False, False)) -> str:
     """What the writers of one differing input say, in words. ``a_in_b``: whether A's writer's
     output holds the same bits in B (None: not checked); ``b_in_a`` the other way. ``passed``: why
-    records the walk passed over were passed over (artifacts, outside data), by identity."""
+    records the walk passed over were passed over (artifacts, outside data), by identity.
+    ``hidden``: whether run A's and B's records before the receiver hold tensors recorded without a
+    digest (metadata only), whose writes no search can see."""
     if isinstance(a, str) or isinstance(b, str):
         return f"A: {a if isinstance(a, str) else 'searched'}; B: {b if isinstance(b, str) else 'searched'}"
+    runs_hidden = [run for run, h, w in (("A", hidden[0], a), ("B", hidden[1], b)) if h and w is None]
+    caveat = (f" (run {' and '.join(runs_hidden)} also recorded tensors without a digest, metadata only, before "
+              "it: a write among those cannot be seen)") if runs_hidden else ""
     if a is None and b is None:
-        return ("no traced op's output on this rank held these bits before it, in either run: the difference "
-                f"reached it from outside the traced ops ({OUTSIDE})")
+        return ("no traced op's output on this rank has these bits' digest before it, in either run: the "
+                f"difference reached it from outside the traced ops ({OUTSIDE}){caveat}")
     if a is not None and b is not None and a.identity == b.identity:
         why = (passed or {}).get(a.identity)
-        return (f"in both runs it holds the bits of {a.identity}'s output (seq {a.seq}), which differs between "
-                "the runs: the walk passed over it as " + (why or "outside data or a probe artifact"))
+        return (f"in both runs it holds {_bits_of(a)}, which differs between the runs: the walk passed over it "
+                "as " + (why or "outside data or a probe artifact"))
     if a is not None and b is not None:
         same = " (both outputs match across the runs)" if a_in_b and b_in_a else ""
-        return (f"in run A it holds the bits of {a.identity}'s output (seq {a.seq}), in run B those of "
-                f"{b.identity}'s (seq {b.seq}){same}: the op read another tensor in each run, or the same tensor "
-                "was overwritten by something the trace does not show")
+        return (f"in run A it holds {_bits_of(a)}, in run B {_bits_of(b)}{same}: the op read another tensor in "
+                "each run, or the same tensor was overwritten by something the trace does not show")
     known, run, other = (a, "A", "B") if a is not None else (b, "B", "A")
     matched = a_in_b if a is not None else b_in_a
     kept = (f"; in run {other} {known.identity}'s output matched run {run}'s" if matched else
             "" if matched is None else f"; in run {other} {known.identity}'s output differs")
-    return (f"in run {run} it holds the bits of {known.identity}'s output (seq {known.seq}), the latest traced op "
-            f"whose output held them; in run {other} no traced op's output held its bits{kept}: in run {other} the "
-            f"value was changed after it, or another tensor was read, by something the trace does not show "
-            f"({OUTSIDE})")
+    return (f"in run {run} it holds {_bits_of(known)}, the latest traced output that did; in run {other} no "
+            f"traced op's output has its bits' digest{kept}: in run {other} the value was changed after it, or "
+            f"another tensor was read, by something the trace does not show ({OUTSIDE}){caveat}")
+
+
+def _hidden_before(source: str | None) -> bool:
+    """Whether the rank file holds, before the receiver's line, a tensor recorded without a digest."""
+    where = _parse_source(source)
+    if where is None:
+        return False
+    path, line_no = where
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            end = _offset(path, line_no)
+            return end is not None and any(mm.find(m, 0, end) >= 0 for m in _METADATA)
+    except OSError:
+        return False
 
 
 def _record_at(stream: Any, source: str | None) -> TraceRecord | None:
@@ -200,10 +233,10 @@ def _writer_holds(stream: Any, identity: str, t: TensorDigest, search_from: str)
             end = _offset(path, line_no)
             if end is None:
                 return None
-            for raw, hit_line in _lines_back(mm, end, line_no, needle):
+            for raw, hit_line in _lines_back(mm, end, line_no, [needle]):
                 rec = parse(raw, hit_line)
                 if rec.identity == identity:
-                    return any(_holds(out, t) for out in rec.outputs if out is not None)
+                    return any(_holds(out, t) is not None for out in rec.outputs if out is not None)
             return None
     except (OSError, ValueError, BadInput):
         return None
@@ -216,6 +249,7 @@ def input_sources(d: Any, a_stream: Any, b_stream: Any, passed: dict[str, str] |
     if ra is None or rb is None:
         return []
     out = []
+    hidden = (_hidden_before(d.source_a), _hidden_before(d.source_b))
     for i in d.differing_inputs:
         if i >= len(ra.inputs) or i >= len(rb.inputs) or ra.inputs[i] is None or rb.inputs[i] is None:
             continue
@@ -228,5 +262,5 @@ def input_sources(d: Any, a_stream: Any, b_stream: Any, passed: dict[str, str] |
         b_in_a = _writer_holds(a_stream, wb.identity, tb, d.source_a) if isinstance(wb, Writer) else None
         out.append({"input": i, "writer_a": wa.to_json() if isinstance(wa, Writer) else wa,
                     "writer_b": wb.to_json() if isinstance(wb, Writer) else wb,
-                    "reading": reading(wa, wb, a_in_b, b_in_a, passed)})
+                    "reading": reading(wa, wb, a_in_b, b_in_a, passed, hidden)})
     return out
