@@ -30,15 +30,23 @@ def _first(tmp_path, program):
     return d, format_report(rep)
 
 
-def test_a_value_written_outside_the_traced_ops_in_one_run(tmp_path):
-    def program(poke: bool) -> None:
-        x = torch.arange(8.0)
-        y = x.mul(2.0)  # the traced writer
-        if poke:  # a write no dispatcher op makes (as a C++ library or another thread would)
-            ctypes.c_float.from_address(y.data_ptr() + 3 * 4).value = 42.0
-        y.add(1.0)
+def _poke(t, value: float = 42.0, index: int = 0) -> None:
+    """Write one element through memory: no dispatcher op (as a C++ library or another thread would)."""
+    ctypes.c_float.from_address(t.data_ptr() + 4 * index).value = value
 
-    d, text = _first(tmp_path, program)
+
+def _mul_then_add(poke: bool, sparse_first: bool = False) -> None:
+    """y = arange * 2 (the traced writer); in run B one element of y is overwritten untraced; y + 1."""
+    if sparse_first:
+        torch.arange(4.0).reshape(2, 2).to_sparse()  # sparse: recorded as metadata only
+    y = torch.arange(8.0).mul(2.0)
+    if poke:
+        _poke(y)
+    y.add(1.0)
+
+
+def test_a_value_written_outside_the_traced_ops_in_one_run(tmp_path):
+    d, text = _first(tmp_path, _mul_then_add)
     assert d.name == "aten.add.Tensor"
     (src,) = d.input_sources
     assert src["input"] == 0
@@ -81,7 +89,7 @@ def test_the_latest_writer_of_equal_bits_is_named_not_an_earlier_one(tmp_path):
         torch.zeros(4).add(1.0)  # aten.add.Tensor:1 writes ones
         y = torch.zeros(4).add(1.0)  # aten.add.Tensor:2 writes the same bits
         if poke:
-            ctypes.c_float.from_address(y.data_ptr()).value = 7.0
+            _poke(y, 7.0)
         y.mul(5.0)
 
     d, _ = _first(tmp_path, program)
@@ -127,14 +135,8 @@ def test_kernel_from_a_receiver_report_says_where_the_input_came_from(tmp_path):
 
     from forensics.tracediff.from_report import site_from_report
 
-    def program(poke: bool) -> None:
-        y = torch.arange(8.0).mul(2.0)
-        if poke:
-            ctypes.c_float.from_address(y.data_ptr()).value = 42.0
-        y.add(1.0)
-
-    a = trace_in_process(tmp_path / "a", lambda: program(False))
-    b = trace_in_process(tmp_path / "b", lambda: program(True))
+    a = trace_in_process(tmp_path / "a", lambda: _mul_then_add(False))
+    b = trace_in_process(tmp_path / "b", lambda: _mul_then_add(True))
     report = tmp_path / "report.json"
     report.write_text(json.dumps(diff_paths(a, b).to_json()))
     found = site_from_report(report)
@@ -144,14 +146,8 @@ def test_kernel_from_a_receiver_report_says_where_the_input_came_from(tmp_path):
 
 
 def test_a_writer_found_by_its_xor_digest_only_is_called_a_screen(tmp_path):
-    def program(poke: bool) -> None:
-        y = torch.arange(8.0).mul(2.0)
-        if poke:
-            ctypes.c_float.from_address(y.data_ptr()).value = 42.0
-        y.add(1.0)
-
-    a = trace_in_process(tmp_path / "a", lambda: program(False), ordered="off")
-    b = trace_in_process(tmp_path / "b", lambda: program(True), ordered="off")
+    a = trace_in_process(tmp_path / "a", lambda: _mul_then_add(False), ordered="off")
+    b = trace_in_process(tmp_path / "b", lambda: _mul_then_add(True), ordered="off")
     (src,) = diff_paths(a, b).ranks[0].first_divergence.input_sources
     assert src["writer_a"]["by"] == "XOR digest"
     assert "aten.mul.Tensor:1's output (seq 1, by its XOR digest only (a screen, not proof))" in src["reading"]
@@ -172,14 +168,7 @@ def test_an_input_with_both_digests_finds_an_output_that_has_only_the_xor():
 
 
 def test_tensors_recorded_without_a_digest_earlier_are_said_to_hide_writes(tmp_path):
-    def program(poke: bool) -> None:
-        torch.arange(4.0).reshape(2, 2).to_sparse()  # sparse: recorded as metadata only
-        y = torch.arange(8.0).mul(2.0)
-        if poke:
-            ctypes.c_float.from_address(y.data_ptr()).value = 42.0
-        y.add(1.0)
-
-    a = trace_in_process(tmp_path / "a", lambda: program(False))
-    b = trace_in_process(tmp_path / "b", lambda: program(True))
+    a = trace_in_process(tmp_path / "a", lambda: _mul_then_add(False, sparse_first=True))
+    b = trace_in_process(tmp_path / "b", lambda: _mul_then_add(True, sparse_first=True))
     (src,) = diff_paths(a, b).ranks[0].first_divergence.input_sources
     assert "run B also recorded tensors without a digest, metadata only, before it" in src["reading"]
