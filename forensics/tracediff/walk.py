@@ -260,15 +260,15 @@ class RankWalker:
             self._steps_seen.add(rec.step)
             self.result.steps.append(rec.step)
 
+    @staticmethod
+    def _in(keys: _BoundedSet, a: TraceRecord, b: TraceRecord, i: int) -> bool:
+        """Whether input ``i`` of the pair is one of ``keys`` (an artifact-derived value, a workspace)."""
+        return i < len(a.inputs) and i < len(b.inputs) and any(p in keys for p in _pairs(a.inputs[i], b.inputs[i]))
+
     def _only_from(self, keys: _BoundedSet, a: TraceRecord, b: TraceRecord, inputs: ListTest) -> bool:
         """Whether every differing input of the pair is one of ``keys`` (artifact-derived values)."""
         return inputs.status == DIFFER and bool(inputs.differing) and all(
-            i < len(a.inputs) and i < len(b.inputs) and any(p in keys for p in _pairs(a.inputs[i], b.inputs[i]))
-            for i in inputs.differing)
-
-    def _tainted_input(self, a: TraceRecord, b: TraceRecord, i: int) -> bool:
-        """Whether input ``i`` of the pair is an artifact-derived value."""
-        return i < len(a.inputs) and i < len(b.inputs) and any(p in self.tainted for p in _pairs(a.inputs[i], b.inputs[i]))
+            self._in(keys, a, b, i) for i in inputs.differing)
 
     def _taint(self, x: Any, y: Any) -> None:
         """Remember a tensor of A and its counterpart in B as artifact-derived (every digest kind)."""
@@ -310,7 +310,7 @@ class RankWalker:
         tainted = self._only_from(self.tainted, a, b, inputs)
         # memory a storage resize grew, read before any traced op wrote it (the tracer's "g")
         grown = None if tainted or inputs.status != DIFFER else grown_only(
-            a, b, inputs.differing, lambda i: self._tainted_input(a, b, i))
+            a, b, inputs.differing, lambda i: self._in(self.tainted, a, b, i))
         if not outputs_differ:  # inputs differ, outputs match or were not recorded
             if tainted or grown or self._only_from(self.workspaces, a, b, inputs):  # noise that did not reach the outputs
                 return None
