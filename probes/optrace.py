@@ -103,6 +103,11 @@ except ImportError:  # pragma: no cover - depends on the environment
     def _dumps(rec: dict[str, Any]) -> bytes:
         return (json.dumps(rec, separators=(",", ":"), default=str) + "\n").encode()
 
+#: what a random op's ``{"t": "generator"}`` input entry digests (header ``generators``; traces
+#: without it record no generator state, so their random ops have one input entry fewer)
+GENERATORS_NAME = "blake2b-64 of the state of the generator a random op draws from (given, else the device default)"
+#: events recorded beside the dispatcher's ops (header ``storage_events``; older traces have none)
+STORAGE_EVENTS = ["storage.resize_"]
 SCHEMA = "forensics.optrace"
 SCHEMA_VERSION = 1
 HASH_NAME = "torch.hash_tensor(xor,float64-bits)"
@@ -658,6 +663,8 @@ class OpTracer(TorchDispatchMode):
             "chunked_ops": sorted(CHUNKED_OPS) if self.chunk_digests else [],
             "ordered": self._ordered_info(),
             "compiled": self.compiled_mode,
+            "generators": GENERATORS_NAME,
+            "storage_events": STORAGE_EVENTS,
         }
         header.update(self._program_info())
         self.file.write((json.dumps(header, default=str) + "\n").encode())

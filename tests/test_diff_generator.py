@@ -88,3 +88,23 @@ def test_an_origin_at_a_random_op_whose_state_matched_says_so(tmp_path):
     d = diff_paths(a, b).ranks[0].first_divergence
     assert d.verdict == ORIGIN and d.name == "aten.randn.default"
     assert any("the state of the generator it drew from matched" in w for w in d.warnings), d.warnings
+
+
+def test_a_trace_without_generator_states_is_flagged_when_diffed_with_one_that_has_them(tmp_path):
+    """A trace from before generator states were recorded (no header ``generators``, no entries):
+    its random ops have one input entry fewer, and the diff says why instead of leaving it unexplained."""
+    a = trace_in_process(tmp_path / "a", _program(0))
+    old = tmp_path / "old" / "rank0" / "trace.jsonl"
+    old.parent.mkdir(parents=True)
+    lines = []
+    for line in open(a):
+        rec = json.loads(line)
+        if rec.get("type") == "header":
+            rec.pop("generators")
+        elif "in" in rec:
+            rec["in"] = [e for e in rec["in"] if e.get("t") != "generator"]
+        lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
+    old.write_text("".join(lines))
+    rep = diff_paths(a, old.parent.parent)
+    assert any(c["field"] == "generators" and c["severity"] == "warning" for c in rep.comparability)
+    assert "comparability: generators differs" in format_report(rep)

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 #: Fields whose difference makes the runs different experiments (warning) vs expected (info).
-WARNING_FIELDS = ("argv", "seeds", "world_size", "schema_version", "versions.python", "steps", "hash", "compiled")
+WARNING_FIELDS = ("argv", "seeds", "world_size", "schema_version", "versions.python", "steps", "hash", "compiled",
+                  "generators", "storage_events")
 #: Fields (and prefixes) that identify the program actually run: a difference is NOT COMPARABLE.
 PROGRAM_FIELDS = ("program.sha256", "program.git.commit", "program.git.dirty", "program.git.diff_sha256",
                   "versions.torch")
