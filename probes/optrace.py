@@ -325,13 +325,17 @@ def _received() -> bool:
 
 
 def _draws(func: Any, base: str) -> bool:
-    """Whether the op draws random numbers: a ``Generator?`` argument in its schema, or a random op's
-    name (:data:`RANDOM_OPS`)."""
+    """Whether the op draws random numbers: a ``Generator?`` or ``dropout_p`` argument in its schema
+    (attention kernels draw their dropout mask from the default generator), or a random op's name
+    (:data:`RANDOM_OPS`), but not a backward (``native_dropout_backward`` reads a mask), an op that
+    says it has no dropout, or a ``_philox_*`` op (its key is an argument)."""
     try:
-        if any("Generator" in str(a.type) for a in func._schema.arguments):
+        if any(a.name == "dropout_p" or "Generator" in str(a.type) for a in func._schema.arguments):
             return True
     except Exception:  # noqa: BLE001 - no schema: the name decides
         pass
+    if base.endswith("_backward") or "no_dropout" in base or base.startswith("_philox"):
+        return False
     return bool(RANDOM_OPS.search(base))
 
 

@@ -108,3 +108,18 @@ def test_a_trace_without_generator_states_is_flagged_when_diffed_with_one_that_h
     rep = diff_paths(a, old.parent.parent)
     assert any(c["field"] == "generators" and c["severity"] == "warning" for c in rep.comparability)
     assert "comparability: generators differs" in format_report(rep)
+
+
+def test_which_ops_draw():
+    """A dropout's backward reads its mask; attention kernels with dropout_p draw from the default
+    generator; _philox_* ops take their key as an argument (on the CPU, dropout and attention's
+    dropout decompose to bernoulli_, traced above: these are the ops a device runs)."""
+    from probes.optrace import _draws, _op_name, _packet
+
+    aten = torch.ops.aten
+    expect = {aten.native_dropout_backward.default: False, aten.native_dropout.default: True,
+              aten._scaled_dot_product_flash_attention_for_cpu.default: True, aten._philox_normal_.default: False,
+              aten.mul.Tensor: False, aten.randperm.default: True, aten.poisson.default: True,
+              aten.bernoulli_.float: True, aten.rand.default: True}
+    got = {f: _draws(f, _packet(_op_name(f))) for f in expect}
+    assert got == expect

@@ -368,10 +368,11 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
     if verdict == ORIGIN and base in TRIVIAL_OPS:
         warnings.append(f"one hop later: {base} cannot change bits by itself from equal inputs; the producer "
                         "above it is uninstrumented (a kernel that bypasses the dispatcher). Add a probe there")
-    if verdict == ORIGIN and RANDOM_OPS.search(base):
+    if verdict == ORIGIN and (any(_is_generator(a, i) for i in range(len(a.inputs)))
+                              or (RANDOM_OPS.search(base) and not base.endswith("_backward"))):
         if any(_is_generator(a, i) for i in range(len(a.inputs))):
-            warnings.append("random op: the state of the generator it drew from matched (recorded as an input), "
-                            "so the same draw gave other bits")
+            warnings.append("random op: the state of the generator it drew from matched (recorded as an input): "
+                            "the difference is not in where its random numbers came from")
         else:
             warnings.append("random op: its output depends on generator state, which this trace did not record "
                             "(a trace from before generator states were recorded, or a device without a default "
