@@ -121,6 +121,9 @@ _FAST_WORD = {torch.float32: np.uint32, torch.int32: np.uint32, torch.float64: n
 _FAST_INFO = {dtype: (str(dtype).removeprefix("torch."), torch.empty((), dtype=dtype).element_size())
               for dtype in _FAST_WORD}
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+#: a lazy module's parameter before its first forward (``nn.LazyLinear``...): its shape, numel and
+#: data raise by design until ``materialize``; the tracer records what it has (dtype) and no shape
+_UNINITIALIZED = getattr(torch.nn.parameter, "UninitializedTensorMixin", ())
 _STRIDED = torch.strided
 CHUNK_NAME = "position-weighted int64 sum, 16 chunks"
 ORDERED_CPU = "xxh3_64(bytes in memory order; 'ol' gives the dim order when not row-major)"
@@ -725,6 +728,8 @@ class OpTracer(TorchDispatchMode):
                             "o": _xxh3(buf.from_address(t.data_ptr()))}
             except Exception:  # noqa: BLE001 - the general path below decides, and never raises
                 pass
+        if t.__class__ not in _PLAIN and isinstance(t, _UNINITIALIZED):  # no shape yet: reading one raises
+            return {"s": None, "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": None, "ev": "metadata"}
         word = _FAST_WORD.get(dtype)
         numel = t.numel()
         entry: dict[str, Any] = {"s": list(t.shape), "t": _DTYPE_NAME.get(dtype) or _dtype_name(dtype), "n": numel}
@@ -1022,7 +1027,7 @@ class OpTracer(TorchDispatchMode):
             kind, outputs = "collective", []  # in flight until waited: the semantic record has the result
             meta["async"] = True
         elif (info.view and isinstance(out, torch.Tensor) and inputs and isinstance(args[0], torch.Tensor)
-              and out.numel() == args[0].numel() and out.dtype == args[0].dtype
+              and inputs[0].get("s") is not None and out.numel() == args[0].numel() and out.dtype == args[0].dtype
               and (reused := self._view_entry(inputs[0], args[0], out, info.order_view)) is not None):
             outputs = [reused]
         elif info.written:  # a void op that writes its arguments: their digests after it ran
