@@ -135,6 +135,22 @@ def classify_pattern(results: dict[int, RankResult], world_size: int | None = No
         return "inputs_unknown", (f"the first difference on rank(s) {ranks} has no recorded input values, so the "
                                   "input test cannot tell an origin from a receiver: record that op's inputs (or "
                                   "trace its producer) before naming anything")
+    given = {r: d for r, d in firsts.items() if d.verdict == RECEIVER and d.from_program}
+    if not origins and given and len(given) == len(firsts):
+        ranks = ", ".join(str(r) for r in sorted(given))
+        kinds = {d.from_program for d in given.values()}
+        what = " or ".join(w for k, w in (
+            ("call", "calls of an op made with arguments of another kind (the program took another path: a branch, "
+                     "one call more or less)"),
+            ("arguments", "the non-tensor arguments the program passed to an op (a learning rate, a scale, a size, "
+                          "a flag)"),
+            ("generator", "the state of the generator a random op drew from (the seeds, or numbers drawn before it)"),
+        ) if k in kinds)
+        return "only_receivers", (f"no origin on any compared rank, only receivers, and the first difference on rank(s) "
+                                  f"{ranks} is in {what}, not in a traced op's output: no traced op made it; compare "
+                                  "the runs' configuration and the code at that call (a wider trace helps only if ops "
+                                  "outside the traced window made it: a number computed from tensors there, random "
+                                  "numbers drawn there)")
     if not origins:
         return "only_receivers", ("no origin on any compared rank, only receivers: the origin is outside the traced "
                                   "window or on an untraced rank (or an untraced producer inside it); widen the "

@@ -98,6 +98,11 @@ class Divergence:
     #: RECEIVER: per differing input, the latest traced op in each run whose output holds its bits,
     #: and what that says (:mod:`forensics.tracediff.provenance`)
     input_sources: list[dict[str, Any]] = field(default_factory=list)
+    #: RECEIVER whose difference no traced op's output carried: ``arguments`` (every differing input
+    #: is the non-tensor arguments, or those and a generator's state: values the program passed in),
+    #: ``generator`` (only a random op's generator state), ``call`` (the two records were called with
+    #: arguments of different kinds: likely two different calls); None otherwise
+    from_program: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -288,6 +293,45 @@ def _is_generator(rec: TraceRecord, i: int) -> bool:
     return t is not None and t.dtype == "generator"
 
 
+def _entry_kind(rec: TraceRecord, i: int) -> str | None:
+    """``tensor``, ``args`` (the non-tensor arguments), ``generator`` (a random op's state) or None
+    (no entry ``i``)."""
+    try:
+        t = rec.inputs[i]
+    except IndexError:
+        return None
+    if t is None:
+        return "tensor"
+    return t.dtype if t.dtype in EXACT_ENTRY_KINDS else "tensor"
+
+
+#: input entries that hold no tensor (compare.EXACT_ENTRIES): what the program passed, not an op's output
+EXACT_ENTRY_KINDS = frozenset({"args", "generator"})
+
+
+def program_inputs(a: TraceRecord, b: TraceRecord, differing: list[int]) -> tuple[str | None, str | None]:
+    """Whether a record's differing inputs are values the program passed rather than tensors a
+    traced op produced: ``("call", why)`` when the two records' inputs are of different kinds (a
+    non-tensor argument in one run, a tensor in the other; another number of entries),
+    ``("arguments", why)`` when every differing input is the non-tensor arguments (or a generator's
+    state) on both sides, else ``(None, None)``."""
+    if len(a.inputs) != len(b.inputs):
+        return "call", (f"its inputs are {len(a.inputs)} entries in A and {len(b.inputs)} in B: the runs called this op "
+                        "with arguments of another kind or number")
+    for i in differing:
+        ka, kb = _entry_kind(a, i), _entry_kind(b, i)
+        if ka != kb and "args" in (ka, kb):
+            tensor_side = "B" if ka == "args" else "A"
+            return "call", (f"input {i} is a tensor in {tensor_side} and non-tensor arguments (a Python scalar, a "
+                            f"size...) in the other run: the runs called this op differently")
+    if differing and all(_entry_kind(a, i) in EXACT_ENTRY_KINDS and _entry_kind(b, i) in EXACT_ENTRY_KINDS
+                         for i in differing):
+        if any(_entry_kind(a, i) == "args" for i in differing):
+            return "arguments", None
+        return "generator", None
+    return None, None
+
+
 def _node_fields(rec: TraceRecord) -> tuple[str | None, str | None]:
     extra = rec.extra if isinstance(rec.extra, dict) else {}
     node, fwd = extra.get("node"), extra.get("fwd")
@@ -308,6 +352,7 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
     warnings: list[str] = []
     outputs_differ = outputs.status == DIFFER
     evidence = PROVEN
+    from_program = None
     if inputs.status == DIFFER:
         verdict, matched = RECEIVER, False
         input_evidence = f"input {inputs.differing[0]} differs by {inputs.how}"
@@ -318,6 +363,22 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
             warnings.append("the state of the generator this random op drew from differs between the runs: "
                             "the seeds, or how many numbers were drawn before it (another random op, a different "
                             "number of steps or samples); not a difference of the op's kernel")
+        from_program, why = program_inputs(a, b, inputs.differing)
+        if from_program == "call":
+            input_evidence = f"the call differs: {why}"
+            warnings.append(f"{why}. These are most likely two different calls that alignment by identity "
+                            "(op:occurrence) paired: the program took another path before this op (a branch, one "
+                            "call more or less of it) while every traced output before it matched; the difference "
+                            "is in what the program did, not in a traced op's output")
+        elif from_program == "arguments":
+            args_at = [i for i in inputs.differing if _entry_kind(a, i) == "args"]
+            input_evidence = f"input {args_at[0]} (its non-tensor arguments) differs"
+            warnings.append(f"its non-tensor arguments differ between the runs (input {args_at[0]}: the Python "
+                            "scalars, sizes, dtypes or flags it was called with): values the program passed in (a "
+                            "configuration value such as a learning rate, a loss scale or a clip norm; a number "
+                            "computed in Python), not a traced op's output: compare the runs' configuration and "
+                            "the code that calls it; a wider trace can help only if that number was computed from "
+                            "tensors outside the traced window")
         if inputs.how.startswith("order-sensitive digest (order-independent"):
             warnings.append(f"input {inputs.differing[0]} holds the same values in another order: its producer "
                             "reordered them. If no traced record produced it differently, the producer is untraced "
@@ -398,6 +459,7 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
         input_evidence=input_evidence, outputs_differ=outputs_differ,
         differing_inputs=inputs.differing, differing_outputs=out_bad, phase=a.phase, autograd_node=node,
         forward_op=fwd, warnings=warnings, source_a=a.source, source_b=b.source,
+        from_program=from_program if verdict == RECEIVER else None,
         outputs_a=[tensor_json(a.outputs[i]) for i in out_bad if i < len(a.outputs)],
         outputs_b=[tensor_json(b.outputs[i]) for i in out_bad if i < len(b.outputs)],
     )
