@@ -139,6 +139,19 @@ class RankWalker:
             self.result.partial_b = self.end_b.reason
         self._streams = (a_stream, b_stream)
         self._resumed = False  # True once the columnar path compared a prefix (no leading-step skip then)
+        #: the runs traced different step windows (``forensics trace --steps``, from the headers):
+        #: only the steps both traced are compared, occurrences counted from there (:func:`_in_steps`)
+        common = _common_steps(getattr(a_stream, "steps", None), getattr(b_stream, "steps", None))
+        self._windowed = common is not None
+        if common is not None:
+            dropped_a: Counter = Counter()
+            dropped_b: Counter = Counter()
+            self.a = _in_steps(self.a, common, dropped_a)
+            self.b = _in_steps(self.b, common, dropped_b)
+            self._dropped = (dropped_a, dropped_b)
+            self.result.warnings.append(
+                f"the runs traced different step windows (A: {a_stream.steps}, B: {b_stream.steps}): only the "
+                "steps both traced are compared, each op's occurrences counted from the first of them")
 
     # ------------------------------------------------------------------ columnar prefix
     def fast_forward(self) -> int:
@@ -148,8 +161,8 @@ class RankWalker:
         from forensics.tracediff import columnar  # noqa: PLC0415
 
         sa, sb = self._streams
-        if getattr(sa, "reopen", None) is None or getattr(sb, "reopen", None) is None:
-            return 0
+        if self._windowed or getattr(sa, "reopen", None) is None or getattr(sb, "reopen", None) is None:
+            return 0  # (the files' own identities are not those of the steps both traced)
         try:
             if min(os.path.getsize(sa.path), os.path.getsize(sb.path)) < columnar.MIN_BYTES:
                 return 0
@@ -608,6 +621,43 @@ def _chain(head: list[TraceRecord], tail: Iterator[TraceRecord]) -> Iterator[Tra
     yield from tail
 
 
+def _common_steps(spec_a: str | None, spec_b: str | None) -> Any:
+    """The test for a step both runs traced when their step windows differ, else None."""
+    if spec_a is None or spec_b is None:
+        return None
+    from probes.window import parse_steps  # noqa: PLC0415
+
+    try:
+        wa, wb = parse_steps(spec_a), parse_steps(spec_b)
+    except ValueError:
+        return None
+    if wa == wb:
+        return None
+    return lambda step: step in wa and step in wb
+
+
+def _in_steps(records: Iterator[TraceRecord], common: Any, dropped: Counter) -> Iterator[TraceRecord]:
+    """The records of the steps both runs traced, each identity's occurrence renumbered as if the
+    trace had started at the first of them (occurrences are counted per name from the first traced
+    record: a run traced from step 0 has more of them before step 1 than one traced from step 1).
+    ``dropped`` counts, per name, the records left out (a step the other run did not trace)."""
+    for rec in records:
+        key, _, occ = rec.identity.rpartition(":")
+        if isinstance(rec.step, int) and not common(rec.step):
+            dropped[key] += 1
+            continue
+        n = dropped.get(key)
+        if n and occ.isdigit():
+            rec.identity = f"{key}:{int(occ) - n}"
+            fwd = rec.extra.get("fwd") if isinstance(rec.extra, dict) else None
+            if isinstance(fwd, str):  # a backward record's forward op, counted alike
+                fkey, _, focc = fwd.rpartition(":")
+                m = dropped.get(fkey)
+                if m and focc.isdigit():
+                    rec.extra["fwd"] = f"{fkey}:{int(focc) - m}"
+        yield rec
+
+
 def walk_rank(rank: int, a_records: Iterable[TraceRecord], b_records: Iterable[TraceRecord], *,
               window: int = WINDOW, use_ordered: bool = True, columnar: bool = True) -> RankResult:
     """First divergence of one rank's two streams (each in its own seq order), in bounded memory.
@@ -618,7 +668,10 @@ def walk_rank(rank: int, a_records: Iterable[TraceRecord], b_records: Iterable[T
         walker.fast_forward()
     result = walker.run()
     d = result.first_divergence
-    if d is not None and d.verdict == RECEIVER and d.differing_inputs:
+    if d is not None and d.verdict == RECEIVER and d.differing_inputs and walker._windowed:
+        d.warnings.append("where its differing input came from was not searched: the runs traced different step "
+                          "windows, so a writer found in one run's file may lie in a step the other did not trace")
+    elif d is not None and d.verdict == RECEIVER and d.differing_inputs:
         passed = {x.identity: x.artifact for x in result.artifacts + result.external if x.artifact}
         d.input_sources = input_sources(d, a_records, b_records, passed)
     return result

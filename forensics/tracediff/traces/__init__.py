@@ -83,9 +83,11 @@ class RankStream:
 
     def __init__(self, records: Iterable[TraceRecord], end: StreamEnd | None = None, path: Path | None = None,
                  reopen: Callable[[Any], Iterable[TraceRecord]] | None = None,
-                 parse: Callable[[bytes, int], TraceRecord] | None = None) -> None:
+                 parse: Callable[[bytes, int], TraceRecord] | None = None, steps: str | None = None) -> None:
         self._records = records
         self.end = end or StreamEnd()
+        #: the step window the run traced (``forensics trace --steps``: "all", "1-2", ...), when known
+        self.steps = steps
         #: a native rank file's path, ``reopen(resume)`` its records from a later line
         #: (:class:`forensics.tracediff.columnar.Resume`) and ``parse(line, line_no)`` one line's
         #: record: what the differ's columnar fast path needs (None for other readers)

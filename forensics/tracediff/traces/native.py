@@ -443,9 +443,11 @@ def open_rank(file: Path, rank: int) -> RankStream:
     """One rank file as a lazy record stream that the differ's columnar path can resume later."""
     file = Path(file)
     end = stream_end_of(file)
+    steps = read_header(file).get("steps")
     return RankStream(iter_records(file, rank, end), end, path=file,
                       reopen=lambda start: iter_records(file, rank, end, start),
-                      parse=lambda raw, line_no: record_from_line(raw, file, line_no, rank))
+                      parse=lambda raw, line_no: record_from_line(raw, file, line_no, rank),
+                      steps=steps if isinstance(steps, str) else None)
 
 
 def iter_ranks(path: Path) -> Iterator[tuple[int, RankStream]]:
