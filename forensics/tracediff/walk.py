@@ -146,9 +146,9 @@ class RankWalker:
         if common is not None:
             dropped_a: Counter = Counter()
             dropped_b: Counter = Counter()
-            self.a = _in_steps(self.a, common, dropped_a)
-            self.b = _in_steps(self.b, common, dropped_b)
-            self._dropped = (dropped_a, dropped_b)
+            self._steps_left_out: tuple[set, set] = (set(), set())
+            self.a = _in_steps(self.a, common, dropped_a, self._steps_left_out[0])
+            self.b = _in_steps(self.b, common, dropped_b, self._steps_left_out[1])
             self.result.warnings.append(
                 f"the runs traced different step windows (A: {a_stream.steps}, B: {b_stream.steps}): only the "
                 "steps both traced are compared, each op's occurrences counted from the first of them")
@@ -372,6 +372,8 @@ class RankWalker:
         res = self.result
         if not self._resumed:
             self._skip_leading_steps()
+        if self._windowed:
+            self._check_common_steps()
         while True:
             a = self._next_a()
             if a is None:
@@ -441,6 +443,25 @@ class RankWalker:
         if skipped_b:
             self.result.warnings.append(f"{skipped_b} record(s) of steps before step {a.step if a else '?'} are "
                                         "present only in B (the step windows differ?): not compared")
+
+    def _check_common_steps(self) -> None:
+        """Runs traced over different step windows that hold no recorded step in common cannot be
+        compared (bad input, like two traces with no rank in common): said, never a CONTROL_FLOW."""
+        a_none = not self.a_ahead and self.a_done
+        b_none = not self.bbuf and self.b_done
+        if not (a_none or b_none):
+            return
+        sa, sb = self._streams
+        left_a, left_b = self._steps_left_out
+
+        def span(steps: set) -> str:
+            return f"{min(steps)}-{max(steps)}" if len(steps) > 1 else str(min(steps)) if steps else "none"
+        side, stream, other, left = (("B", sb, sa, left_b) if b_none else ("A", sa, sb, left_a))
+        raise BadInput(getattr(stream, "path", None) or side,
+                       f"no recorded step in common with the other trace: this one recorded step(s) {span(left)} "
+                       f"(window {stream.steps}), the other traced window {other.steps}; nothing to compare "
+                       "(a run resumed from a checkpoint counts its steps from 0 again: trace both runs with "
+                       "--steps all, and the diff aligns them again after the steps only one of them ran)")
 
     def _a_ended(self) -> RankResult:
         res = self.result
@@ -636,15 +657,17 @@ def _common_steps(spec_a: str | None, spec_b: str | None) -> Any:
     return lambda step: step in wa and step in wb
 
 
-def _in_steps(records: Iterator[TraceRecord], common: Any, dropped: Counter) -> Iterator[TraceRecord]:
+def _in_steps(records: Iterator[TraceRecord], common: Any, dropped: Counter, left_out: set) -> Iterator[TraceRecord]:
     """The records of the steps both runs traced, each identity's occurrence renumbered as if the
     trace had started at the first of them (occurrences are counted per name from the first traced
     record: a run traced from step 0 has more of them before step 1 than one traced from step 1).
-    ``dropped`` counts, per name, the records left out (a step the other run did not trace)."""
+    ``dropped`` counts, per name, the records left out (a step the other run did not trace), and
+    ``left_out`` collects their steps."""
     for rec in records:
         key, _, occ = rec.identity.rpartition(":")
         if isinstance(rec.step, int) and not common(rec.step):
             dropped[key] += 1
+            left_out.add(rec.step)
             continue
         n = dropped.get(key)
         if n and occ.isdigit():
