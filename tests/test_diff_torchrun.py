@@ -62,6 +62,24 @@ def test_origin_on_rank0_receiver_on_rank1(runs):
     assert rep.pattern == "subset" and rep.site == "aten.sum.default" and rep.site_rank == 0
 
 
+def test_an_origin_on_some_ranks_under_a_config_difference_says_so(runs, tmp_path):
+    """The runs differ in --threads (acting on rank 0 only). "subset" said "the op is likely fine and
+    its input distribution, reduction order or rank placement is not", ignoring that difference; and
+    `kernel --from` reran run A's command in every arm without saying that its replicas cannot show
+    what the difference between the runs does."""
+    import json
+
+    from forensics.tracediff.from_report import site_from_report
+
+    rep = diff_paths(runs["a"], runs["b"])
+    assert rep.pattern == "subset" and "the runs differ in argv" in rep.pattern_explanation
+    report = tmp_path / "diff.json"
+    report.write_text(json.dumps(rep.to_json()))
+    found = site_from_report(report)
+    assert found.ok and found.rank == 0
+    assert any(w.startswith("the diffed runs differ (argv: ") and "replica arms" in w for w in found.warnings)
+
+
 def test_single_rank_view_of_the_receiver_says_widen(runs):
     rep = diff_paths(runs["a"], runs["b"], rank=1)
     assert rep.pattern == "only_receivers" and rep.site is None and "--ranks all" in rep.next_command

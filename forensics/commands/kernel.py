@@ -125,6 +125,8 @@ def _from_report(path: Path, site: Optional[str], ranks: Optional[str], steps: O
         typer.echo(f"forensics kernel: --from {path}: refused: {found.reason}", err=True)
         raise typer.Exit(EXIT_NOT_NAMED)
     typer.echo(f"--from {path}: {found.reason}: {found.command_line()}", err=True)
+    for w in found.warnings:
+        typer.echo(f"  warning: {w}", err=True)
     cmd = found.command[found.command.index("--") + 1:] if "--" in found.command else None
     return (found.site_arg, ranks or (str(found.rank) if found.rank is not None else None),
             steps or found.steps, command or cmd)

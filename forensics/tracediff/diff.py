@@ -170,6 +170,12 @@ def classify_pattern(results: dict[int, RankResult], world_size: int | None = No
     if count >= 2 and len(names) == 1 and count * 2 > n:
         return "op_nondeterministic", (f"{count} of {n} ranks have their origin at the same op ({top}): the operation "
                                        "itself is nondeterministic; any of those ranks is a valid site")
+    if config_differs:
+        shown = ", ".join(config_differs[:3]) + (f" and {len(config_differs) - 3} more" if len(config_differs) > 3 else "")
+        return "subset", (f"origins on {len(origins)} of {n} ranks, and the runs differ in {shown}: that difference can "
+                          "change these ranks' bits by itself (a setting that acts on some ranks only, such as a "
+                          "per-rank thread count), or the op's input distribution, reduction order or rank placement "
+                          "does; trace two runs that differ in nothing to tell")
     return "subset", (f"origins on {len(origins)} of {n} ranks: the op is likely fine and its input distribution, "
                       "reduction order or rank placement is not")
 

@@ -216,6 +216,15 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
     res = FromReport(site=site, occurrence=occurrence, rank=site_rank, verdict="ORIGIN", command=None,
                      reason=f"ORIGIN {identity} on rank {site_rank} (evidence proven, pattern {rep.get('pattern')})",
                      steps=steps, warnings=list(origin.get("warnings") or []))
+    differs = [d for d in rep.get("comparability") or [] if isinstance(d, dict)
+               and d.get("severity") in ("warning", "info") and d.get("field") not in ("steps",)]
+    if differs:
+        shown = "; ".join(f"{d.get('field')}: A={d.get('a')!r} B={d.get('b')!r}" for d in differs[:3])
+        res.warnings.append(f"the diffed runs differ ({shown}{'; ...' if len(differs) > 3 else ''}): this rerun runs "
+                            f"{'the given command' if command else 'run A' + chr(39) + 's command'} in every arm, so its "
+                            "replica arms show whether the site varies from run to run at one setting, not what the "
+                            "difference between the two runs does to it (for an environment knob, `forensics knob "
+                            "NAME --site SITE -- CMD` adds a toggle arm)")
     argv = ["forensics", "kernel", "--site", res.site_arg, "--ranks", str(site_rank)]
     if steps:
         argv += ["--steps", steps]
