@@ -137,14 +137,13 @@ class _Side:
                 continue
             block, carry = data[:cut], data[cut:]
             start = self.pos
-            pieces = block.split(b"\n")  # C speed; the last piece is the empty one after the last newline
-            pieces.pop()
-            lens = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-            begins = np.cumsum(lens + 1) - (lens + 1)
+            ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)  # each line's newline (no line objects)
+            begins = np.concatenate(([0], ends[:-1] + 1))
+            lens = ends - begins
             deep = lens >= 2 * _MAX_BRACKETS  # only a line this long can nest that deep: count its brackets
             for i in np.flatnonzero(deep):
-                deep[i] = pieces[i].count(b"[") + pieces[i].count(b"{") >= _MAX_BRACKETS
-            del pieces
+                line = block[begins[i]:ends[i]]
+                deep[i] = line.count(b"[") + line.count(b"{") >= _MAX_BRACKETS
             tb = None if not lens.all() else self._parse(block, begins, deep)
             if tb is None:  # a blank line, bytes that are not UTF-8, a value the schema refuses:
                 self.eof = self.stopped = True  # the prefix ends before this block (the walk reads it)
