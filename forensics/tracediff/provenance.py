@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import BadInput
+from forensics.tracediff.compare import EXACT_ENTRIES
 from forensics.tracediff.traces import TensorDigest, TraceRecord
 
 #: lines holding an input's digest looked at per run, before the search gives up (a value that
@@ -254,7 +255,7 @@ def input_sources(d: Any, a_stream: Any, b_stream: Any, passed: dict[str, str] |
         if i >= len(ra.inputs) or i >= len(rb.inputs) or ra.inputs[i] is None or rb.inputs[i] is None:
             continue
         ta, tb = ra.inputs[i], rb.inputs[i]
-        if ta.dtype in ("args", "generator"):  # no tensor: no op wrote it (the verdict's warning says what it is)
+        if ta.dtype in EXACT_ENTRIES:  # no tensor (arguments, a generator's state): no op wrote it (the verdict's warning says what it is)
             continue
         wa = latest_writer(a_stream, d.source_a, ta)
         wb = latest_writer(b_stream, d.source_b, tb)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forensics.site import site_for_record
-from forensics.tracediff.compare import DIFFER, EQUAL, LAYOUTS_DIFFER, SCREEN, UNOBSERVED, UNPROVEN, ListTest
+from forensics.tracediff.compare import DIFFER, EQUAL, EXACT_ENTRIES, LAYOUTS_DIFFER, SCREEN, UNOBSERVED, UNPROVEN, ListTest
 from forensics.tracediff.traces import TensorDigest, TraceRecord
 
 ORIGIN, RECEIVER, CONTROL_FLOW = "ORIGIN", "RECEIVER", "CONTROL_FLOW"
@@ -286,11 +286,7 @@ def tensor_json(t: TensorDigest | None) -> dict | None:
 
 def _is_generator(rec: TraceRecord, i: int) -> bool:
     """Whether input ``i`` of a record is the state of the generator a random op drew from."""
-    try:
-        t = rec.inputs[i]
-    except IndexError:
-        return False
-    return t is not None and t.dtype == "generator"
+    return _entry_kind(rec, i) == "generator"
 
 
 def _entry_kind(rec: TraceRecord, i: int) -> str | None:
@@ -302,11 +298,7 @@ def _entry_kind(rec: TraceRecord, i: int) -> str | None:
         return None
     if t is None:
         return "tensor"
-    return t.dtype if t.dtype in EXACT_ENTRY_KINDS else "tensor"
-
-
-#: input entries that hold no tensor (compare.EXACT_ENTRIES): what the program passed, not an op's output
-EXACT_ENTRY_KINDS = frozenset({"args", "generator"})
+    return t.dtype if t.dtype in EXACT_ENTRIES else "tensor"
 
 
 def program_inputs(a: TraceRecord, b: TraceRecord, differing: list[int]) -> tuple[str | None, str | None]:
@@ -324,7 +316,7 @@ def program_inputs(a: TraceRecord, b: TraceRecord, differing: list[int]) -> tupl
             tensor_side = "B" if ka == "args" else "A"
             return "call", (f"input {i} is a tensor in {tensor_side} and non-tensor arguments (a Python scalar, a "
                             f"size...) in the other run: the runs called this op differently")
-    if differing and all(_entry_kind(a, i) in EXACT_ENTRY_KINDS and _entry_kind(b, i) in EXACT_ENTRY_KINDS
+    if differing and all(_entry_kind(a, i) in EXACT_ENTRIES and _entry_kind(b, i) in EXACT_ENTRIES
                          for i in differing):
         if any(_entry_kind(a, i) == "args" for i in differing):
             return "arguments", None
