@@ -55,6 +55,11 @@ def _records(run: Path, rank: int) -> list[dict]:
     return [json.loads(x) for x in (run / f"rank{rank}" / "trace.jsonl").read_text().splitlines()][1:-1]
 
 
+THREAD_SPLIT_REDUCTIONS = {"aten.mean.default", "aten.mean.dim", "aten.sum.default", "aten.sum.dim_IntList",
+                           "aten.native_layer_norm.default", "aten.native_layer_norm_backward.default",
+                           "aten._foreach_norm.Scalar", "aten.linalg_vector_norm.default"}
+
+
 def test_fsdp2_traced_twice_has_no_divergence_and_threads_are_still_found(tmp_path):
     """The same FSDP2 program traced twice: no divergence (the re-grown parameter buffers' garbage is
     passed over as uninitialised memory, never a RECEIVER); with 2 threads instead of 1, the first
@@ -87,4 +92,6 @@ def test_fsdp2_traced_twice_has_no_divergence_and_threads_are_still_found(tmp_pa
     firsts = {rank: res.first_divergence for rank, res in threads.ranks.items()}
     assert all(d is not None and d.verdict == "ORIGIN" and d.evidence == "proven" for d in firsts.values()), firsts
     assert not any(d.name == "aten.view.default" for d in firsts.values()), firsts
-    assert any((d.site or "").startswith("gemm:") for d in firsts.values()), firsts
+    # which op splits first with the thread count is the CPU's choice (a GEMM on an AVX2 machine, a
+    # mean on an AMX one): an op whose float result follows the split of its work, not a copy or view
+    assert all((d.site or "").startswith("gemm:") or d.name in THREAD_SPLIT_REDUCTIONS for d in firsts.values()), firsts

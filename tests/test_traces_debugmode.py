@@ -33,9 +33,10 @@ threads, out = int(sys.argv[1]), Path(sys.argv[2])
 torch.set_num_threads(threads)
 g = torch.Generator().manual_seed(0)
 x = torch.randn(256, 4096, generator=g)
-w = torch.randn(64, 4096, generator=g, requires_grad=True)
+xs = torch.randn(8, 32, generator=g)  # GEMMs this small run on one thread on any CPU (on an AMX
+w = torch.randn(16, 32, generator=g, requires_grad=True)  # machine a 256x4096 one split by threads)
 with capture(hash_fn=["hash_tensor", "norm"]) as mode:
-    h = x @ w.t()                 # a Linear forward: TN
+    h = xs @ w.t()                # a Linear forward: TN
     s = x.sum()                   # the float reduction whose split follows the thread count
     loss = (torch.relu(h) * s).sum()
     loss.backward()               # the wgrad mm: NT, backward
