@@ -1,4 +1,4 @@
-"""PyTorch DebugMode ``save_logs`` JSON read by ``forensics diff``: real files only.
+"""PyTorch DebugMode ``save_logs`` JSON and ``dump_tensor_hashes`` text read by ``forensics diff``.
 
 The shipped pair (tests/fixtures/debugmode-save-logs, PROVENANCE.md) and a pair made IN THE TEST by
 the installed torch (DebugMode around examples/cpu-divergence/train.py at 1 and 2 threads), diffed
@@ -18,11 +18,13 @@ import pytest
 from forensics.cli import main
 from forensics.errors import BadInput
 from forensics.tracediff.diff import diff_paths, format_report
+from forensics.tracediff.traces import _debugmode_hashes as dh
 from forensics.tracediff.traces import debugmode as dm
 from forensics.tracediff.traces import detect_format
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "debugmode-save-logs"
+HASHES = REPO / "tests" / "fixtures" / "debugmode-tensor-hashes"
 TRAIN = REPO / "examples" / "cpu-divergence" / "train.py"
 WRAPPER = REPO / "tests" / "data" / "scripts" / "debugmode_save_logs.py"
 
@@ -82,12 +84,14 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.Popen:
 def test_a_live_save_logs_pair_names_the_origin_the_native_traces_name(tmp_path):
     """Four real processes of one program: DebugMode save_logs at 1 and 2 threads, and the same
     program traced natively by ``forensics trace``; both diffs name the same first divergent op."""
-    for d in ("dm1", "dm2"):
+    for d in ("dm1", "dm2", "h1", "h2"):
         (tmp_path / d).mkdir()
     args = ["--steps", "1"]
     procs = [
-        _run([sys.executable, str(WRAPPER), "dm1/rank0.json", str(TRAIN), "--threads", "1", *args], tmp_path),
-        _run([sys.executable, str(WRAPPER), "dm2/rank0.json", str(TRAIN), "--threads", "2", *args], tmp_path),
+        _run([sys.executable, str(WRAPPER), "--hashes", "h1/rank0.txt", "dm1/rank0.json", str(TRAIN), "--threads", "1",
+              *args], tmp_path),
+        _run([sys.executable, str(WRAPPER), "--hashes", "h2/rank0.txt", "dm2/rank0.json", str(TRAIN), "--threads", "2",
+              *args], tmp_path),
         _run([sys.executable, "-m", "forensics", "trace", "--out", "nat1", "--", sys.executable, str(TRAIN),
               "--threads", "1", *args], tmp_path),
         _run([sys.executable, "-m", "forensics", "trace", "--out", "nat2", "--", sys.executable, str(TRAIN),
@@ -105,6 +109,8 @@ def test_a_live_save_logs_pair_names_the_origin_the_native_traces_name(tmp_path)
     assert dl is not None and dl.verdict == "ORIGIN"
     assert dl.identity == dn.identity, (dl.identity, dn.identity)
     assert dl.evidence == "unproven" and logs.lacks and not native.lacks
+    text = diff_paths(tmp_path / "h1", tmp_path / "h2").ranks[0].first_divergence
+    assert (text.verdict, text.identity, text.evidence) == ("ORIGIN", dn.identity, "unproven")
 
 
 def test_the_writer_never_overwrites(tmp_path):
@@ -118,3 +124,34 @@ def test_the_writer_never_overwrites(tmp_path):
     with pytest.raises(FileExistsError):
         dm.save_logs(mode, path)
     assert path.read_text() == before and json.loads(before)["logs"]
+
+
+def test_the_shipped_hash_dumps_name_the_same_op_and_say_what_they_lack(capsys):
+    assert detect_format(HASHES / "a") == "debugmode"
+    report = diff_paths(HASHES / "a", HASHES / "b")
+    d = report.ranks[0].first_divergence
+    assert (d.verdict, d.identity, d.evidence) == ("ORIGIN", "aten.mm.default:3", "unproven")
+    assert report.lacks == list(dh.LACKS) and any("shapes and dtypes" in w for w in report.warnings)
+    assert main(["diff", str(HASHES / "a"), str(HASHES / "same")]) == 0
+    assert "no divergence seen (not proven" in capsys.readouterr().out
+
+
+def test_hash_dump_records_keep_paths_and_modules():
+    recs = dm._records(HASHES / "a" / "rank0.txt", 0)
+    mm = [r for r in recs if r.name == "aten.mm.default"]
+    assert len(mm) >= 3 and mm[0].extra["module"] == "<none>" and mm[0].extra["input_paths"][0] == "[0][0]"
+    assert all(t.shape is None and t.evidence == "full" for t in mm[0].inputs)
+
+
+@pytest.mark.parametrize("mutation, words", [
+    (lambda t: t[: t.rindex("[<none>")], "declares 40 op"),
+    (lambda t: t.replace("Output hashes: <root>=", "Output hashes: <root>=}", 1), "not a JSON value"),
+    (lambda t: t.replace("Call index: 2\n", "Call index: two\n", 1), "not an integer"),
+])
+def test_a_damaged_hash_dump_is_bad_input_naming_file_and_line(tmp_path, mutation, words):
+    """SYNTHETIC: mutations of the real baseline dump."""
+    bad = tmp_path / "rank0.txt"
+    bad.write_text(mutation((HASHES / "a" / "rank0.txt").read_text()))
+    with pytest.raises(BadInput, match=words) as e:
+        dm._records(bad, 0)
+    assert str(e.value).startswith(f"{bad}:")

@@ -578,6 +578,10 @@ def rank_files(path: Path) -> dict[int, Path]:
 
 
 def _records(file: Path, rank: int) -> list[TraceRecord]:
+    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
+
+    if hashes.is_hash_dump(file):
+        return hashes.read_hash_dump(file, rank, _record, op_name, WRITE_ONLY)
     if _is_saved_logs(file):
         return read_saved_logs(file, rank)
     if _first_line(file).lstrip().startswith("{"):  # JSON: our dump (or a foreign JSON file)
@@ -598,7 +602,11 @@ def run_info(path: Path) -> dict[str, Any]:
     files = rank_files(Path(path))
     first = files[min(files)]
     info: dict[str, Any] = {"producer": "torch.utils._debug_mode.DebugMode", "traced_ranks": sorted(files)}
-    if _is_saved_logs(first):
+    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
+
+    if hashes.is_hash_dump(first):
+        info.update({"producer": "torch.utils._debug_mode.DebugMode.dump_tensor_hashes", "lacks": list(hashes.LACKS)})
+    elif _is_saved_logs(first):
         info.update({"producer": "torch.utils._debug_mode.DebugMode.save_logs", "lacks": list(SAVE_LOGS_LACKS)})
     elif _is_structured(first):
         with open(first, encoding="utf-8") as f:
@@ -632,7 +640,9 @@ def _looks_like_dump(path: Path) -> bool:
         first = _first_call_line(path)
     except OSError:
         return False
-    if f'"{HEADER_KEY}"' in first or _is_saved_logs(path):
+    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
+
+    if f'"{HEADER_KEY}"' in first or _is_saved_logs(path) or hashes.is_hash_dump(path):
         return True
     body = first.strip()
     return bool(_OP_LINE.match(body)) and "::" in body.split("(", 1)[0] and (") " in body or body.endswith(")"))
