@@ -149,8 +149,10 @@ def analyze(path: PathLike, site: str | None = None, *, ranks: str | None = None
     processes; ``0``: one per core)."""
     from forensics.judge.shards import analyze_ranks  # noqa: PLC0415
 
-    if site:
-        _check_site(site)
+    if site:  # as the command: a site the capture never recorded raises UnknownName (exit 2)
+        from forensics.suggest import check_site_in_capture  # noqa: PLC0415
+
+        check_site_in_capture(path, site)
     return AnalysisResult(analyze_ranks(path, site=site, keep_going=keep_going, jobs=jobs, ranks=ranks, shard=shard))
 
 
@@ -305,7 +307,9 @@ def compare(path: PathLike, site: str | None = None, *, force: bool = False) -> 
     from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report  # noqa: PLC0415
 
     if site:
-        _check_site(site)
+        from forensics.suggest import check_site_in_capture  # noqa: PLC0415
+
+        check_site_in_capture(path, site)
     ev = load_evidence(path)
     if ev.sites.empty:
         raise BadInput(path, "no site records (sites.jsonl) in this capture: arms cannot be compared "

@@ -92,3 +92,26 @@ def check_knob_typo(name: str, catalog: Iterable[str]) -> None:
     if near:
         raise UnknownName(f"knob {name!r} is not catalogued{did_you_mean(near)} (to scan this exact name anyway, "
                           "add --uncatalogued)")
+
+
+def check_site_in_capture(capture_dir: object, site: str) -> None:
+    """``analyze``/``compare --site`` on a capture: a site (or ``SITE#N``) that none of the capture's
+    site records names exits 2 with the nearest recorded ones, before any instrument file is read
+    (it would read as "nothing NAMED", a finding). Without site records the grammar and the
+    installed torch's op registry are checked (:func:`check_site_text`)."""
+    from forensics.capture.directory import load_capture  # noqa: PLC0415
+    from forensics.judge.analysis import _sites_of  # noqa: PLC0415
+
+    sites = _sites_of(load_capture(capture_dir))
+    if sites.empty:
+        check_site_text(site)
+        return
+    known = sorted({str(s) for s in sites["site"].dropna()} | {str(s) for s in sites["label"].dropna()})
+    if site in known:
+        return
+    from forensics.site import parse_site_or_occurrence  # noqa: PLC0415
+
+    parse_site_or_occurrence(site)  # bad grammar: BadSite, exit 2
+    sites_only = sorted({str(s) for s in sites["site"].dropna()})
+    raise UnknownName(f"site {site!r} is not in this capture (it recorded {', '.join(sites_only[:6])}"
+                      f"{', ...' if len(sites_only) > 6 else ''}){did_you_mean(close_matches(site, known))}")

@@ -53,3 +53,16 @@ def test_real_sites_pass_and_without_torch_only_the_grammar_is_checked(monkeypat
         suggest.check_site_text("aten.mm.defualt")
     monkeypatch.setattr(suggest, "registered_ops", lambda: None)
     suggest.check_site_text("aten.mm.defualt")  # no torch: nothing to look the op up in
+
+
+def test_analyze_and_compare_refuse_a_site_the_capture_never_recorded(tmp_path, capsys):
+    cap = "tests/fixtures/cpu/conv1d-threads"
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for cmd in (["analyze", str(root / cap), "--out", str(tmp_path / "an"), "-q"], ["compare", str(root / cap)]):
+        assert main([*cmd, "--site", "aten.convolution.defualt"]) == 2
+        assert "did you mean aten.convolution.default" in capsys.readouterr().err
+    assert not (tmp_path / "an").exists()
+    assert main(["analyze", str(root / cap), "--out", str(tmp_path / "ok"), "-q", "--site",
+                 "aten.convolution.default#2"]) == 0
