@@ -121,7 +121,9 @@ def test_site_filter_and_cli_exit_codes(tmp_path, capsys):
     out = json.loads((root / "analysis" / "analysis.json").read_text())
     assert {v["verdict"] for v in out["verdicts"]} == {NAMED, SINGLE}
     assert "SYNTHETIC" in (root / "analysis" / "report.md").read_text()
-    assert main(["analyze", str(root), "-q", "--site", "gemm:NT:acc0:grad1"]) == 1
+    # a site the capture never recorded is a mistake (exit 2, nothing read), not "nothing NAMED" (1)
+    assert main(["analyze", str(root), "-q", "--site", "gemm:NT:acc0:grad1"]) == 2
+    assert "'gemm:NT:acc0:grad1' is not in this capture (it recorded gemm:TN:acc0:grad0)" in capsys.readouterr().err
     assert main(["analyze", str(root), "--site", "gemm:XX:acc0:grad1"]) == 2
     assert "layout 'XX'" in capsys.readouterr().err
 

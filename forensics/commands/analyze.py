@@ -37,6 +37,10 @@ def register(app: typer.Typer) -> None:
         from forensics.judge.report import print_table, verdict_line, write_outputs
         from forensics.judge.shards import analyze_ranks, merge_shards
 
+        if site:  # a site the capture never recorded: exit 2 with a did-you-mean, not "nothing NAMED"
+            from forensics.suggest import check_site_in_capture
+
+            check_site_in_capture(capture_dir, site)
         with doing(f"analysing the capture {capture_dir}"):
             if merge is not None:
                 an = merge_shards(capture_dir, merge, site=site)

@@ -28,6 +28,10 @@ def register(app: typer.Typer) -> None:
         from forensics.judge.arm_evidence import load_evidence
         from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report
 
+        if site:  # a site the capture never recorded: exit 2 with a did-you-mean, not "nothing NAMED"
+            from forensics.suggest import check_site_in_capture
+
+            check_site_in_capture(capture_dir, site)
         if json_out is not None:
             refuse_existing(json_out, "--json file", "choose another --json")
         with doing(f"analysing the capture {capture_dir}"):

@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
     def diff_cmd(
         run_a: Path = typer.Argument(..., metavar="RUN_A", help="trace of run A (directory or rank file)"),
         run_b: Path = typer.Argument(..., metavar="RUN_B", help="trace of run B (directory or rank file)"),
-        fmt: str = typer.Option("auto", "--format", metavar="auto|native|megatron|debugmode",
+        fmt: str = typer.Option("auto", "--format", metavar="auto|native|megatron|debugmode|torchtitan",
                                 help="trace reader: auto detects it (two traces of different formats are refused)"),
         json_out: Path | None = typer.Option(None, "--json", help="write the JSON report here (never overwrites)"),
         rank: int | None = typer.Option(None, "--rank", help="compare this rank only"),

@@ -52,6 +52,7 @@ def register(app: typer.Typer) -> None:
         from forensics.capture import kernel as lib
         from forensics.capture.passes import default_instruments, describe_plan, discover_tools, plan_passes, resolve_device
         from forensics.site import parse_site_or_occurrence
+        from forensics.suggest import check_site_text
 
         if from_report is not None:
             site, ranks, steps, command = _from_report(from_report, site, ranks, steps, command)
@@ -71,6 +72,7 @@ def register(app: typer.Typer) -> None:
         if not opts["site"]:
             _usage("--site is required (or site: in --config), e.g. --site gemm:NT:acc0:grad1")
         parse_site_or_occurrence(opts["site"])  # BadSite: one line, exit 2 (forensics.cli)
+        check_site_text(opts["site"])  # an op torch does not register: exit 2 with a did-you-mean, before any run
         cmd = list(command or cfg.get("command") or [])
         tools = discover_tools()
         try:

@@ -41,16 +41,23 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("auto", "--device", help="code path of the site: cuda, cpu or auto (cuda when Transformer Engine "
                                    "is under the scanned paths, cpu when their torch is a CPU build, else cuda); also the capture "
                                    "backend of the dynamic arms (auto: cuda when a GPU is present, else cpu)"),
+        uncatalogued: bool = typer.Option(False, "--uncatalogued", help="scan NAME as given even when it is one typo "
+                                          "away from a catalogued knob (otherwise: exit 2 with a did-you-mean)"),
     ) -> None:
         from forensics.knobs import check_knob_name, scan  # noqa: PLC0415
-        from forensics.knobs.catalog import lookup  # noqa: PLC0415
+        from forensics.knobs.catalog import load_catalog, lookup  # noqa: PLC0415
+        from forensics.suggest import check_knob_typo, check_site_text  # noqa: PLC0415
         from forensics.knobs.dynamic import IN_TIME_NOTE, late_assignments, run_dynamic, script_of  # noqa: PLC0415
         from forensics.knobs.report import KnobReport, render, to_json  # noqa: PLC0415
         from forensics.knobs.scope import DEVICES, assess, choose_device  # noqa: PLC0415
         from forensics.site import parse_site_or_occurrence  # noqa: PLC0415
 
         check_knob_name(name)
+        if not uncatalogued:  # a typo of a catalogued name: exit 2 with a did-you-mean, before any scan
+            check_knob_typo(name, load_catalog())
         parsed_site = parse_site_or_occurrence(site) if site else None
+        if site:
+            check_site_text(site)
         value_list = [v.strip() for v in values.split(",")] if values is not None else []
         if values is not None and not command:
             _usage("--values needs the command to run after '--', e.g. forensics knob NAME --site S --values 0,1 -- python train.py")

@@ -57,6 +57,9 @@ class DiffReport:
     next_command: str | None = None
     warnings: list[str] = field(default_factory=list)
     window: int = WINDOW
+    #: what the trace format cannot record (a reader's ``run_info["lacks"]``): a clean rank then reads
+    #: "no divergence seen", never a proof of equality
+    lacks: list[str] = field(default_factory=list)
 
     @property
     def diverged(self) -> bool:
@@ -89,6 +92,7 @@ class DiffReport:
             "next_command": self.next_command,
             "comparability": self.comparability,
             "warnings": self.warnings,
+            "lacks": self.lacks,
             "window": self.window,
             "ranks": {str(r): res.to_json() for r, res in sorted(self.ranks.items())},
         }
@@ -306,6 +310,12 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
     if isinstance(world, int) and len(report.ranks) < world and report.pattern in ("none", "only_receivers"):
         report.warnings.append(f"{len(report.ranks)} of {world} ranks compared: a clean result says nothing "
                                "about the ranks not traced")
+    lacks = list(dict.fromkeys([*(run_info_a.get("lacks") or []), *(run_info_b.get("lacks") or [])]))
+    report.lacks = lacks
+    for what in lacks:  # what the trace format cannot record: every verdict above rests without it
+        note = f"this trace format ({report.format}) lacks {what}"
+        if note not in report.warnings:
+            report.warnings.append(note)
     for side, info in (("A", run_info_a), ("B", run_info_b)):
         for r, n in sorted((info.get("_dropped") or {}).items()):
             report.warnings.append(f"{side} rank {r} dropped {n} record(s) past its record budget: nothing is known "
@@ -433,7 +443,9 @@ def format_report(report: DiffReport) -> str:
             head += f", {res.external_total} record(s) of outside data not judged"
         if res.unproven_matches:
             head += f", {res.unproven_matches} matched on weak evidence only"
-        if d is None:
+        if d is None and report.lacks:  # e.g. XOR digests only: equal values are not proven equal
+            lines.append(f"{head}; no divergence seen (not proven: this format lacks what would prove it, below)")
+        elif d is None:
             lines.append(f"{head}; no divergence")
         else:
             lines.append(f"{head}; first divergence: {_divergence_line(d)}")

@@ -10,6 +10,12 @@ Two ways to save a run, one file per rank with ``rank<R>`` in its name (``debugm
   never overwritten.
 * **text**: ``open(path, "x").write(debug_mode.debug_string())``; each line is
   ``aten::op(args)  ->  out  # {'input_hash': ..., 'hash': ...}``. No step, phase or strides.
+* **save_logs JSON**: PyTorch's portable ``DebugMode.save_logs(logs, path)`` (pytorch#185010): one
+  JSON object ``{"format", "version": 1, "logs": [call, ...]}``, each call ``{"type": "op",
+  "call_depth", "op_name", "args_str", "kwargs_str", "output_str", "log", ...}`` with ``log`` a typed
+  value tree (``{"type": "dict", "items": [[key, value], ...]}``, ``scalar``, ``tuple``, ``list``,
+  ``nonfinite_float``). Torch builds without ``save_logs`` (2.13 has none) write the same layout with
+  :func:`save_logs`. No step, phase, strides or hash-function names.
 
 Evidence: a ``hash_tensor`` digest (``torch.hash_tensor`` over the float64/int64 up-cast bits, an
 order-independent XOR: every element's bits count) is **full**; a ``norm`` hash (float64 L1 norm)
@@ -155,6 +161,74 @@ def dump(debug_mode: Any, path: str | Path, *, rank: int = 0, step: int | None =
             if isinstance(rec, dict):
                 row["record"] = {k: v for k, v in rec.items() if k in ("phase", "operands")}
             f.write(json.dumps(row) + "\n")
+    return path
+
+
+#: The envelope's ``format`` that :func:`save_logs` writes when torch has no ``DebugMode.save_logs``.
+#: The call layout follows upstream's ``torch/utils/_debug_mode/_calls.py`` (``_serialize_debug_call``);
+#: this string is inferred (the stored upstream ``_mode.py`` predates save_logs; a port of it writes
+#: ``<package>.utils._debug_mode.DebugMode.logs``). The reader accepts any ``format`` naming DebugMode.
+SAVE_LOGS_FORMAT = "torch.utils._debug_mode.DebugMode.logs"
+SAVE_LOGS_VERSION = 1
+
+
+def _typed(value: Any) -> dict[str, Any]:
+    """A value as upstream's ``_serialize_debug_value`` writes it (strict JSON, types kept)."""
+    import math  # noqa: PLC0415
+
+    if value is None or isinstance(value, (bool, int, str)):
+        return {"type": "scalar", "value": value}
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return {"type": "nonfinite_float", "value": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+        return {"type": "scalar", "value": value}
+    if isinstance(value, (tuple, list)):
+        return {"type": type(value).__name__, "items": [_typed(v) for v in value]}
+    if isinstance(value, dict):
+        return {"type": "dict", "items": [[str(k), _typed(v)] for k, v in value.items()]}
+    if hasattr(value, "item"):  # a 0-dim tensor a custom hash function returned
+        return _typed(value.item())
+    raise TypeError(f"DebugMode log value of type {type(value).__name__} cannot be saved")
+
+
+def save_logs(debug_mode: Any, path: str | Path) -> Path:
+    """Write ``debug_mode.logs`` as PyTorch's ``DebugMode.save_logs`` JSON (never overwrites).
+
+    Torch's own ``DebugMode.save_logs`` when this build has it; otherwise the same layout written
+    here from the installed torch's call records (op calls, Triton kernels, annotations; other
+    call kinds are written as annotations of their rendered text).
+    """
+    path = Path(path)
+    cls = type(debug_mode)
+    logs = list(debug_mode.operators)
+    if hasattr(cls, "save_logs"):
+        with open(path, "x", encoding="utf-8") as f:
+            cls.save_logs(logs, f)
+        return path
+    calls = []
+    for call in logs:
+        row: dict[str, Any] = {"call_depth": call.call_depth,
+                               "log": _typed(call.log) if getattr(call, "log", None) is not None else None,
+                               "output_str": getattr(call, "output_str", None),
+                               "stack_trace": getattr(call, "stack_trace", None),
+                               "fwd_stack_trace": getattr(call, "fwd_stack_trace", None)}
+        kind = type(call).__name__
+        if kind == "_OpCall":
+            from torch.utils._debug_mode import _get_call_name  # noqa: PLC0415
+
+            row.update({"type": "op", "op_name": _get_call_name(call), "args_str": call.args_str or "",
+                        "kwargs_str": call.kwargs_str or ""})
+        elif kind == "_TritonKernelCall":
+            row.update({"type": "triton_kernel", "kernel_name": call.kernel_name, "kwargs_str": call.kwargs_str or "",
+                        "pre_hashes": None if call.pre_hashes is None else _typed(call.pre_hashes),
+                        "post_hashes": None if call.post_hashes is None else _typed(call.post_hashes)})
+        else:
+            row.update({"type": "annotate", "tag": call.render([]), "header": kind})
+        calls.append(row)
+    data = {"format": SAVE_LOGS_FORMAT, "version": SAVE_LOGS_VERSION, "logs": calls}
+    with open(path, "x", encoding="utf-8") as f:
+        json.dump(data, f, allow_nan=False)
+        f.write("\n")
     return path
 
 
@@ -381,6 +455,110 @@ def read_text(path: Path, rank: int | None = None) -> list[TraceRecord]:
     return records
 
 
+#: What a save_logs file cannot say, stated with every verdict resting on one (diff's warnings).
+SAVE_LOGS_LACKS = (
+    "an order-sensitive digest: hash_tensor is an XOR of the elements' bits, so equal inputs are a "
+    "screen and an ORIGIN on it stays unproven (forensics trace records the digests that prove it)",
+    "steps, autograd phase and operand strides: no step window, GEMMs named by their ATen op only (no site)",
+    "the hash functions' names: an integer hash is read as hash_tensor (full), a float as norm (summary)",
+)
+#: In-place ops whose result does not read the destination's old bits (DebugMode does not hash what
+#: empty* allocated, so those bits would read as an input difference): the destination is kept as
+#: shape and dtype only. ``copy_``'s source and ``fill_``'s value stay inputs.
+WRITE_ONLY = re.compile(r"^aten\.(uniform_|normal_|random_|exponential_|geometric_|log_normal_|cauchy_|fill_|"
+                        r"zero_|copy_)\.")
+_SAVED_LOGS = re.compile(r'"logs"\s*:\s*\[\s*(?:\]|\{)')
+
+
+def _is_saved_logs(path: Path) -> bool:
+    """A save_logs file: one JSON object with a ``logs`` list (and a format naming DebugMode)."""
+    with open(path, "rb") as f:  # the file is one line: read its head only
+        head = f.read(65536).decode("utf-8", "replace")
+    return head.lstrip().startswith("{") and '"format"' in head and bool(_SAVED_LOGS.search(head)) \
+        and HEADER_KEY not in head
+
+
+def _untyped(value: Any, path: Path, where: str) -> Any:
+    """Inverse of upstream's ``_serialize_debug_value``; non-finite floats come back as strings."""
+    if not isinstance(value, dict):
+        raise BadInput(path, f"{where}: a serialized value is not an object", 1)
+    kind = value.get("type")
+    if kind == "scalar":
+        return value.get("value")
+    if kind == "nonfinite_float":
+        return str(value.get("value"))
+    items = value.get("items")
+    if kind in ("tuple", "list") and isinstance(items, list):
+        out = [_untyped(v, path, where) for v in items]
+        return tuple(out) if kind == "tuple" else out
+    if kind == "dict" and isinstance(items, list):
+        if not all(isinstance(i, list) and len(i) == 2 and isinstance(i[0], str) for i in items):
+            raise BadInput(path, f"{where}: dict items are not [key, value] pairs", 1)
+        return {k: _untyped(v, path, where) for k, v in items}
+    raise BadInput(path, f"{where}: unknown serialized value type {kind!r}", 1)
+
+
+def read_saved_logs(path: Path, rank: int | None = None) -> list[TraceRecord]:
+    """Records of a ``DebugMode.save_logs`` JSON file; BadInput naming the file (and ``logs[i]``)."""
+    path = Path(path)
+    rank = _rank_of(path) if rank is None else rank
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise BadInput(path, f"not JSON ({e.msg}; truncated?)", e.lineno) from None
+    except (OSError, UnicodeError) as e:
+        raise BadInput(path, f"cannot read: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("logs"), list):
+        raise BadInput(path, "not a DebugMode save_logs file: no 'logs' list", 1)
+    if "DebugMode" not in str(data.get("format", "")):
+        raise BadInput(path, f"foreign JSON: format {data.get('format')!r} is not DebugMode's logs", 1)
+    if data.get("version") != SAVE_LOGS_VERSION:
+        raise BadInput(path, f"DebugMode logs version {data.get('version')!r}; this reader reads version "
+                             f"{SAVE_LOGS_VERSION}", 1)
+    records: list[TraceRecord] = []
+    counts: Counter = Counter()
+    hashed = 0
+    for i, call in enumerate(data["logs"]):
+        where = f"logs[{i}]"
+        if not isinstance(call, dict) or not isinstance(call.get("call_depth"), int):
+            raise BadInput(path, f"{where}: a call without an integer call_depth", 1)
+        kind = call.get("type")
+        log = _untyped(call["log"], path, where) if call.get("log") is not None else {}
+        if not isinstance(log, dict):
+            raise BadInput(path, f"{where}: 'log' is not a dict", 1)
+        out = (call.get("output_str") or "").replace("  ->  ", "", 1) or None
+        extra: dict[str, Any] = {"depth": call["call_depth"], "call_type": kind, "entry": where}
+        if kind == "op":
+            if not isinstance(call.get("op_name"), str):
+                raise BadInput(path, f"{where}: an op call without op_name", 1)
+            args = (call.get("args_str") or "") + (call.get("kwargs_str") or "")
+            extra.update(args=args, out=out)
+            name = op_name(call["op_name"])
+            outputs = _tensors(log["hash"], out, None) if "hash" in log else _unhashed(out)
+            inputs = _tensors(log["input_hash"], args, None) if "input_hash" in log else [NOT_OBSERVED]
+            hashed += "hash" in log
+            if WRITE_ONLY.match(name) and inputs and inputs[0] is not NOT_OBSERVED:
+                inputs = [TensorDigest(shape=inputs[0].shape, dtype=inputs[0].dtype, evidence="metadata"), *inputs[1:]]
+        elif kind == "triton_kernel":
+            name = f"triton.{call.get('kernel_name')}"
+            pre = _untyped(call["pre_hashes"], path, where) if call.get("pre_hashes") is not None else None
+            post = _untyped(call["post_hashes"], path, where) if call.get("post_hashes") is not None else None
+            inputs = [_digest(v, (None, None), None) for v in (pre or {}).values()] or [NOT_OBSERVED]
+            outputs = [_digest(v, (None, None), None) for v in (post or {}).values()]
+            hashed += post is not None
+        elif kind in ("annotate", "redistribute", "output_placement"):
+            continue  # structure, not a computation (as the text reader skips [annotate] lines)
+        else:
+            raise BadInput(path, f"{where}: unknown call type {kind!r}", 1)
+        records.append(_record(rank, i, name, counts, step=None, inputs=inputs, outputs=outputs,
+                               source=f"{path}:1 ({where})", extra=extra))
+    if not records:
+        raise BadInput(path, "no op calls in these DebugMode logs", 1)
+    if not hashed:
+        raise BadInput(path, "no tensor hashes in these DebugMode logs: record under DebugMode.log_tensor_hashes()", 1)
+    return records
+
+
 def rank_files(path: Path) -> dict[int, Path]:
     """``{rank: file}`` for one dump file or a directory of ``*rank<R>*`` dump files."""
     path = Path(path)
@@ -400,6 +578,12 @@ def rank_files(path: Path) -> dict[int, Path]:
 
 
 def _records(file: Path, rank: int) -> list[TraceRecord]:
+    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
+
+    if hashes.is_hash_dump(file):
+        return hashes.read_hash_dump(file, rank, _record, op_name, WRITE_ONLY)
+    if _is_saved_logs(file):
+        return read_saved_logs(file, rank)
     if _first_line(file).lstrip().startswith("{"):  # JSON: our dump (or a foreign JSON file)
         header, recs = read_structured(file)
         if header.get("rank") is not None and int(header["rank"]) != rank and _RANK.search(file.name):
@@ -418,7 +602,13 @@ def run_info(path: Path) -> dict[str, Any]:
     files = rank_files(Path(path))
     first = files[min(files)]
     info: dict[str, Any] = {"producer": "torch.utils._debug_mode.DebugMode", "traced_ranks": sorted(files)}
-    if _is_structured(first):
+    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
+
+    if hashes.is_hash_dump(first):
+        info.update({"producer": "torch.utils._debug_mode.DebugMode.dump_tensor_hashes", "lacks": list(hashes.LACKS)})
+    elif _is_saved_logs(first):
+        info.update({"producer": "torch.utils._debug_mode.DebugMode.save_logs", "lacks": list(SAVE_LOGS_LACKS)})
+    elif _is_structured(first):
         with open(first, encoding="utf-8") as f:
             try:
                 header = json.loads(f.readline())
@@ -450,7 +640,9 @@ def _looks_like_dump(path: Path) -> bool:
         first = _first_call_line(path)
     except OSError:
         return False
-    if f'"{HEADER_KEY}"' in first:
+    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
+
+    if f'"{HEADER_KEY}"' in first or _is_saved_logs(path) or hashes.is_hash_dump(path):
         return True
     body = first.strip()
     return bool(_OP_LINE.match(body)) and "::" in body.split("(", 1)[0] and (") " in body or body.endswith(")"))
