@@ -203,6 +203,8 @@ class Issuers:
         self.hashes: dict[tuple[str, int, int], str | None] = {}
         self.dists: Any = None
         self.version_of: dict[str, str | None] = {}
+        self.package_dirs: dict[str, str] = {}  # top-level module -> the site-packages folder it was found in
+        self.site_index: dict[str, dict[str, str]] = {}
 
     def _classify(self, filename: str, module: Any) -> Any:
         if not filename or filename.startswith("<"):
@@ -216,6 +218,9 @@ class Issuers:
         parts = path.split(os.sep)
         if "site-packages" in parts or "dist-packages" in parts:
             top = module.split(".", 1)[0] if isinstance(module, str) and module and module != "__main__" else None
+            if top and top not in self.package_dirs:
+                last = max(i for i, p in enumerate(parts) if p in ("site-packages", "dist-packages"))
+                self.package_dirs[top] = os.sep.join(parts[:last + 1])
             return ("package", top) if top else self.SKIP
         if path.startswith(self.std_roots):
             return self.SKIP
@@ -266,21 +271,24 @@ class Issuers:
         """``{top-level module: distribution version}`` of ``packages`` (each looked up once)."""
         if not packages:
             return {}
-        if self.dists is None:
-            try:
-                from importlib import metadata  # noqa: PLC0415
-
-                self.dists = metadata.packages_distributions()
-            except Exception:  # noqa: BLE001
-                self.dists = {}
         from importlib import metadata  # noqa: PLC0415
 
-        dists = self.dists
         out: dict[str, str | None] = {}
         for top in sorted(packages):
             if top in self.version_of:
                 out[top] = self.version_of[top]
                 continue
+            site = self.package_dirs.get(top)
+            found = self._site_versions(site).get(top) if site else None
+            if found is not None:
+                out[top] = self.version_of[top] = found
+                continue
+            if self.dists is None:  # the slow way (it reads every distribution's RECORD): only when needed
+                try:
+                    self.dists = metadata.packages_distributions()
+                except Exception:  # noqa: BLE001
+                    self.dists = {}
+            dists = self.dists
             version = None
             for dist in dists.get(top, []):
                 try:
@@ -329,6 +337,36 @@ class Issuers:
         if left:
             out["modules_left_out"] = left
         return out
+
+    def _site_versions(self, site: str) -> dict[str, str]:
+        """``{top-level module: version}`` of the distributions installed in one site-packages
+        folder, from their ``*.dist-info``/``*.egg-info`` folder names and ``top_level.txt`` (one
+        listing and a small file per distribution: ``packages_distributions()`` reads every
+        RECORD, seconds with torch installed)."""
+        index = self.site_index.get(site)
+        if index is not None:
+            return index
+        index = self.site_index[site] = {}
+        try:
+            entries = os.listdir(site)
+        except OSError:
+            return index
+        for entry in entries:
+            if not entry.endswith((".dist-info", ".egg-info")):
+                continue
+            name, _, rest = entry.rsplit(".", 1)[0].partition("-")
+            version = rest.split("-", 1)[0]
+            if not name or not version:
+                continue
+            tops = [name, name.lower(), name.replace("-", "_"), name.lower().replace("-", "_")]
+            try:
+                with open(os.path.join(site, entry, "top_level.txt"), encoding="utf-8") as f:
+                    tops += [line.strip() for line in f if line.strip()]
+            except OSError:
+                pass
+            for top in tops:
+                index.setdefault(top, version)
+        return index
 
     def _hash_cached(self, path: str) -> str | None:
         try:
