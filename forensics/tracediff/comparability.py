@@ -3,11 +3,12 @@
 Three severities:
 
 * ``not_comparable``: the program actually run differs: the script's content hash, the content of a
-  local file it imported, the version of a package it imported (torch included), the interpreter.
+  local file it imported, the version of a package it imported (torch included).
   Traces that do not record the files imported (older ones) fall back on the git commit and
   working-tree state. ``forensics diff`` prints
   NOT COMPARABLE before any verdict (docs/trace-format.md, ``program``/``packages``);
-* ``warning``: the runs are different experiments of one program (command line, seeds, world size);
+* ``warning``: the runs are different experiments of one program (command line, seeds, world size,
+  the interpreter);
 * ``info``: a knob or an in-process switch differs (often the very point of a config-to-config
   comparison): :func:`config_differences` lists them, and ``forensics diff`` names them before any
   verdict.
@@ -24,17 +25,18 @@ from typing import Any
 WARNING_FIELDS = ("argv", "seeds", "world_size", "schema_version", "versions.python", "steps", "hash", "compiled",
                   "generators", "storage_events")
 #: Fields (and prefixes) that identify the program actually run: a difference is NOT COMPARABLE.
-PROGRAM_FIELDS = ("program.sha256", "program.interpreter.version", "program.interpreter.implementation",
-                  "versions.torch")
+PROGRAM_FIELDS = ("program.sha256", "versions.torch")
 PROGRAM_PREFIXES = ("packages.", "program.sources.", "program.modules.", "program.packages.")
 #: What identified the program before traces recorded the files it imported (``program.modules``):
 #: the git state of the whole working tree. Between two traces that both record ``program.modules``
 #: these are information only: an untracked file the program never read (a trace folder such as
 #: ``runA/``) is not the program, and a commit that changed no file it imported ran the same code.
 GIT_FIELDS = ("program.git.commit", "program.git.dirty", "program.git.diff_sha256")
-#: The interpreter's path: another virtual environment of one Python (a warning; what it imports
-#: is compared file by file and package by package)
-INTERPRETER_PATH = "program.interpreter.executable"
+#: The interpreter (its path, its version and build, its implementation): a warning, like the
+#: command line. Another virtual environment or another build of one Python runs the program's own
+#: code unchanged, and what the program imports is compared file by file and package by package;
+#: calling two builds of CPython "different programs" would be a false NOT COMPARABLE.
+INTERPRETER_PREFIX = "program.interpreter."
 #: Env knobs that are rank/launcher bookkeeping, not configuration: never reported.
 IGNORED_ENV = ("FORENSICS_CONFIG", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_", "RANK", "LOCAL_RANK",
                "GROUP_RANK", "ROLE_RANK", "SLURM_JOB_ID", "SLURM_PROCID", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
@@ -160,7 +162,7 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
                 severity = "not_comparable"
             elif program:
                 severity = "info"  # recorded by one run only: nothing to compare
-            elif key in WARNING_FIELDS or key.startswith("seeds") or key == INTERPRETER_PATH:
+            elif key in WARNING_FIELDS or key.startswith(("seeds", INTERPRETER_PREFIX)):
                 severity = "warning"
             else:
                 severity = "info"
