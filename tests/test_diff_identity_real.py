@@ -8,7 +8,8 @@ small CPU training script traced by the real CLI in a fresh git repository with 
 * a catalog knob set in one run only (``ONEDNN_MAX_CPU_ISA=SSE41``, ``ATEN_CPU_CAPABILITY=default``)
   is recorded and named by ``diff`` before any verdict, in the text and in ``config_differences``
   (the header dropped ``ONEDNN_*`` and ``ATEN_*``: the diff printed no line at all);
-* ``torch.backends.mkldnn.enabled`` flipped by a script argument is named as a switch.
+* ``torch.backends.mkldnn.enabled`` flipped by a script argument is named as a switch, and one
+  flipped during the run reads ``"True -> False"`` (header and footer).
 """
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ if "--no-mkldnn" in sys.argv:
 m = torch.nn.Conv1d(8, 16, 3)
 x = torch.randn(4, 8, 32)
 helper.loss(m(x)).backward()
+if "--flip-late" in sys.argv:  # after the tracer's first write (1 s on): the header has read the switches
+    import time
+    time.sleep(1.2)
+    torch.ones(2) + 1
+    torch.backends.mkldnn.enabled = False
+    m(x).sum()
 """
 HELPER = "def loss(y):\n    return y.sum()\n"
 _REPORTS = itertools.count()
@@ -91,6 +98,7 @@ def runs(tmp_path_factory) -> Path:
             ("runCap", (), {"ATEN_CPU_CAPABILITY": "default"}),
             ("runNoDnn", ("--no-mkldnn",), {}),
             ("runSecret", (), {"TORCH_HUB_TOKEN": "hf_zzSecretValue0123456789abcdefgh"}),
+            ("runLate", ("--flip-late",), {}),
         ]))
     (repo / "helper.py").write_text(HELPER.replace("y.sum()", "y.sum() * 1.0"))
     trace("runHelper")
@@ -166,3 +174,15 @@ def test_a_secret_among_the_knobs_stays_redacted(runs):
     assert "TORCH_HUB_TOKEN" in _header(runs, "runSecret")["env"]
     _, rep = _diff(runs, "runA", "runSecret")
     assert "zzSecretValue" not in json.dumps(rep)
+
+
+def test_a_switch_flipped_during_the_run_reads_first_and_last(runs):
+    """The header reads the switches at the tracer's first write, the footer at the end."""
+    lines = (runs / "runLate" / "rank0" / "trace.jsonl").read_text().splitlines()
+    head, foot = json.loads(lines[0]), json.loads(lines[-1])
+    assert head["switches"]["torch.backends.mkldnn.enabled"] is True
+    assert foot["type"] == "footer" and foot["switches"]["torch.backends.mkldnn.enabled"] is False
+    text, rep = _diff(runs, "runA", "runLate")
+    assert [(c["name"], c["a"], c["b"]) for c in rep["config_differences"]] == [
+        ("torch.backends.mkldnn.enabled", True, "True -> False")]
+    assert text[1] == "  switch differs: torch.backends.mkldnn.enabled A=True B='True -> False'", text[:3]
