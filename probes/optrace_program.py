@@ -159,7 +159,8 @@ SWITCHES: tuple[tuple[str, Any], ...] = (
     ("torch.backends.mha.get_fastpath_enabled", lambda t: t.backends.mha.get_fastpath_enabled()),
     ("torch.backends.cpu.get_cpu_capability", lambda t: t.backends.cpu.get_cpu_capability()),
     ("torch.are_deterministic_algorithms_enabled", lambda t: t.are_deterministic_algorithms_enabled()),
-    ("torch.is_deterministic_algorithms_warn_only_enabled", lambda t: t.is_deterministic_algorithms_warn_only_enabled()),
+    ("torch.is_deterministic_algorithms_warn_only_enabled",
+     lambda t: t.is_deterministic_algorithms_warn_only_enabled()),
     ("torch.utils.deterministic.fill_uninitialized_memory", lambda t: t.utils.deterministic.fill_uninitialized_memory),
     ("torch.get_float32_matmul_precision", lambda t: t.get_float32_matmul_precision()),
     ("torch.get_num_threads", lambda t: t.get_num_threads()),
@@ -311,7 +312,10 @@ class Issuers:
         dirs = tuple(os.path.realpath(d) + os.sep for d in exclude_dirs if d)
         files: set[str] = set()
         for name, mod in list(sys.modules.items()):
-            filename = getattr(mod, "__file__", None)
+            try:
+                filename = getattr(mod, "__file__", None)
+            except Exception:  # noqa: BLE001 - a lazy module proxy may raise anything: not a file
+                continue
             if not isinstance(filename, str) or name == "__main__":
                 continue
             kind = self.cache.get(filename)

@@ -153,7 +153,8 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
             continue  # seeds are known from a footer only: a killed run did not record them
         if key.startswith("switches.") and not switches:
             continue  # one run recorded no switches (an older trace): nothing to compare
-        if key.startswith("program.sources.") and f"program.modules.{key[16:]}" in fa and f"program.modules.{key[16:]}" in fb:
+        twin = "program.modules." + key[len("program.sources."):]
+        if key.startswith("program.sources.") and twin in fa and twin in fb:
             continue  # the same file, imported: its program.modules entry says it
         if va != vb:
             program = (key in PROGRAM_FIELDS or key.startswith(PROGRAM_PREFIXES)
