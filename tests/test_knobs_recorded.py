@@ -70,3 +70,12 @@ def test_switches_recorded_by_one_run_only_are_not_compared():
     a, b = _info(), _info()
     b.pop("switches")
     assert compare_runs(a, b) == []
+
+
+def test_a_package_that_issued_ops_and_was_imported_is_named_once():
+    a = _info(packages={"fakeops": "1.2.3"}) | {"packages": {"fakeops": "1.2.3"}}
+    b = _info(packages={"fakeops": "1.2.4"}) | {"packages": {"fakeops": "1.2.4"}}
+    assert [(d.field, d.severity) for d in compare_runs(a, b)] == [("program.packages.fakeops", "not_comparable")]
+    a["program"].pop("packages")  # an older trace: the issuers' packages decide
+    assert [(d.field, d.severity) for d in compare_runs(a, b)] == [("packages.fakeops", "not_comparable"),
+                                                                   ("program.packages.fakeops", "info")]

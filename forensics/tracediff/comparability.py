@@ -153,9 +153,10 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
             continue  # seeds are known from a footer only: a killed run did not record them
         if key.startswith("switches.") and not switches:
             continue  # one run recorded no switches (an older trace): nothing to compare
-        twin = "program.modules." + key[len("program.sources."):]
-        if key.startswith("program.sources.") and twin in fa and twin in fb:
-            continue  # the same file, imported: its program.modules entry says it
+        twin = ("program.modules." + key[len("program.sources."):] if key.startswith("program.sources.")
+                else "program." + key if key.startswith("packages.") else None)
+        if twin is not None and twin in fa and twin in fb:
+            continue  # the same file or package, imported: its program.modules/program.packages entry says it
         if va != vb:
             program = (key in PROGRAM_FIELDS or key.startswith(PROGRAM_PREFIXES)
                        or (key in GIT_FIELDS and not by_files))
