@@ -60,11 +60,14 @@ class ProbeConfig:
 def bootstrap_env(config_path: str | os.PathLike[str], base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for a child command: bootstrap dir first on PYTHONPATH, config path set.
 
-    The repository root is added too, so ``import probes`` works from an uninstalled checkout.
+    Nothing else is added: the traced process's ``sys.path`` is the untraced one's plus the
+    bootstrap entry. The bootstrap imports ``probes`` and ``forensics`` from the directory that
+    holds them (a checkout, or site-packages) without leaving it on ``sys.path``: put there, an
+    installed copy's directory would shadow a checkout on the user's ``PYTHONPATH`` in the traced
+    process only (``probes/bootstrap/sitecustomize.py``).
     """
     env = dict(os.environ if base is None else base)
-    repo_root = str(Path(__file__).resolve().parents[1])
-    parts = [str(BOOTSTRAP_DIR), repo_root]
+    parts = [str(BOOTSTRAP_DIR)]
     if env.get("PYTHONPATH"):
         parts.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(parts)

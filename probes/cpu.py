@@ -135,14 +135,15 @@ class CpuCollector:
     def _open(self) -> None:
         if self.file is not None:
             return
-        from probes.sites import open_exclusive  # noqa: PLC0415
+        from probes.sites import open_exclusive, process_settings  # noqa: PLC0415
 
         self.file = open_exclusive(self.out_dir, "cpuprobe", ".jsonl")
         self._write({"event": "header", "schema": SCHEMA, "version": VERSION, "rank": self.rank, "pid": self.pid,
                      "arm": self.cfg.arm, "steps": self.cfg.steps, "instruments": self.instruments,
                      "files": {"torch_profiler": self.trace_path.name, "onednn": self.onednn_path.name,
                                "mkl": self.mkl_path.name},
-                     "env_changes": self.env_changes, "host": os.uname().nodename, "t_ns": time.time_ns()})
+                     "env_changes": self.env_changes, "host": os.uname().nodename, "t_ns": time.time_ns(),
+                     **process_settings()})
 
     def _write(self, obj: dict[str, Any]) -> None:
         self.file.write(json.dumps(obj) + "\n")

@@ -685,16 +685,35 @@ class OpTracer(TorchDispatchMode):
                    if mode != "off" and _xxh3 is None else {})}
 
     def _program_info(self) -> dict[str, Any]:
-        """``program`` (script hash, git state, local sources) and ``packages`` (versions of the
-        packages whose code issued traced ops so far; the footer has the complete set)."""
+        """``program`` (script hash, interpreter, the local files and packages imported so far, git
+        commit, local sources), ``packages`` (versions of the packages whose code issued traced ops
+        so far; the footer has the complete sets) and ``switches`` (the in-process switches now)."""
+        out: dict[str, Any] = {}
         try:
             from probes.optrace_program import program, script_path  # noqa: PLC0415
 
             iss = self.issuers
             sources = iss.source_hashes(exclude=script_path()) if iss is not None else {}
-            return {"program": program(sources), "packages": iss.package_versions() if iss is not None else {}}
+            out["program"] = program(sources, iss, exclude=(str(self._own_root()),))
+            out["packages"] = iss.package_versions() if iss is not None else {}
         except Exception as e:  # noqa: BLE001 - best effort: never break the program
-            return {"program": {"note": f"not recorded: {type(e).__name__}"}}
+            out["program"] = {"note": f"not recorded: {type(e).__name__}"}
+        out["switches"] = self._switches()
+        return out
+
+    def _own_root(self) -> Path:
+        """The folder this trace is written under (``forensics trace --out DIR``): the tool's own
+        output, whose files never count as the program's."""
+        return Path(self.cfg.out_dir).resolve()
+
+    @staticmethod
+    def _switches() -> dict[str, Any]:
+        try:
+            from probes.optrace_program import switches  # noqa: PLC0415
+
+            return switches()
+        except Exception as e:  # noqa: BLE001 - best effort: never break the program
+            return {"note": f"not recorded: {type(e).__name__}"}
 
     # ------------------------------------------------------------------ digests
     def _ordered_for(self, t: torch.Tensor, side: str) -> bool:
@@ -1305,8 +1324,12 @@ class OpTracer(TorchDispatchMode):
 
                     footer["packages"] = self.issuers.package_versions()
                     footer["sources"] = self.issuers.source_hashes(exclude=script_path())
+                    script = script_path()
+                    footer["imported"] = self.issuers.imported(exclude=(script,) if script else (),
+                                                               exclude_dirs=(str(self._own_root()),))
             except Exception:  # noqa: BLE001
                 pass
+            footer["switches"] = self._switches()
             try:
                 self._ensure_open()
                 self.file.write((json.dumps(footer, default=str) + "\n").encode())

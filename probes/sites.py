@@ -38,6 +38,27 @@ NVTX_DOMAIN = "forensics"
 FLUSH_EVERY = 1024  # pending records before a flush (one host sync) inside the window
 
 
+def process_settings() -> dict[str, Any]:
+    """``env`` (the knobs: every catalog knob and its libraries' variables, by name and prefix,
+    redacted) and ``switches`` (the in-process switches: ``torch.backends`` flags, deterministic
+    mode, matmul precision, thread counts) of this process as it is now, for a probe's header.
+    Best effort: a failure leaves a ``note``, never an exception."""
+    out: dict[str, Any] = {}
+    try:
+        from forensics.capture.environment import relevant_env  # noqa: PLC0415 (pure stdlib)
+
+        out["env"] = relevant_env()
+    except Exception as e:  # noqa: BLE001
+        out["env"] = {"note": f"not recorded: {type(e).__name__}"}
+    try:
+        from probes.optrace_program import switches  # noqa: PLC0415
+
+        out["switches"] = switches()
+    except Exception as e:  # noqa: BLE001
+        out["switches"] = {"note": f"not recorded: {type(e).__name__}"}
+    return out
+
+
 def open_exclusive(folder: Path, stem: str, suffix: str):
     """``folder/stem.suffix`` created exclusively, else ``stem.<pid>.suffix`` (never overwrite)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -247,8 +268,8 @@ class SiteProbe:
             header = {"event": "header", "schema": SCHEMA, "version": VERSION, "rank": self.rank, "pid": self.pid,
                       "arm": self.cfg.arm, "site_filter": self.cfg.site, "steps": self.cfg.steps,
                       "nvtx_domain": NVTX_DOMAIN if self.cfg.nvtx else None, "host": os.uname().nodename,
-                      "argv": sys.argv[:8]}
-            self.file.write(json.dumps(header) + "\n")
+                      "argv": sys.argv[:8], **process_settings()}
+            self.file.write(json.dumps(header, default=str) + "\n")
 
     def flush(self, final: bool = False) -> None:
         """Resolve the staged digests (one device->host copy) and write the pending lines (never

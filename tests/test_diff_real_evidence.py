@@ -128,8 +128,11 @@ def test_program_fingerprint_and_not_comparable(runs):
     assert h["program"]["sha256"] == hashlib.sha256(script.read_bytes()).hexdigest()
     assert h["program"]["script"] == str(script)
     if shutil.which("git"):
-        assert len(h["program"]["git"]["commit"]) == 40 and isinstance(h["program"]["git"]["dirty"], bool)
+        assert len(h["program"]["git"]["commit"]) == 40 and "diff_sha256" not in h["program"]["git"]
+    assert h["program"]["interpreter"]["version"] == sys.version
+    assert isinstance(h["program"]["modules"], dict) and "numpy" in h["program"]["packages"]  # torch imports numpy
     assert h["versions"]["torch"] == torch.__version__
     rep = diff_paths(runs["bw1"], runs["bwcopy"])
     assert not rep.comparable
-    assert format_report(rep).splitlines()[0].startswith("NOT COMPARABLE: program.sha256 differs")
+    first = format_report(rep).splitlines()[0]
+    assert first.startswith("NOT COMPARABLE: program.sha256 (the script ") and "optrace_backward.py" in first

@@ -110,7 +110,11 @@ def test_the_same_origin_on_every_rank_under_a_flipped_knob_is_not_called_nondet
     for r in (0, 1):
         d = rep.ranks[r].first_divergence
         assert d.verdict == ORIGIN and d.identity == "aten.sum.default:1"
-    assert [(c["field"], c["a"], c["b"]) for c in rep.comparability] == [("env.OMP_NUM_THREADS", "1", "2")]
+    # the knob, and what it set in each process (the tracer reads torch's thread count)
+    assert [(c["field"], c["a"], c["b"]) for c in rep.comparability] == [
+        ("env.OMP_NUM_THREADS", "1", "2"), ("switches.torch.get_num_threads", 1, 2)]
+    assert [(c["kind"], c["name"], c["catalogued"]) for c in rep.config_differences] == [
+        ("knob", "OMP_NUM_THREADS", True), ("switch", "torch.get_num_threads", False)]
     assert rep.pattern == "same_op_config_differs" and "nondeterministic" not in rep.pattern
     assert "env.OMP_NUM_THREADS" in rep.pattern_explanation
     assert "does not show the op nondeterministic" in rep.pattern_explanation

@@ -11,11 +11,18 @@ from typing import Any
 from forensics.redact import REDACTED, Redactor, is_secret_key
 from forensics.redact import redact_obj as _redact_obj
 
-#: Variables worth keeping in a capture (exact names or prefixes); everything else is dropped.
+#: Variables worth keeping in a trace header and a capture manifest (exact names or prefixes);
+#: everything else is dropped. Every knob of the catalog (forensics/data/knobs.yaml) matches one
+#: (tests/test_knobs_recorded.py), and so does every variable of the libraries those knobs belong
+#: to: ATen, oneDNN (ONEDNN_/DNNL_/MKLDNN_), oneMKL, OpenMP (OMP_, Intel's KMP_, GNU's GOMP_),
+#: OpenBLAS, cuBLAS/cuBLASLt, cuDNN, NCCL, Transformer Engine, torch and Inductor (TORCH*,
+#: PYTORCH_), CUDA, ROCm's hipBLASLt/rocBLAS/MIOpen, Triton.
 RELEVANT_PREFIXES = (
-    "CUDA_", "CUBLAS", "CUBLASLT_", "CUDNN_", "NVTE_", "NCCL_", "TORCH_", "PYTORCH_", "NVIDIA_",
-    "OMP_", "MKL_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_", "SLURM_",
-    "FORENSICS_", "PYTHONHASHSEED", "NVTX_", "LD_LIBRARY_PATH", "CUPTI_", "TRITON_",
+    "CUDA_", "CUBLAS", "CUDNN", "NVTE_", "NCCL_", "TORCH", "PYTORCH_", "NVIDIA_",
+    "OMP_", "KMP_", "GOMP_", "MKL_", "ATEN_", "ONEDNN_", "DNNL_", "MKLDNN_", "OPENBLAS_",
+    "HIPBLASLT_", "ROCBLAS_", "MIOPEN_", "HIP_",
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_", "SLURM_",
+    "FORENSICS_", "PYTHONHASHSEED", "NVTX_", "LD_LIBRARY_PATH", "LD_PRELOAD", "CUPTI_", "TRITON_",
 )
 
 

@@ -362,7 +362,7 @@ def describe_plan(plan: Plan, base_env: dict[str, str] | None = None) -> str:
             env["FORENSICS_CONFIG"] = str(p.config_path)
             from probes.config import bootstrap_env  # noqa: PLC0415
 
-            # the exact value the pass gets: bootstrap dir, repository root, then the inherited PYTHONPATH
+            # the exact value the pass gets: the bootstrap dir, then the inherited PYTHONPATH
             env["PYTHONPATH"] = bootstrap_env(p.config_path, dict(base_env or os.environ))["PYTHONPATH"]
         for k, v in env.items():
             lines.append(f"  env:  {k}={v}")

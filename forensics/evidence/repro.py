@@ -30,7 +30,8 @@ GEMM_ATEN_OPS = frozenset({"mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_"
                            "_scaled_mm", "_addmm_activation"})
 #: Instrument settings that never belong in a repro (they configure logging, not the computation).
 NOT_KNOBS = ("CUBLASLT_LOG_", "CUBLAS_LOGINFO_DBG", "CUBLAS_LOGDEST_DBG", "NVTX_INJECTION", "FORENSICS_",
-             "CUPTI_", "LD_LIBRARY_PATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_")
+             "CUPTI_", "LD_LIBRARY_PATH", "LD_PRELOAD", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+             "LOCAL_WORLD_SIZE", "MASTER_")
 
 
 @dataclass

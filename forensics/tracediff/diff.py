@@ -48,6 +48,8 @@ class DiffReport:
     format: str
     ranks: dict[int, RankResult]
     comparability: list[dict[str, Any]] = field(default_factory=list)
+    #: the knobs and in-process switches that differ (:func:`forensics.tracediff.comparability.config_differences`)
+    config_differences: list[dict[str, Any]] = field(default_factory=list)
     pattern: str = "none"
     pattern_explanation: str = ""
     site: str | None = None
@@ -90,6 +92,7 @@ class DiffReport:
             "site_rank": self.site_rank,
             "site_step": self.site_step,
             "next_command": self.next_command,
+            "config_differences": self.config_differences,
             "comparability": self.comparability,
             "warnings": self.warnings,
             "lacks": self.lacks,
@@ -282,10 +285,11 @@ def start_report(a_name: str, b_name: str, fmt: str, run_info_a: dict, run_info_
                  window: int = WINDOW) -> tuple[DiffReport, bool]:
     """An empty report with the comparability of the two runs, and whether order-sensitive digests
     of the two runs can be compared (one algorithm made both)."""
-    from forensics.tracediff.comparability import compare_runs  # noqa: PLC0415
+    from forensics.tracediff.comparability import compare_runs, config_differences  # noqa: PLC0415
 
     report = DiffReport(a=a_name, b=b_name, format=fmt, ranks={}, window=window)
     report.comparability = [d.to_json() for d in compare_runs(run_info_a, run_info_b)]
+    report.config_differences = config_differences(report.comparability)
     use_ordered, why = _ordered_algorithms_agree(run_info_a, run_info_b)
     if why:
         report.warnings.append(why)
@@ -424,15 +428,31 @@ def _divergence_line(d: Divergence) -> str:
     return line
 
 
+def _value(v: Any) -> str:
+    """A recorded value as printed: a SHA-256 by its first 16 hex digits (the JSON has all 64)."""
+    if isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v):
+        return f"sha256:{v[:16]}..."
+    return repr(v)
+
+
+def _setting(v: Any) -> str:
+    return "<unset>" if v is None else repr(v)
+
+
 def format_report(report: DiffReport) -> str:
     """Human-readable summary, plain lines (the JSON report has everything)."""
     lines = []
     for d in report.not_comparable:
-        lines.append(f"NOT COMPARABLE: {d['field']} differs: A={d['a']!r} B={d['b']!r} (the runs ran different "
-                     "programs: every verdict below compares different code)")
+        what = f" ({d['what']})" if d.get("what") and d["what"] != d["field"] else ""
+        lines.append(f"NOT COMPARABLE: {d['field']}{what} differs: A={_value(d['a'])} B={_value(d['b'])} (the runs "
+                     "ran different programs: every verdict below compares different code)")
     lines.append(f"forensics diff: {report.a}  vs  {report.b}  (format {report.format})")
+    for c in report.config_differences:
+        note = " (in the knob catalog: `forensics knob` tells its scope)" if c.get("catalogued") else ""
+        lines.append(f"  {c['kind']} differs: {c['name']} A={_setting(c['a'])} B={_setting(c['b'])}{note}")
+    shown = {c["field"] for c in report.config_differences}
     for d in report.comparability:
-        if d.get("severity") != "not_comparable":
+        if d.get("severity") != "not_comparable" and d["field"] not in shown:
             lines.append(f"  comparability: {d['field']} differs: A={d['a']!r} B={d['b']!r} ({d['severity']})")
     for r, res in sorted(report.ranks.items()):
         d = res.first_divergence

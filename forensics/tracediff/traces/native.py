@@ -462,10 +462,29 @@ def _header_ok(path: Path, header: dict) -> None:
         v = header.get(key)
         if v is not None and (v.__class__ is not int or v < 0):
             raise BadInput(path, f"header {key} must be a non-negative integer, got {_brief(v)}", 1)
-    for key in ("versions", "env", "program", "packages"):
+    for key in ("versions", "env", "program", "packages", "switches"):
         v = header.get(key)
         if v is not None and not isinstance(v, dict):
             raise BadInput(path, f"header {key} must be an object, got {type(v).__name__}", 1)
+
+
+def _merge_footer(info: dict[str, Any], foot: dict[str, Any]) -> None:
+    """What the footer adds to the header's run info: the local files and packages imported after
+    the header was written (``imported``, into ``program.modules``/``program.packages``), and the
+    switches as the run left them: one that changed during the run reads ``"FIRST -> LAST"``."""
+    imported = foot.get("imported")
+    program = info.get("program")
+    if isinstance(imported, dict) and isinstance(program, dict):
+        for key in ("modules", "packages"):
+            if isinstance(imported.get(key), dict) and isinstance(program.get(key), dict):
+                program[key] = {**program[key], **imported[key]}
+        if isinstance(imported.get("modules_left_out"), int):
+            program["modules_left_out"] = imported["modules_left_out"]
+    first, last = info.get("switches"), foot.get("switches")
+    if isinstance(first, dict) and isinstance(last, dict) and "note" not in first and "note" not in last:
+        info["switches"] = {**{k: v for k, v in last.items() if k not in first},
+                            **{k: (v if k not in last or last[k] == v else f"{v!r} -> {last[k]!r}")
+                               for k, v in first.items()}}
 
 
 def run_info(path: Path) -> dict[str, Any]:
@@ -494,6 +513,8 @@ def run_info(path: Path) -> dict[str, Any]:
             info["seeds"] = foot["seeds"]  # known only at the end of the run
         if foot and isinstance(foot.get("packages"), dict) and r == min(files):
             packages.update(foot["packages"])
+        if foot and r == min(files):
+            _merge_footer(info, foot)
     if packages:
         info["packages"] = packages
     info["_dropped"] = dropped
