@@ -12,7 +12,10 @@ candidates too. An op no library serves (a native kernel) is not an implementati
 """
 from __future__ import annotations
 
-from forensics.kernel_names import PRIMARY
+import json
+from typing import Any
+
+from forensics.kernel_names import CONFLICTS, CONSISTENT, PRIMARY, UNCHECKED, FieldCheck
 
 #: Ops whose CPU kernels call oneMKL (BLAS) in the PyPI wheel.
 MKL_OPS = frozenset({
@@ -58,3 +61,96 @@ def mkl_launch_role(op: str | None) -> str | None:
 def onednn_launch_role(op: str | None) -> str | None:
     """PRIMARY when the oneDNN log can confirm ``op`` (it calls oneDNN), else None."""
     return PRIMARY if serves_onednn(op) else None
+
+
+# --------------------------------------------------------------------------- identity: op vs library call
+#: What an implementation op computes, by name.
+GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::linear",
+                      "aten::_addmm_activation", "aten::addmv", "aten::mv", "aten::dot", "aten::vdot", "aten::addr"})
+
+
+def op_kind(op: str | None) -> str | None:
+    """``gemm`` (BLAS-like ops), ``convolution`` (thnn and oneDNN convolutions), None when unknown."""
+    name = _name(op)
+    if name in GEMM_OPS or name.startswith(("aten::mkldnn_linear", "aten::mkldnn_matmul")):
+        return "gemm"
+    if "conv" in name:
+        return "convolution"
+    return None
+
+
+def call_kind(call: dict, instrument: str) -> str | None:
+    """What one library call computes: oneMKL ``SGEMM``/``SGEMV`` -> gemm; oneDNN ``convolution``/
+    ``deconvolution`` -> convolution, ``matmul``/``inner_product`` -> gemm; a reorder -> None."""
+    if instrument == "mkl":
+        fam = str(call.get("family") or "")
+        return "gemm" if fam in ("gemm", "gemv", "dot") or "GEMM" in str(call.get("routine") or "").upper() else None
+    prim = str(call.get("primitive") or "")
+    if prim in ("convolution", "deconvolution"):
+        return "convolution"
+    if prim in ("matmul", "inner_product"):
+        return "gemm"
+    return None
+
+
+#: Which op kind may issue which library call kind: a thnn convolution is im2col + SGEMM.
+_MAY_ISSUE = {("gemm", "gemm"), ("convolution", "convolution"), ("convolution", "gemm")}
+
+
+def _dims(launch: dict) -> list | None:
+    v = launch.get("input_dims")
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return None
+    return v if isinstance(v, list) else None
+
+
+def check_op(launch: dict, calls: list[dict], instrument: str) -> list[FieldCheck]:
+    """Compare an implementation op the profiler saw with the library calls the log matched to it.
+
+    * **operation**: the op's kind (gemm, convolution) vs each call's (``SGEMM`` gemm, oneDNN
+      ``convolution``); a thnn convolution may issue GEMMs (im2col + SGEMM), a GEMM op never a
+      convolution, a oneDNN convolution op never a oneDNN matmul.
+    * **problem size**: ``aten::mm``/``aten::addmm`` input shapes ``[M, K] x [K, N]`` vs the
+      oneMKL call's ``m, n, k``: PyTorch calls column-major BLAS for a row-major product, so
+      ``m = N, n = M, k = K`` (docs/gemm-naming.md).
+    * **precision**: unchecked (the profiler trace records shapes, not dtypes).
+    """
+    op = launch.get("kernel")
+    kind = op_kind(op)
+    lib = LIBRARY.get(instrument, instrument)
+    out: list[FieldCheck] = []
+    kinds = [(c, call_kind(c, instrument)) for c in calls]
+    kinds = [(c, k) for c, k in kinds if k is not None]
+    if kind and kinds:
+        for c, k in kinds:
+            label = str(c.get("routine") or c.get("primitive") or k)
+            ok = (kind, k) in _MAY_ISSUE and not (instrument == "onednn" and kind == "convolution" and k == "gemm"
+                                                   and _name(op).startswith(ONEDNN_PREFIXES))
+            out.append(FieldCheck("operation", CONSISTENT if ok else CONFLICTS, f"{op} ({kind})", f"{lib} {label} ({k})",
+                                  "" if ok else f"a {kind} op does not issue {lib} {k} calls"))
+    else:
+        out.append(FieldCheck("operation", UNCHECKED, op, None,
+                              "the op's kind is not known" if not kind else f"{lib} logged no compute call for it"))
+    dims = _dims(launch)
+    name = _name(op)
+    shaped = None
+    if dims and name in ("aten::mm", "aten::addmm"):
+        mats = [d for d in dims if isinstance(d, list) and len(d) == 2]
+        if len(mats) >= 2 and mats[-2][1] == mats[-1][0]:
+            (mm, kk), (_, nn) = mats[-2], mats[-1]
+            shaped = (nn, mm, kk)
+    gemms = [c for c, k in kinds if k == "gemm" and c.get("m") is not None and str(c.get("m")) not in ("nan", "<NA>")]
+    if shaped and instrument == "mkl" and gemms:
+        for c in gemms:
+            log = (int(c["m"]), int(c["n"]), int(c["k"]))
+            out.append(FieldCheck("problem size", CONSISTENT if log == shaped else CONFLICTS,
+                                  f"{op} {dims} -> m,n,k={shaped[0]},{shaped[1]},{shaped[2]}",
+                                  f"{lib} {c.get('routine')} m,n,k={log[0]},{log[1]},{log[2]}"))
+    else:
+        out.append(FieldCheck("problem size", UNCHECKED, None, None,
+                              "compared for aten::mm/addmm against oneMKL GEMMs only"))
+    out.append(FieldCheck("precision", UNCHECKED, None, None, "the profiler trace records shapes, not dtypes"))
+    return out
