@@ -139,7 +139,7 @@ GRAMMARS: tuple[Grammar, ...] = (
        r"tilesize(?P<tile>\d+x\d+)x(?P<tk>\d+)(?P<rest>\w*)", "cuBLAS", "gemm", PRIMARY,
        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"),
     _g("cublas_nvjet", r"nvjet_(?P<types>[a-z]+)_(?P<tile>\d+x\d+)_(?P<tk>\d+)x(?P<stages>\d+)_(?P<rest>\w*?)_?"
-       r"(?P<suffix>[NT]{3})?(?![A-Za-z0-9])", "cuBLAS", "gemm", PRIMARY, "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN"),
+       r"(?P<suffix>[NT]{3})?(?!\w)", "cuBLAS", "gemm", PRIMARY, "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN"),
     _g("cublas_cutlass", r"(?<![A-Za-z])cutlass_(?P<arch>\d+)_(?P<kind>simt|tensorop|wmma_tensorop)_(?P<pre>(?:bf16|f16|fp16|"
        r"tf32|s8|i8)_)?(?P<prec>[a-z]*?)(?P<inst>\d+(?:tf32)?)?gemm_(?P<post>(?:bf16|f16|fp16|f32|relu|s8|i8)_)*"
        r"(?P<tile>\d+x\d+)_(?P<tk>\d+)x(?P<stages>\d+)_(?P<layout>[nt]{2})_align", "cuBLAS", "gemm", PRIMARY,

@@ -386,8 +386,10 @@ def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None
     if identity is not None:
         identity["pairs"] = pairs
         rows: dict[tuple, list] = {}
-        if len(lf):
-            for r in lf[KEYS + ["key", "family", "kernel", "grid", "block"]].to_dict("records"):
+        # grids and blocks are compared between launch families: only kernels two of them saw
+        several = lf.groupby(KEYS + ["key"], dropna=False)["family"].transform("nunique") > 1 if len(lf) else None
+        if several is not None and several.any():
+            for r in lf.loc[several, KEYS + ["key", "family", "kernel", "grid", "block"]].to_dict("records"):
                 rows.setdefault((r["arm"], r["rank"], r["scope"], r["key"], r["family"]), []).append(r)
         identity["launches"] = rows
     for inst in reg.of_role(reg.CALLS):
@@ -507,14 +509,14 @@ def match_calls(lf: pd.DataFrame, cf: pd.DataFrame,
             groups = _groups(plaunches, role) if role is not None and len(plaunches) else []
             n_calls += len(pcalls)
             n_groups += len(groups)
-            call_rows = pcalls.to_dict("records")
+            call_rows = pcalls.to_dict("records") if groups else []
+            keys, kernels = list(plaunches["key"]), list(plaunches["kernel"])
+            grids = list(plaunches["grid"]) if "grid" in plaunches else [None] * len(plaunches)
             for group, call in zip(groups, call_rows):
                 for pos in group:
-                    k = (arm, rank, scope, plaunches["key"].iloc[pos], inst_name)
+                    k = (arm, rank, scope, keys[pos], inst_name)
                     matched[k] = matched.get(k, 0) + 1
-                    launch = plaunches.iloc[pos]
-                    pairs.setdefault(k, []).append(({"kernel": launch.get("kernel"), "grid": launch.get("grid"),
-                                                     "block": launch.get("block")}, [call]))
+                    pairs.setdefault(k, []).append(({"kernel": kernels[pos], "grid": grids[pos]}, [call]))
         rows.append({"arm": arm, "rank": rank, "scope": scope, "family": reg.family_of(inst_name),
                      "instrument": inst_name, "calls": n_calls, "groups": n_groups,
                      "reference": ref["instrument"].iloc[0] if len(ref) else None})
