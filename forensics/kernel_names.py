@@ -131,10 +131,12 @@ GRAMMARS: tuple[Grammar, ...] = (
     _g("cublaslt_epilogue", r"epilogue::impl::globalKernel|cublasLt(?:::|\w*)epilogue|cublasLtEpilogue",
        "cuBLASLt", "epilogue", AUXILIARY,
        "void epilogue::impl::globalKernel<float, float, float, true, true>(int, int, long, float*, cublasLtEpilogue_t, ...)"),
-    _g("cudnn", r"cudnn|convolve_sgemm|cask_|winograd|fft2d_|implicit_gemm|(?<![a-z])(?:wgrad|dgrad|fprop)_|"
-       r"nchwToNhwc|nhwcToNchw|scudnn", "cuDNN", "convolution", None,
+    _g("cudnn_conv", r"convolve_sgemm|cask_|winograd|fft2d_|implicit_gemm|(?<![a-z])(?:wgrad|dgrad|fprop)_|"
+       r"scudnn|cudnn::cnn::|im2col", "cuDNN", "convolution", None,
        "volta_scudnn_128x64_relu_interior_nn_v1, void implicit_convolve_sgemm<float, float, 128, ...>(...), "
        "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_..._cudnn"),
+    _g("cudnn", r"cudnn|nchwToNhwc|nhwcToNchw", "cuDNN", "other", None,
+       "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>(...), void nchwToNhwcKernel<...>(...)"),
     _g("cublas_xmma", r"(?P<arch>sm\d+)_xmma_gemm_(?P<types>[a-z0-9]+(?:_[a-z0-9]+)*?)_(?P<layout>[nt]{2})_(?P<c>[nt])_"
        r"tilesize(?P<tile>\d+x\d+)x(?P<tk>\d+)(?P<rest>\w*)", "cuBLAS", "gemm", PRIMARY,
        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"),
