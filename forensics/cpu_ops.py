@@ -13,6 +13,7 @@ candidates too. An op no library serves (a native kernel) is not an implementati
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from forensics.kernel_names import CONFLICTS, CONSISTENT, PRIMARY, UNCHECKED, FieldCheck
@@ -97,8 +98,26 @@ def call_kind(call: dict, instrument: str) -> str | None:
 _MAY_ISSUE = {("gemm", "gemm"), ("convolution", "convolution"), ("convolution", "gemm")}
 
 
-def _dims(launch: dict) -> list | None:
-    v = launch.get("input_dims")
+#: The profiler's ``Input type`` words -> canonical precision (forensics.kernel_names.PRECISION words).
+_PROFILER_TYPE = {"float": "fp32", "double": "fp64", "c10::Half": "fp16", "c10::BFloat16": "bf16",
+                  "c10::complex<float>": "complex64", "c10::complex<double>": "complex128"}
+_MKL_LETTER = {"S": "fp32", "D": "fp64", "C": "complex64", "Z": "complex128", "H": "fp16", "B": "bf16"}
+
+
+def _letter(shape: list, strides: list) -> str:
+    """cuBLAS/BLAS op letter of a PyTorch matrix operand (docs/gemm-naming.md): row-major or a copy
+    N, column-major (a transposed view) T; size-1 dimensions count as row-major."""
+    rows, cols = shape[-2], shape[-1]
+    s_row, s_col = strides[-2], strides[-1]
+    if s_col == 1 or cols == 1:
+        return "N"
+    if s_row == 1 and s_col >= max(rows, 1):
+        return "T"
+    return "N"  # neither: PyTorch copies it row-major first
+
+
+def _dims(launch: dict, key: str = "input_dims") -> list | None:
+    v = launch.get(key)
     if isinstance(v, str):
         try:
             v = json.loads(v)
@@ -116,7 +135,11 @@ def check_op(launch: dict, calls: list[dict], instrument: str) -> list[FieldChec
     * **problem size**: ``aten::mm``/``aten::addmm`` input shapes ``[M, K] x [K, N]`` vs the
       oneMKL call's ``m, n, k``: PyTorch calls column-major BLAS for a row-major product, so
       ``m = N, n = M, k = K`` (docs/gemm-naming.md).
-    * **precision**: unchecked (the profiler trace records shapes, not dtypes).
+    * **layout**: for ``aten::mm``/``aten::addmm``, the op letters the input strides give
+      (letter of the second operand, then of the first: row-major N, a transposed view T) vs the
+      oneMKL call's transa, transb.
+    * **precision**: the profiler's ``Input type`` (``float``: fp32) vs the oneMKL routine's letter
+      (``SGEMM``: fp32) or oneDNN's ``src:f32``.
     """
     op = launch.get("kernel")
     kind = op_kind(op)
@@ -152,5 +175,40 @@ def check_op(launch: dict, calls: list[dict], instrument: str) -> list[FieldChec
     else:
         out.append(FieldCheck("problem size", UNCHECKED, None, None,
                               "compared for aten::mm/addmm against oneMKL GEMMs only"))
-    out.append(FieldCheck("precision", UNCHECKED, None, None, "the profiler trace records shapes, not dtypes"))
+    strides = _dims(launch, "input_strides")
+    if shaped and instrument == "mkl" and gemms and strides:
+        mats = [(d, st) for d, st in zip(dims, strides) if isinstance(d, list) and len(d) == 2
+                and isinstance(st, list) and len(st) == 2]
+        if len(mats) >= 2:
+            (d1, s1), (d2, s2) = mats[-2], mats[-1]
+            want = _letter(d2, s2) + _letter(d1, s1)  # cuBLAS/BLAS A is PyTorch's second operand
+            for c in gemms:
+                log = f"{c.get('transa')}{c.get('transb')}"
+                out.append(FieldCheck("layout", CONSISTENT if log == want else CONFLICTS,
+                                      f"{op} strides {s1}, {s2} -> {want}", f"{lib} {c.get('routine')} {log}"))
+    else:
+        out.append(FieldCheck("layout", UNCHECKED, None, None,
+                              "compared for aten::mm/addmm (input strides) against oneMKL GEMMs only"))
+    types = _dims(launch, "input_types")
+    op_prec = sorted({_PROFILER_TYPE[t] for t in (types or []) if isinstance(t, str) and t in _PROFILER_TYPE})
+    log_prec = sorted({p for c, _ in kinds if (p := _call_precision(c, instrument))})
+    if len(op_prec) == 1 and log_prec:
+        ok = log_prec == op_prec
+        out.append(FieldCheck("precision", CONSISTENT if ok else CONFLICTS, f"{op} {op_prec[0]}",
+                              f"{lib} {'/'.join(log_prec)}"))
+    else:
+        out.append(FieldCheck("precision", UNCHECKED, None, None,
+                              "the profiler trace records no input types (record_shapes off)" if not types else
+                              "the op's inputs have several or unknown types" if len(op_prec) != 1 else
+                              f"the {lib} calls state no type"))
     return out
+
+
+def _call_precision(call: dict, instrument: str) -> str | None:
+    """A library call's data precision: oneMKL's routine letter (``SGEMM``: fp32), oneDNN's ``src:f32``."""
+    if instrument == "mkl":
+        routine = str(call.get("routine") or "")
+        return _MKL_LETTER.get(routine[:1]) if routine[1:].upper().startswith(("GEMM", "GEMV", "DOT")) else None
+    m = re.search(r"src:(\w+)", str(call.get("dtypes") or ""))
+    return {"f32": "fp32", "f64": "fp64", "bf16": "bf16", "f16": "fp16", "s8": "int8", "u8": "uint8"}.get(m.group(1)) \
+        if m else None

@@ -372,7 +372,8 @@ def check_call(name: str | None, grid: Any, call: dict, log_library: str = "cuBL
     * **grid**: the CTAs in x*y vs the tiles of the log's ``m x n`` for the name's tile (either
       orientation): at least one CTA per tile, at most 8 per tile (CUTLASS's swizzle pads a
       grid by up to 8); unchecked for persistent kernels (sm90 xmma, nvjet: grids sized by SMs).
-    * **batch**: with ``batch_count`` > 1, grid.z is a multiple of it (non-persistent kernels).
+    * **batch/split-K**: with ``batchCount`` or ``numSplitsK`` > 1, grid.z is a multiple of their
+      product (non-persistent kernels: the ResNet-50 trace's split-K ``volta_sgemm`` has z = 5).
     """
     kc = classify_kernel(name)
     out: list[FieldCheck] = []
@@ -417,13 +418,19 @@ def check_call(name: str | None, grid: Any, call: dict, log_library: str = "cuBL
                               "the name states no tile" if not kc.tile else
                               "no grid recorded" if not g else "the log states no m, n"))
     batch = _val(call, "batch_count")
-    if batch is not None and int(batch) > 1 and g and "persistent" not in kc.hints:
-        ok = g[2] % int(batch) == 0
-        out.append(FieldCheck("batch", CONSISTENT if ok else CONFLICTS, f"grid.z={g[2]}", f"batchCount={int(batch)}"))
+    splits = _val(call, "num_splits_k")
+    batch = int(batch) if batch is not None and str(batch).lstrip("-").isdigit() else None
+    splits = int(splits) if splits is not None and str(splits).isdigit() else None
+    z_of = [(what, n) for what, n in (("batchCount", batch), ("numSplitsK", splits)) if n is not None and n > 1]
+    if z_of and g and "persistent" not in kc.hints:
+        want = math.prod(n for _, n in z_of)
+        ok = g[2] % want == 0
+        out.append(FieldCheck("batch/split-K", CONSISTENT if ok else CONFLICTS, f"grid.z={g[2]}",
+                              " x ".join(f"{w}={n}" for w, n in z_of),
+                              "" if ok else "grid.z must be a multiple of the batch count times the split-K slices"))
     else:
-        out.append(FieldCheck("batch", UNCHECKED, f"grid.z={g[2]}" if g else None, None,
-                              "no batch count > 1 in the log" if not (batch is not None and int(batch) > 1)
-                              else "persistent kernel or no grid"))
+        out.append(FieldCheck("batch/split-K", UNCHECKED, f"grid.z={g[2]}" if g else None, None,
+                              "no batch count or split-K > 1 in the log" if not z_of else "persistent kernel or no grid"))
     return out
 
 

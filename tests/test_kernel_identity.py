@@ -140,7 +140,12 @@ def test_layout_and_grid_rule_on_the_resnet50_trace(corpus):
     dgrad = {"function": "cublasSgemm_v2", "transa": "N", "transb": "N", "m": 2048, "n": 32, "k": 1000}
     checks = {c.field: c for c in check_call("volta_sgemm_64x32_sliced1x4_tn", "(16, 1, 5)", dgrad)}
     assert checks["layout"].status == CONFLICTS and checks["grid"].status == CONFLICTS
-    assert checks["batch"].status == UNCHECKED  # grid.z 5 may be split-K: the legacy log states none
+    assert checks["batch/split-K"].status == UNCHECKED  # grid.z 5 may be split-K: the legacy log states none
+    # a cuBLASLt call states its split-K slices: 5 is this grid's z, 4 is not (SYNTHETIC call rows)
+    for splits, status in (("5", CONSISTENT), ("4", CONFLICTS)):
+        checks = {c.field: c for c in check_call("volta_sgemm_64x32_sliced1x4_tn", "(16, 1, 5)",
+                                                 {**fwd, "num_splits_k": splits})}
+        assert checks["batch/split-K"].status == status
 
 
 def test_persistent_kernels_leave_the_grid_unchecked():
@@ -187,7 +192,7 @@ def test_ncu_rep_and_legacy_cublas_log_of_another_program_conflict(corpus, tmp_p
     assert "kernel NN vs log transa=T transb=N" in ident["conflicts"][0]
     assert "(256, 2, 1)" in ident["conflicts"][1] and "m=2 n=1" in ident["conflicts"][1]
     assert ident["checked"] == ["library", "precision"]  # both fp32: agreeing, and said so
-    assert any(u.startswith("batch") for u in ident["unchecked"])
+    assert any(u.startswith("batch/split-K") for u in ident["unchecked"])
     # the CLI: CONFLICT is not NAMED (exit 1), and the line names the fields
     out = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(cap), "--out", str(tmp_path / "an")],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
@@ -237,20 +242,21 @@ def test_synthetic_consistent_capture_stays_named_and_a_flipped_layout_conflicts
 
 
 @pytest.mark.parametrize("capture,named,checked", [
-    ("mm-cbwr", 15, ["operation", "problem size"]),
-    ("conv1d-threads", 6, ["operation"]),
-    ("example", 4, ["operation", "problem size"]),
+    ("mm-cbwr", 15, ["operation", "problem size", "layout", "precision"]),
+    ("conv1d-threads", 6, ["operation", "precision"]),
+    ("example", 4, ["operation", "problem size", "layout", "precision"]),
 ])
 def test_real_cpu_fixtures_still_read_named(capture, named, checked):
     """The recorded CPU captures: every NAMED row stays NAMED; the profiler's op and the library's
     call agree on the operation (SGEMM under aten::mm and the thnn convolution, a oneDNN convolution
-    under aten::mkldnn_convolution) and, for aten::mm, on m, n, k by the column-major rule."""
+    under aten::mkldnn_convolution), on the precision (Input type float vs SGEMM / src:f32) and, for
+    aten::mm, on m, n, k and on the layout its input strides give, by the column-major rule
+    (mm-cbwr: a transposed second operand, SGEMM(T,N,...))."""
     an = analyze(FIXTURES / capture)
     v = an.verdicts
     assert (v["verdict"] == NAMED).sum() == named == len(v)
     for ident in v["identity"]:
         assert ident["conflicts"] == [] and ident["checked"] == checked
-        assert "precision (the profiler trace records shapes, not dtypes)" in ident["unchecked"]
 
 
 def test_cpu_gemm_op_against_a_convolution_call_conflicts():
@@ -265,3 +271,17 @@ def test_cpu_gemm_op_against_a_convolution_call_conflicts():
                    [{"routine": "SGEMM", "family": "gemm", "m": 16, "n": 64, "k": 32}], "mkl")
     size = next(c for c in mkl if c.field == "problem size")
     assert size.status == CONFLICTS and "m,n,k=64,16,32" in size.kernel and "m,n,k=16,64,32" in size.log
+
+
+def test_cpu_precision_and_layout_conflicts():
+    """SYNTHETIC rows in the real readers' columns: a double mm cannot have issued SGEMM, and an mm
+    whose second operand is a transposed view is SGEMM(T,N), not (N,N)."""
+    from forensics.cpu_ops import check_op
+
+    launch = {"kernel": "aten::mm", "input_dims": [[16, 32], [32, 64]], "input_types": ["double", "double"],
+              "input_strides": [[32, 1], [1, 32]]}
+    checks = {c.field: c for c in check_op(launch, [{"routine": "SGEMM", "family": "gemm", "transa": "N",
+                                                      "transb": "N", "m": 64, "n": 16, "k": 32}], "mkl")}
+    assert checks["precision"].status == CONFLICTS and checks["precision"].log == "oneMKL fp32"
+    assert checks["layout"].status == CONFLICTS and checks["layout"].kernel.endswith("-> TN")
+    assert checks["problem size"].status == CONSISTENT

@@ -464,6 +464,11 @@ def _groups(launches: pd.DataFrame, role: Any) -> list[list[int]]:
     return groups
 
 
+#: What the identity check reads of a cuBLAS/cuBLASLt call (forensics.kernel_names.check_call).
+IDENTITY_CALL_COLUMNS = ("function", "a_type", "b_type", "transa", "transb", "a_order", "b_order", "m", "n", "k",
+                         "batch_count", "num_splits_k")
+
+
 def match_calls(lf: pd.DataFrame, cf: pd.DataFrame,
                 pairs: dict[tuple, list] | None = None) -> tuple[dict[tuple, int], pd.DataFrame]:
     """Match each scope's library calls to the launches they made, one call to one launch group.
@@ -509,7 +514,8 @@ def match_calls(lf: pd.DataFrame, cf: pd.DataFrame,
             groups = _groups(plaunches, role) if role is not None and len(plaunches) else []
             n_calls += len(pcalls)
             n_groups += len(groups)
-            call_rows = pcalls.to_dict("records") if groups else []
+            call_rows = pcalls[[c for c in IDENTITY_CALL_COLUMNS if c in pcalls.columns]].to_dict("records") \
+                if groups else []
             keys, kernels = list(plaunches["key"]), list(plaunches["kernel"])
             grids = list(plaunches["grid"]) if "grid" in plaunches else [None] * len(plaunches)
             for group, call in zip(groups, call_rows):

@@ -170,7 +170,8 @@ def match(inst: Any, launches: pd.DataFrame, calls: pd.DataFrame) -> dict[str, A
 
     def launch(i: int) -> dict[str, Any]:
         row = launches.iloc[i]
-        return {"kernel": names[i], "input_dims": row.get("input_dims") if "input_dims" in launches.columns else None}
+        return {"kernel": names[i], **{c: row.get(c) if c in launches.columns else None
+                                       for c in ("input_dims", "input_types", "input_strides")}}
 
     if len(conf) == 1:
         key = launches["key"].iloc[conf[0]]
