@@ -119,7 +119,10 @@ def render_markdown(an: Analysis) -> str:
     lines += ["", "## The rule", "",
               f"{'An' if noun[0] in 'aeiou' else 'A'} {noun} is NAMED only when two independent instrument families agree on its count "
               f"({counted}) in a scope: {', '.join(instruments.family_label(f) for f in _families(an))}."
-              f"{one_family}", ""]
+              f"{one_family} Counts that agree name it only when every descriptor both instruments carry agrees "
+              "(precision, layout, grid and tile vs m x n, batch, library; on the CPU the operation, m, n, k, "
+              "layout and precision); otherwise the row is CONFLICT and names the fields (docs/kernel-names.md).",
+              ""]
     if an.missing:
         lines += ["## Missing", ""] + [f"- {m}" for m in an.missing] + [""]
     fams = _families(an)
