@@ -182,10 +182,13 @@ def check_op(launch: dict, calls: list[dict], instrument: str) -> list[FieldChec
         if len(mats) >= 2:
             (d1, s1), (d2, s2) = mats[-2], mats[-1]
             want = _letter(d2, s2) + _letter(d1, s1)  # cuBLAS/BLAS A is PyTorch's second operand
+            flip = {"N": "T", "T": "N"}
+            transposed = flip[want[1]] + flip[want[0]]  # Cᵀ = Bᵀ·Aᵀ: a column-major output (out=) is issued so
             for c in gemms:
                 log = f"{c.get('transa')}{c.get('transb')}"
-                out.append(FieldCheck("layout", CONSISTENT if log == want else CONFLICTS,
-                                      f"{op} strides {s1}, {s2} -> {want}", f"{lib} {c.get('routine')} {log}"))
+                out.append(FieldCheck("layout", CONSISTENT if log in (want, transposed) else CONFLICTS,
+                                      f"{op} strides {s1}, {s2} -> {want}", f"{lib} {c.get('routine')} {log}",
+                                      "as the transposed problem" if log != want and log == transposed else ""))
     else:
         out.append(FieldCheck("layout", UNCHECKED, None, None,
                               "compared for aten::mm/addmm (input strides) against oneMKL GEMMs only"))

@@ -367,8 +367,9 @@ def check_call(name: str | None, grid: Any, call: dict, log_library: str = "cuBL
     * **library**: the name is one cuBLAS ships (cuBLAS and cuBLASLt share their kernels).
     * **precision**: the name's input precision vs the log's A/B types.
     * **layout**: the name's op letters of A and B (cuBLAS terms, ``_nn``/``_tn``) vs the log's
-      ``transa``/``transb`` (``C`` reads as ``T``); unchecked when the log stores an operand
-      row-major (``ORDER_ROW``) or the name states no letters.
+      ``transa``/``transb`` (``C`` reads as ``T``), or the letters of the transposed problem
+      (``Cᵀ = Bᵀ·Aᵀ``: NN and TT swap, TN and NT are their own); unchecked when the log stores an
+      operand row-major (``ORDER_ROW``) or the name states no letters.
     * **grid**: the CTAs in x*y vs the tiles of the log's ``m x n`` for the name's tile (either
       orientation): at least one CTA per tile, at most 8 per tile (CUTLASS's swizzle pads a
       grid by up to 8); unchecked for persistent kernels (sm90 xmma, nvjet: grids sized by SMs).
@@ -393,8 +394,13 @@ def check_call(name: str | None, grid: Any, call: dict, log_library: str = "cuBL
     rows = [o for o in (_val(call, "a_order"), _val(call, "b_order")) if o is not None and "ROW" in str(o).upper()]
     if kc.layout and ta is not None and tb is not None and not rows:
         log_layout = "".join("T" if str(x).upper() in ("T", "C") else "N" for x in (ta, tb))
-        out.append(FieldCheck("layout", CONSISTENT if log_layout == kc.layout else CONFLICTS, kc.layout,
-                              f"transa={ta} transb={tb}"))
+        # the same product computed as its transpose (Cᵀ = Bᵀ·Aᵀ) has the letters flipped and swapped:
+        # NN <-> TT (TN and NT are their own): a library may run that problem, so it is not a conflict
+        flip = {"N": "T", "T": "N"}
+        swapped = flip[log_layout[1]] + flip[log_layout[0]]
+        ok = kc.layout in (log_layout, swapped)
+        out.append(FieldCheck("layout", CONSISTENT if ok else CONFLICTS, kc.layout, f"transa={ta} transb={tb}",
+                              "as the transposed problem" if ok and kc.layout != log_layout else ""))
     else:
         why = ("the name states no layout letters" + (f" (its suffix {kc.layout_raw} has no known mapping)"
                                                      if kc.layout_raw else "")) if not kc.layout else             "an operand is stored row-major (ORDER_ROW)" if rows else "the log states no transa/transb"

@@ -140,6 +140,11 @@ def test_layout_and_grid_rule_on_the_resnet50_trace(corpus):
     dgrad = {"function": "cublasSgemm_v2", "transa": "N", "transb": "N", "m": 2048, "n": 32, "k": 1000}
     checks = {c.field: c for c in check_call("volta_sgemm_64x32_sliced1x4_tn", "(16, 1, 5)", dgrad)}
     assert checks["layout"].status == CONFLICTS and checks["grid"].status == CONFLICTS
+    # an _nn kernel for a T,T call is the transposed problem (Cᵀ = Bᵀ·Aᵀ), not a conflict; for T,N it is
+    tt = {c.field: c for c in check_call("volta_sgemm_64x64_nn", None, {**dgrad, "transa": "T", "transb": "T"})}
+    assert tt["layout"].status == CONSISTENT and tt["layout"].why == "as the transposed problem"
+    tn = {c.field: c for c in check_call("volta_sgemm_64x64_nn", None, {**dgrad, "transa": "T"})}
+    assert tn["layout"].status == CONFLICTS
     assert checks["batch/split-K"].status == UNCHECKED  # grid.z 5 may be split-K: the legacy log states none
     # a cuBLASLt call states its split-K slices: 5 is this grid's z, 4 is not (SYNTHETIC call rows)
     for splits, status in (("5", CONSISTENT), ("4", CONFLICTS)):
