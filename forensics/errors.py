@@ -13,7 +13,7 @@ from os import PathLike
 
 # Exit codes shared by every command.
 EXIT_OK = 0  # analysis: kernel(s) NAMED; diff/compare: no divergence; other commands: success
-EXIT_NOT_NAMED = 1  # analysis: nothing NAMED (DISAGREE / SINGLE-SOURCE); diff/compare: divergence found
+EXIT_NOT_NAMED = 1  # analysis: nothing NAMED (CONFLICT / DISAGREE / SINGLE-SOURCE); diff/compare: divergence found
 EXIT_USAGE = 2  # bad command line (typer/click's own code), bad site string
 EXIT_BAD_INPUT = 3  # bad input file: truncated, corrupt, empty, foreign schema, not a capture; output exists
 EXIT_UNAVAILABLE = 4  # a required tool/device/resource (CUDA, ncu, disk space) is missing; nothing could be done

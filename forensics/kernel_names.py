@@ -1,64 +1,264 @@
-"""What a kernel's name says about it: the one GEMM-kernel classifier every stage uses.
+"""What a kernel's name says about it: the one kernel-name classifier every stage uses.
+
+A table of name grammars (:data:`GRAMMARS`), each built from real names (the corpus under
+``../shared/corpus`` and public profiles; docs/kernel-names.md lists one real name per row), gives a
+kernel's **library** (cuBLAS, cuBLASLt, cuDNN, CUTLASS, FBGEMM-GPU, Triton, NCCL, nvFuser, ATen),
+its **operation** (gemm, gemv, dot, split-K reduce, convolution, elementwise, collective, ...), and
+what its name states about the problem: input **precision**, **layout** (cuBLAS's op letters of A
+and B), CTA **tile**, architecture, and hints (split-K, large-k, sliced, segment-k). The first row
+that matches wins; a name no row matches is ``library="unknown"``.
 
 A cuBLAS(Lt) matmul call launches one *primary* kernel (``nvjet_tst_*``, ``ampere_sgemm_*``,
-``sm90_xmma_gemm_*``, ``cutlass::Kernel<cutlass_80_simt_sgemm_*>``, and for the CUDA-core algos
-``gemmSN_NN_kernel``, ``gemv2T_kernel``, ``dot_kernel``, ``magma_sgemmEx_kernel``) and sometimes
-*auxiliary* kernels right after it (``splitKreduce_kernel`` for split-K, ``reduce_1Block_kernel``
-after ``dot_kernel``, the cuBLASLt ``epilogue::impl::globalKernel``). Those are the kernels a
-cuBLAS/cuBLASLt log can confirm. A CUTLASS template instantiated by the user
+``sm90_xmma_gemm_*``, ``cutlass::Kernel<cutlass_80_simt_sgemm_*>``, ``sgemm_largek_lds64``,
+``internal::gemvx::kernel<...cublasGemvParamsEx...>``, ``gemv2T_kernel_val``, ``dot_kernel``...) and
+sometimes *auxiliary* kernels right after it (``splitKreduce_kernel`` for split-K,
+``reduce_1Block_kernel`` after ``dot_kernel``, the cuBLASLt ``epilogue::impl::globalKernel``). Those
+are the kernels a cuBLAS/cuBLASLt log can confirm. A CUTLASS template instantiated by the user
 (``cutlass::Kernel<cutlass::gemm::kernel::Gemm<...>>``) is a GEMM kernel too, but no cuBLAS call
 launched it; cuDNN's implicit-GEMM convolutions (``implicit_convolve_sgemm``,
-``sm80_xmma_fprop_implicit_gemm_*_cudnn``, ``volta_scudnn_*``) are not cuBLAS GEMMs either.
+``sm80_xmma_fprop_implicit_gemm_*_cudnn``, ``volta_scudnn_*``) are not GEMMs; FBGEMM-GPU kernels are
+GEMMs only when their name says so (``f8f8bf16_rowwise``...), not its embedding and quantize kernels.
 
-Names are matched on whatever text an instrument gives (mangled, demangled or short): the
-tokens below survive mangling.
+:func:`check_call` states which of those fields a library log line can check, and how
+(docs/verdicts.md, "CONFLICT"). Names are matched on whatever text an instrument gives (mangled,
+demangled or short): the tokens used survive mangling.
 """
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 #: Launch roles within a library call (see :func:`cublas_launch_role`).
 PRIMARY, AUXILIARY = "primary", "auxiliary"
 
-# cuDNN and other non-cuBLAS kernels whose names contain gemm-like tokens.
-_NOT_CUBLAS = re.compile(r"cudnn|convolve|cask_|winograd|fft2d|wgrad|dgrad|fprop|implicit_gemm", re.I)
-# Auxiliary kernels a cuBLAS(Lt) call launches next to its primary kernel.
-_AUXILIARY = re.compile(r"splitKreduce|reduce_1Block_kernel|epilogue::impl::globalKernel|"
-                        r"cublasLt(?:::|\w*)epilogue|cublasLtEpilogue", re.I)
-# Names cuBLAS ships (tokens survive mangling: _ZN7cutlass6KernelI43cutlass_80_simt_sgemm...).
-_CUBLAS_PRIMARY = re.compile(
-    r"nvjet_|(?<![A-Za-z_])(?:ampere|volta|turing|maxwell|pascal|kepler|hopper|blackwell|sm\d+)_\w*?(?:gemm|gemv)|"
-    r"sm\d+_xmma_gemm|cutlass_\d+_\w*?gemm|cutlass3x_\w*?gemm|_cublas\b|cublasLt::|cublas::|"
-    r"(?<![A-Za-z_])(?:gemmSN_\w*?kernel|gemmk1_kernel|gemv2[NT]_kernel|gemvNSP_kernel|gemvx_kernel|dot_kernel|"
-    r"magma_\w*?gemm\w*?_kernel)", re.I)
-# Any GEMM-looking name (the user's CUTLASS instantiations included).
-_GEMM_ANY = re.compile(r"gemm|gemv|nvjet_|cutlass|dot_kernel|splitKreduce|reduce_1Block_kernel", re.I)
+# --------------------------------------------------------------------------- precision words
+#: Canonical input precision of a name's type token (cuBLAS legacy letters, xmma/CUTLASS words,
+#: nvjet letters, C++ template types). ``tf32`` is fp32 data computed in TF32: fp32 in the log.
+PRECISION = {
+    "s": "fp32", "h": "fp16", "d": "fp64", "c": "complex64", "z": "complex128", "gc": "complex64",
+    "i": "int8", "hs": "fp16", "f32": "fp32", "tf32": "fp32", "f16": "fp16", "fp16": "fp16", "bf16": "bf16",
+    "f64": "fp64", "e4m3": "fp8", "e5m2": "fp8", "s8": "int8", "i8": "int8", "int8": "int8", "fp8": "fp8",
+    "float": "fp32", "double": "fp64", "__half": "fp16", "half": "fp16", "cutlass::half_t": "fp16",
+    "__nv_bfloat16": "bf16", "cutlass::bfloat16_t": "bf16", "c10::half": "fp16", "c10::bfloat16": "bf16",
+    "float2": "complex64", "double2": "complex128", "cucomplex": "complex64",
+}
+#: nvjet type letters (``nvjet_<A B? C? compute out>_...``): ``tst`` in a bf16 H200 program
+#: (corpus nsys_nvfuser_h200), ``hsh`` fp16, ``sss`` fp32, ``q`` an 8-bit float.
+NVJET_LETTER = {"s": "fp32", "h": "fp16", "t": "bf16", "d": "fp64", "q": "fp8", "e": "fp8"}
+#: Library log type names -> canonical precision (cuBLASLt ``R_16BF``, cuBLAS ``CUDA_R_16F``, oneMKL ``f32``).
+_LOG_TYPE = {"32F": "fp32", "16F": "fp16", "16BF": "bf16", "64F": "fp64", "8F_E4M3": "fp8", "8F_E5M2": "fp8",
+             "8F_UE8M0": "fp8", "4F_E2M1": "fp4", "8I": "int8", "32I": "int32", "8U": "uint8"}
+#: Legacy cuBLAS function letter -> input precision (cublasSgemm_v2, cublasHgemm, cublasDgemv...).
+_FUNCTION_LETTER = {"s": "fp32", "d": "fp64", "h": "fp16", "c": "complex64", "z": "complex128"}
+
+GEMM_OPS = ("gemm", "gemv", "dot", "split-K reduce", "dot reduce", "epilogue")
 
 
 @dataclass(frozen=True)
 class KernelClass:
-    """What a kernel name says: GEMM or not, and whether a cuBLAS(Lt) call can have launched it."""
+    """What a kernel name says: library, operation, precision, layout, tile; GEMM or not, and
+    whether a cuBLAS(Lt) call can have launched it."""
 
     gemm: bool  # a GEMM (or GEMV/dot) kernel, whoever launched it
     cublas: bool  # a name cuBLAS ships: a cuBLAS/cuBLASLt call can have launched it
     role: str | None  # PRIMARY / AUXILIARY within a cuBLAS call, None when not cuBLAS
     family: str  # coarse display family: nvjet, sm90_xmma, ampere_sgemm, cutlass, splitKreduce, ...
+    library: str = "unknown"  # cuBLAS, cuDNN, CUTLASS (user template), FBGEMM-GPU, Triton, NCCL, nvFuser, ATen
+    operation: str = "other"  # gemm, gemv, dot, split-K reduce, convolution, elementwise, reduction, collective...
+    grammar: str = ""  # the GRAMMARS row that matched ("" when none did)
+    precision: str | None = None  # canonical input precision the name states (fp32, fp16, bf16, fp8...)
+    layout: str | None = None  # cuBLAS op letters of A and B ("NN", "TN") when the name states them
+    layout_raw: str | None = None  # layout letters the name carries whose mapping is not known (nvjet "TNN")
+    tile: tuple[int, int] | None = None  # CTA tile (M, N) the name states
+    arch: str | None = None  # ampere, sm90, 80 ...
+    hints: tuple[str, ...] = ()  # split-K, largek, sliced1x4, segment_k_on, persistent
+    fields: dict[str, str] = field(default_factory=dict, compare=False, hash=False)  # what the grammar captured
+
+
+def _prec(token: str | None) -> str | None:
+    if not token:
+        return None
+    t = token.strip().lower()
+    if t in PRECISION:
+        return PRECISION[t]
+    m = re.match(r"(bf16|tf32|f16|f32|f64|e4m3|e5m2|s8|i8)", t)
+    return PRECISION[m.group(1)] if m else None
+
+
+_TEMPLATE_TYPE = re.compile(r"(?<![\w:])(float2|double2|float|double|__half|__nv_bfloat16|cutlass::half_t|"
+                            r"cutlass::bfloat16_t|c10::Half|c10::BFloat16)(?![\w:])")
+
+
+def _template_precision(name: str) -> str | None:
+    """The first floating type among a demangled name's template arguments (``gemv2T_kernel_val<int,
+    int, float, ...>``); None for mangled or short names."""
+    inner = name.partition("<")[2]
+    m = _TEMPLATE_TYPE.search(inner)
+    return _prec(m.group(1)) if m else None
+
+
+def _tile(text: str | None) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)x(\d+)", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """One row of the kernel-name table: a pattern and what a match means."""
+
+    name: str
+    pattern: re.Pattern
+    library: str
+    operation: str
+    role: str | None = None  # PRIMARY / AUXILIARY when a cuBLAS call launches it
+    example: str = ""  # a real name it reads (docs/kernel-names.md gives where each was seen)
+
+
+def _g(name: str, pattern: str, library: str, operation: str, role: str | None = None, example: str = "") -> Grammar:
+    return Grammar(name, re.compile(pattern, re.I), library, operation, role, example)
+
+
+_ARCH = r"(?:maxwell|pascal|kepler|volta|turing|ampere|hopper|blackwell|ada|sm\d+)"
+#: The table, first match wins. Order matters: cuDNN's ``*_scudnn_*``/``implicit_gemm`` before the
+#: cuBLAS arch rows; cuBLAS's auxiliary kernels before everything GEMM-like.
+GRAMMARS: tuple[Grammar, ...] = (
+    _g("cublas_splitk_reduce", r"splitKreduce", "cuBLAS", "split-K reduce", AUXILIARY,
+       "void splitKreduce_kernel<float, float, float, float>(cublasSplitKParams<float>, ...)"),
+    _g("cublas_dot_reduce", r"reduce_1Block_kernel", "cuBLAS", "dot reduce", AUXILIARY, "reduce_1Block_kernel"),
+    _g("cublaslt_epilogue", r"epilogue::impl::globalKernel|cublasLt(?:::|\w*)epilogue|cublasLtEpilogue",
+       "cuBLASLt", "epilogue", AUXILIARY,
+       "void epilogue::impl::globalKernel<float, float, float, true, true>(int, int, long, float*, cublasLtEpilogue_t, ...)"),
+    _g("cudnn_conv", r"convolve_sgemm|cask_|winograd|fft2d_|implicit_gemm|(?<![a-z])(?:wgrad|dgrad|fprop)_|"
+       r"scudnn|cudnn::cnn::|im2col", "cuDNN", "convolution", None,
+       "volta_scudnn_128x64_relu_interior_nn_v1, void implicit_convolve_sgemm<float, float, 128, ...>(...), "
+       "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_..._cudnn"),
+    _g("cudnn", r"cudnn|nchwToNhwc|nhwcToNchw", "cuDNN", "other", None,
+       "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>(...), void nchwToNhwcKernel<...>(...)"),
+    _g("cublas_xmma", r"(?P<arch>sm\d+)_xmma_gemm_(?P<types>[a-z0-9]+(?:_[a-z0-9]+)*?)_(?P<layout>[nt]{2})_(?P<c>[nt])_"
+       r"tilesize(?P<tile>\d+x\d+)x(?P<tk>\d+)(?P<rest>\w*)", "cuBLAS", "gemm", PRIMARY,
+       "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"),
+    _g("cublas_nvjet", r"nvjet_(?P<types>[a-z]+)_(?P<tile>\d+x\d+)_(?P<tk>\d+)x(?P<stages>\d+)_(?P<rest>\w*?)_?"
+       r"(?P<suffix>[NT]{3})?(?!\w)", "cuBLAS", "gemm", PRIMARY, "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN"),
+    _g("cublas_cutlass", r"(?<![A-Za-z])cutlass_(?P<arch>\d+)_(?P<kind>simt|tensorop|wmma_tensorop)_(?P<pre>(?:bf16|f16|fp16|"
+       r"tf32|s8|i8)_)?(?P<prec>[a-z]*?)(?P<inst>\d+(?:tf32)?)?gemm_(?P<post>(?:bf16|f16|fp16|f32|relu|s8|i8)_)*"
+       r"(?P<tile>\d+x\d+)_(?P<tk>\d+)x(?P<stages>\d+)_(?P<layout>[nt]{2})_align", "cuBLAS", "gemm", PRIMARY,
+       "void cutlass::Kernel<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(T1::Params)"),
+    _g("cublas_cutlass3x", r"cutlass3x_\w*?gemm", "cuBLAS", "gemm", PRIMARY,
+       "cutlass3x_sm90_tensorop_gemm_bf16_bf16_f32_bf16_bf16_128x128x64_1x1x1_0_tnn_align8"),
+    _g("cublas_arch", rf"(?<![A-Za-z_])(?P<arch>{_ARCH})_(?P<pre>(?:fp16|bf16|int8|tf32)_)?(?P<prec>[a-z]*?)"
+       r"(?P<inst>\d+(?:tf32)?)?(?P<op>gemm|gemv)_(?P<post>(?:fp16|bf16|int8)_)?(?P<tile>\d+x\d+)(?P<rest>\w*?)_"
+       r"(?P<layout>[nt]{2})(?:_v\d+)?(?![A-Za-z0-9])", "cuBLAS", "gemm", PRIMARY,
+       "ampere_sgemm_128x64_nn, volta_sgemm_64x32_sliced1x4_tn, ampere_gcgemm_64x64_nt"),
+    _g("cublas_largek", r"(?<![A-Za-z])(?P<prec>[sdhcz])gemm_largek_\w*", "cuBLAS", "gemm", PRIMARY,
+       "void sgemm_largek_lds64<true, false, 6, 4, 4, 4, 4, 32>(...)"),
+    _g("cublas_gemvx", r"gemvx|cublasGemvParams|gemv2[NT]_kernel|gemvNSP_kernel", "cuBLAS", "gemv", PRIMARY,
+       "void internal::gemvx::kernel<int, int, float, float, float, float, false, true, true, false, 7, false, "
+       "cublasGemvParamsEx<...> >(...)"),
+    _g("cublas_cuda_core", r"(?<![A-Za-z_])(?:gemmSN_(?P<layout>[NT]{2})_kernel|gemmk1_kernel|magma_\w*?gemm\w*?_kernel)",
+       "cuBLAS", "gemm", PRIMARY, "gemmSN_NN_kernel"),
+    _g("cublas_dot", r"(?<![A-Za-z_])dot_kernel", "cuBLAS", "dot", PRIMARY, "dot_kernel"),
+    _g("cublas_other", r"_cublas\b|cublasLt::|cublas::", "cuBLAS", "gemm", PRIMARY, "..._kernel__5x_cublas"),
+    _g("fbgemm_gemm", r"fbgemm\w*?(?:::|_)\w*?(?:gemm|f8f8bf16|f8i4bf16|bf16i4bf16|_mm_|matmul)", "FBGEMM-GPU", "gemm",
+       None, "fbgemm_gpu::f8f8bf16_rowwise..."),
+    _g("fbgemm", r"fbgemm", "FBGEMM-GPU", "other", None,
+       "fbgemm_gpu::(anonymous namespace)::index_select_2d_kernel<...>"),
+    _g("cutlass_user", r"cutlass(?:::|\w)", "CUTLASS (user template)", "gemm", None,
+       "void cutlass::Kernel<cutlass::gemm::kernel::Gemm<cutlass::gemm::threadblock::MmaPipelined<...>>>(...)"),
+    _g("triton_template_mm", r"^triton_tem_\w*?(?:mm|matmul)", "Triton", "gemm", None, "triton_tem_fused_mm_0"),
+    _g("triton", r"^triton_(?P<kind>poi|per|red|tem|for)?_?", "Triton", "triton", None, "triton_poi_fused_add_cos_sin_0"),
+    _g("nccl", r"nccl(?:Dev)?Kernel|nccl::|ncclKernel", "NCCL", "collective", None,
+       "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    _g("nvfuser", r"nvfuser_(?P<kind>[a-z]+(?:_[a-z]+)*?)_f\d", "nvFuser", "fusion", None,
+       "nvfuser_pointwise_f0_c1_r0_g0(...)"),
+    _g("aten_elementwise", r"at::native::\w*?elementwise_kernel|at::native::(?:\(anonymous namespace\)::)?\w*elementwise",
+       "ATen", "elementwise", None, "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, ...>"),
+    _g("aten_reduce", r"at::native::\w*?reduce_kernel", "ATen", "reduction", None,
+       "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>, ...>"),
+    _g("aten_index", r"indexFunc|index_add|indexSelect|index_select", "ATen", "index", None, "indexFuncLargeIndex"),
+    _g("aten", r"at::native::|at::cuda::|cunn_|softmax_warp", "ATen", "other", None,
+       "void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(...)"),
+)
+#: Any other GEMM-looking token: a GEMM whose library the table does not know.
+_GEMM_ANY = re.compile(r"gemm|gemv", re.I)
+
+
+def _fields_of(g: Grammar, m: re.Match, text: str) -> dict[str, Any]:
+    gd = {k: v for k, v in m.groupdict().items() if v}
+    out: dict[str, Any] = {"fields": {k: str(v) for k, v in gd.items()}}
+    hints: list[str] = []
+    if g.name == "cublas_xmma":
+        types = gd.get("types", "")
+        out["precision"] = _prec(types)
+        out["layout"] = gd["layout"].upper()
+        out["tile"] = _tile(gd.get("tile"))
+        out["arch"] = gd.get("arch")
+        if "segment_k_on" in gd.get("rest", ""):
+            hints.append("segment_k_on")
+        hints.append("persistent")  # sm90 kernels may loop over tiles: grid is not tiles
+    elif g.name == "cublas_nvjet":
+        letters = gd.get("types", "")
+        first = letters[0] if letters else ""
+        out["precision"] = NVJET_LETTER.get(first) if len(letters) >= 3 else None
+        out["layout_raw"] = gd.get("suffix")
+        out["tile"] = _tile(gd.get("tile"))
+        hints.append("persistent")
+    elif g.name in ("cublas_cutlass", "cublas_arch"):
+        pre = (gd.get("pre") or "").rstrip("_")
+        out["precision"] = _prec(pre) if pre else _prec(gd.get("prec"))
+        out["layout"] = gd["layout"].upper()
+        out["tile"] = _tile(gd.get("tile"))
+        out["arch"] = gd.get("arch")
+        rest = gd.get("rest") or ""
+        hints += [h for h in ("sliced1x4", "splitK", "largek") if h.lower() in rest.lower()]
+        if gd.get("op") == "gemv":
+            out["operation"] = "gemv"
+    elif g.name == "cublas_largek":
+        out["precision"] = _prec(gd.get("prec"))
+        hints.append("largek")
+    elif g.name == "cublas_cuda_core" and gd.get("layout"):
+        out["layout"] = gd["layout"].upper()
+    if g.name == "cublas_gemvx":  # the matrix operand's type: cublasGemvTensorStridedBatched<float const>
+        m2 = re.search(r"cublasGemvTensor\w*<([\w:]+)", text)
+        out["precision"] = _prec(m2.group(1)) if m2 else _template_precision(text)
+    if g.name in ("cublas_cuda_core", "cublas_dot", "cutlass_user") and out.get("precision") is None:
+        out["precision"] = _template_precision(text)
+    # Auxiliary kernels (split-K reduce, epilogue) are typed by the accumulator, not by A and B: no precision.
+    if g.name == "cutlass_user":
+        m2 = re.search(r"GemmShape<(?:\(int\))?(\d+),\s*(?:\(int\))?(\d+)", text)
+        if m2:
+            out["tile"] = (int(m2.group(1)), int(m2.group(2)))
+    if g.name == "triton" and gd.get("kind"):
+        out["operation"] = {"poi": "pointwise", "per": "persistent reduction", "red": "reduction",
+                            "tem": "template", "for": "foreach"}.get(gd["kind"].lower(), "triton")
+    if g.name == "nvfuser" and gd.get("kind"):
+        out["operation"] = gd["kind"].lower()
+    if g.name == "cublas_splitk_reduce":
+        hints.append("splitK")
+    out["hints"] = tuple(hints)
+    return out
 
 
 @lru_cache(maxsize=8192)
 def classify_kernel(name: str | None) -> KernelClass:
-    """Classify a kernel from any of its names (mangled, demangled or short)."""
+    """Classify a kernel from any of its names (mangled, demangled or short), by the first
+    :data:`GRAMMARS` row that matches."""
     text = name if isinstance(name, str) else ""
     fam = _family(text)
-    if not text or _NOT_CUBLAS.search(text):
+    if not text:
         return KernelClass(False, False, None, fam)
-    if _AUXILIARY.search(text):
-        return KernelClass(True, True, AUXILIARY, fam)
-    if _CUBLAS_PRIMARY.search(text):
-        return KernelClass(True, True, PRIMARY, fam)
-    return KernelClass(bool(_GEMM_ANY.search(text)), False, None, fam)
+    for g in GRAMMARS:
+        m = g.pattern.search(text)
+        if not m:
+            continue
+        extra = _fields_of(g, m, text)
+        op = extra.pop("operation", g.operation)
+        cublas = g.library in ("cuBLAS", "cuBLASLt")
+        return KernelClass(op in GEMM_OPS, cublas, g.role if cublas else None, fam, g.library, op, g.name, **extra)
+    gemm = bool(_GEMM_ANY.search(text))
+    return KernelClass(gemm, False, None, fam, "unknown", "gemm" if gemm else "other")
 
 
 def is_gemm_kernel(name: str | None) -> bool:
@@ -82,12 +282,162 @@ def kernel_family(name: str | None) -> str:
 
 
 def describe_kernel(name: str | None) -> str:
-    """A few words for reports: "cuBLAS GEMM", "cuBLAS GEMM (auxiliary: split-K reduce...)",
-    "GEMM, not a cuBLAS name", or "" for anything else."""
+    """A few words for reports: "cuBLAS GEMM", "cuBLAS GEMV", "cuBLAS GEMM auxiliary (splitKreduce)",
+    "GEMM, not a cuBLAS name (CUTLASS (user template))", or "" for anything else."""
     c = classify_kernel(name)
     if c.cublas:
-        return "cuBLAS GEMM" if c.role == PRIMARY else f"cuBLAS GEMM auxiliary ({c.family})"
-    return "GEMM, not a cuBLAS name" if c.gemm else ""
+        if c.role == PRIMARY:
+            return f"cuBLAS {c.operation.upper() if c.operation in ('gemm', 'gemv', 'dot') else 'GEMM'}"
+        return f"cuBLAS GEMM auxiliary ({c.family})"
+    if c.gemm:
+        return "GEMM, not a cuBLAS name" + (f" ({c.library})" if c.library != "unknown" else "")
+    return ""
+
+
+# --------------------------------------------------------------------------- identity: name vs library log
+CONSISTENT, CONFLICTS, UNCHECKED = "consistent", "conflict", "unchecked"
+
+
+@dataclass(frozen=True)
+class FieldCheck:
+    """One descriptor both instruments may carry, compared for one launch and one library call."""
+
+    field: str  # library, precision, layout, grid, batch
+    status: str  # CONSISTENT | CONFLICTS | UNCHECKED
+    kernel: str | None = None  # what the kernel side says (name, grid)
+    log: str | None = None  # what the library log says
+    why: str = ""  # for UNCHECKED: what is missing; for CONFLICTS: the rule broken
+
+    def text(self) -> str:
+        if self.status == CONFLICTS:
+            return f"{self.field}: kernel {self.kernel} vs log {self.log}" + (f" ({self.why})" if self.why else "")
+        if self.status == UNCHECKED:
+            return f"{self.field} ({self.why})" if self.why else self.field
+        return self.field
+
+
+def _val(row: dict, key: str) -> Any:
+    v = row.get(key)
+    if v is None:
+        return None
+    try:
+        if v != v:  # NaN
+            return None
+    except (TypeError, ValueError):
+        return None
+    if str(v) in ("<NA>", "nan", "None", ""):
+        return None
+    return v
+
+
+def log_precision(call: dict) -> str | None:
+    """The input precision of A and B a library log line states (cuBLASLt ``Adesc type``, cuBLAS
+    ``Atype`` or the function letter of ``cublasSgemm_v2``)."""
+    types = [t for t in (_val(call, "a_type"), _val(call, "b_type")) if t is not None]
+    precs = set()
+    for t in types:
+        key = re.sub(r"^(?:CUDA_)?[RC]_", "", str(t).upper())
+        p = _LOG_TYPE.get(key) or _prec(str(t))
+        if p and str(t).upper().startswith(("C_", "CUDA_C_")):
+            p = {"fp32": "complex64", "fp64": "complex128"}.get(p, p)
+        if p:
+            precs.add(p)
+    if precs:
+        return "/".join(sorted(precs))
+    fn = str(_val(call, "function") or "")
+    m = re.match(r"cublas([SDHCZ])(?:gemm|gemv|dot|geam|syrk|trsm)", fn)
+    if m:
+        return _FUNCTION_LETTER[m.group(1).lower()]
+    m = re.match(r"cublasLt([SDHTBQ])[SDHTBQ][SDHTBQ]Matmul", fn)
+    if m:
+        return {"S": "fp32", "D": "fp64", "H": "fp16", "T": "bf16"}.get(m.group(1))
+    return None
+
+
+def _grid(text: Any) -> tuple[int, int, int] | None:
+    nums = re.findall(r"\d+", str(text)) if text is not None else []
+    return (int(nums[0]), int(nums[1]), int(nums[2])) if len(nums) >= 3 else None
+
+
+def check_call(name: str | None, grid: Any, call: dict, log_library: str = "cuBLAS") -> list[FieldCheck]:
+    """Compare what a kernel's name (and grid) says with one library call the log matched to it.
+
+    Fields (docs/verdicts.md, "CONFLICT"):
+
+    * **library**: the name is one cuBLAS ships (cuBLAS and cuBLASLt share their kernels).
+    * **precision**: the name's input precision vs the log's A/B types.
+    * **layout**: the name's op letters of A and B (cuBLAS terms, ``_nn``/``_tn``) vs the log's
+      ``transa``/``transb`` (``C`` reads as ``T``), or the letters of the transposed problem
+      (``Cᵀ = Bᵀ·Aᵀ``: NN and TT swap, TN and NT are their own); unchecked when the log stores an
+      operand row-major (``ORDER_ROW``) or the name states no letters.
+    * **grid**: the CTAs in x*y vs the tiles of the log's ``m x n`` for the name's tile (either
+      orientation): at least one CTA per tile, at most 8 per tile (CUTLASS's swizzle pads a
+      grid by up to 8); unchecked for persistent kernels (sm90 xmma, nvjet: grids sized by SMs).
+    * **batch/split-K**: with ``batchCount`` or ``numSplitsK`` > 1, grid.z is a multiple of their
+      product (non-persistent kernels: the ResNet-50 trace's split-K ``volta_sgemm`` has z = 5).
+    """
+    kc = classify_kernel(name)
+    out: list[FieldCheck] = []
+    if kc.cublas:
+        out.append(FieldCheck("library", CONSISTENT, kc.library, log_library))
+    else:
+        out.append(FieldCheck("library", CONFLICTS, kc.library, log_library,
+                              f"a {log_library} call launches only kernels cuBLAS ships"))
+    lp = log_precision(call)
+    if kc.precision and lp:
+        ok = kc.precision in lp.split("/")
+        out.append(FieldCheck("precision", CONSISTENT if ok else CONFLICTS, kc.precision, lp))
+    else:
+        out.append(FieldCheck("precision", UNCHECKED, kc.precision, lp,
+                              "the name states no precision" if not kc.precision else "the log states no A/B type"))
+    ta, tb = _val(call, "transa"), _val(call, "transb")
+    rows = [o for o in (_val(call, "a_order"), _val(call, "b_order")) if o is not None and "ROW" in str(o).upper()]
+    if kc.layout and ta is not None and tb is not None and not rows:
+        log_layout = "".join("T" if str(x).upper() in ("T", "C") else "N" for x in (ta, tb))
+        # the same product computed as its transpose (Cᵀ = Bᵀ·Aᵀ) has the letters flipped and swapped:
+        # NN <-> TT (TN and NT are their own): a library may run that problem, so it is not a conflict
+        flip = {"N": "T", "T": "N"}
+        swapped = flip[log_layout[1]] + flip[log_layout[0]]
+        ok = kc.layout in (log_layout, swapped)
+        out.append(FieldCheck("layout", CONSISTENT if ok else CONFLICTS, kc.layout, f"transa={ta} transb={tb}",
+                              "as the transposed problem" if ok and kc.layout != log_layout else ""))
+    else:
+        why = ("the name states no layout letters" + (f" (its suffix {kc.layout_raw} has no known mapping)"
+                                                     if kc.layout_raw else "")) if not kc.layout else             "an operand is stored row-major (ORDER_ROW)" if rows else "the log states no transa/transb"
+        out.append(FieldCheck("layout", UNCHECKED, kc.layout or kc.layout_raw, None, why))
+    g = _grid(grid)
+    m, n = _val(call, "m"), _val(call, "n")
+    if "persistent" in kc.hints:
+        out.append(FieldCheck("grid", UNCHECKED, str(grid) if g else None, None,
+                              "a persistent kernel: its grid is sized by the SM count, not by m x n"))
+    elif kc.tile and g and m is not None and n is not None:
+        tm, tn = kc.tile
+        m, n = int(m), int(n)
+        tiles = [math.ceil(m / tm) * math.ceil(n / tn), math.ceil(m / tn) * math.ceil(n / tm)]
+        ctas = g[0] * g[1]
+        ok = min(tiles) <= ctas <= 8 * max(tiles)
+        out.append(FieldCheck("grid", CONSISTENT if ok else CONFLICTS, f"grid {g} with tile {tm}x{tn} ({ctas} CTAs in x*y)",
+                              f"m={m} n={n} ({min(tiles)} tile(s))",
+                              "" if ok else "x*y must cover the m x n tiles with at most 8 CTAs per tile"))
+    else:
+        out.append(FieldCheck("grid", UNCHECKED, str(grid) if g else None, f"m={m} n={n}" if m is not None else None,
+                              "the name states no tile" if not kc.tile else
+                              "no grid recorded" if not g else "the log states no m, n"))
+    batch = _val(call, "batch_count")
+    splits = _val(call, "num_splits_k")
+    batch = int(batch) if batch is not None and str(batch).lstrip("-").isdigit() else None
+    splits = int(splits) if splits is not None and str(splits).isdigit() else None
+    z_of = [(what, n) for what, n in (("batchCount", batch), ("numSplitsK", splits)) if n is not None and n > 1]
+    if z_of and g and "persistent" not in kc.hints:
+        want = math.prod(n for _, n in z_of)
+        ok = g[2] % want == 0
+        out.append(FieldCheck("batch/split-K", CONSISTENT if ok else CONFLICTS, f"grid.z={g[2]}",
+                              " x ".join(f"{w}={n}" for w, n in z_of),
+                              "" if ok else "grid.z must be a multiple of the batch count times the split-K slices"))
+    else:
+        out.append(FieldCheck("batch/split-K", UNCHECKED, f"grid.z={g[2]}" if g else None, None,
+                              "no batch count or split-K > 1 in the log" if not z_of else "persistent kernel or no grid"))
+    return out
 
 
 # --------------------------------------------------------------------------- identity across readers

@@ -10,7 +10,8 @@ one; the op that *is* the site, recorded around the range by the dispatcher, lie
 belongs to no scope). Columns follow the launch frame (``forensics.model.LAUNCH_COLUMNS``): ``kernel`` is the op
 name, ``start_ns``/``end_ns`` on the trace's clock (``baseTimeNanoseconds`` added when present),
 ``site_label`` the innermost ``SITE#N`` range holding the op on its thread; plus ``tid`` and
-``input_dims`` (the profiler's own record of the shapes: ``record_shapes=True``).
+``input_dims``, ``input_types`` and ``input_strides`` (the profiler's own record of the inputs'
+shapes, dtypes and strides: ``record_shapes=True``).
 
 Pure (no torch import); bad input is :class:`~forensics.errors.BadInput` from the Kineto reader.
 """
@@ -27,7 +28,8 @@ from parsers import kineto
 
 
 def read_ops(path: str | PathLike[str]) -> pd.DataFrame:
-    """Implementation ops of one CPU profiler trace (launch frame + ``tid``, ``input_dims``, ``op_depth``)."""
+    """Implementation ops of one CPU profiler trace (launch frame + ``tid``, ``input_dims``,
+    ``input_types``, ``input_strides``)."""
     trace = kineto.read_trace(path)
     ops, ann = trace.cpu_ops, trace.annotations
     base = trace.meta.get("baseTimeNanoseconds")
@@ -54,9 +56,10 @@ def read_ops(path: str | PathLike[str]) -> pd.DataFrame:
             args = r.args if isinstance(r.args, dict) else {}
             rows.append({"kernel": r.name, "short_name": r.name, "start_ns": start + base, "end_ns": end + base,
                          "launch_ns": start + base, "pid": r.pid, "tid": r.tid, "site_label": label,
-                         "input_dims": args.get("Input Dims"), "sequence_number": r.sequence_number})
+                         "input_dims": args.get("Input Dims"), "input_types": args.get("Input type"),
+                         "input_strides": args.get("Input Strides"), "sequence_number": r.sequence_number})
     df = pd.DataFrame(rows, columns=["kernel", "short_name", "start_ns", "end_ns", "launch_ns", "pid", "tid",
-                                     "site_label", "input_dims", "sequence_number"])
+                                     "site_label", "input_dims", "input_types", "input_strides", "sequence_number"])
     df = conform(df, LAUNCH_COLUMNS)
     df.attrs["problems"] = []
     return df

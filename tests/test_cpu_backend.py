@@ -300,6 +300,9 @@ def test_a_backward_site_on_the_readme_example_is_named_and_both_arms_exit_0(tmp
     assert [(a["name"], a["status"], a["rc"]) for a in arms] == [("a1", "ok", 0), ("a2", "ok", 0)]
     v = _verdicts(an)
     assert {k: (x[0], x[1]) for k, x in v.items()} == {("a1", site): (NAMED, "aten::mm"), ("a2", site): (NAMED, "aten::mm")}
+    for ident in an.verdicts["identity"]:  # who ran, on a fresh capture: the wgrad mm (dy.t(), x) is SGEMM N,T
+        assert ident == {"conflicts": [], "checked": ["operation", "problem size", "layout", "precision"],
+                         "unchecked": []}
     assert "verdict: 1 implementation(s) NAMED" in text
     assert "aten::mm -> oneMKL SGEMM" in (out / "analysis" / "report.md").read_text()
     for arm in ("a1", "a2"):

@@ -333,7 +333,7 @@ def _cell(v: Any) -> str:
 
 def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     """report.md: one section per question, in the order a reader asks them."""
-    from forensics.judge.analysis import NAMED  # noqa: PLC0415
+    from forensics.judge.analysis import CONFLICT, NAMED  # noqa: PLC0415
 
     out = [f"# Evidence bundle: `{b.site or 'no site'}`\n"]
     if b.synthetic:
@@ -358,6 +358,10 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     else:
         out.append("**NOT NAMED**: no kernel of this site was confirmed by two independent instruments "
                    "(see the launch counts); the identities below are what single instruments saw.\n")
+    conflicts = b.verdicts[b.verdicts["verdict"] == CONFLICT] if len(b.verdicts) else b.verdicts
+    if len(conflicts):
+        out.append(f"**CONFLICT** at {len(conflicts)} (arm, rank, occurrence) scope(s): the counts agree but the "
+                   "instruments disagree on who ran (the reason names each field and both values); not named.\n")
     focus = b.verdicts[b.verdicts["scope"] == b.focus] if len(b.verdicts) else b.verdicts
     for r in focus.to_dict("records"):
         out.append(f"- focus `{b.focus}`, arm `{r['arm']}` rank {r['rank']}: `{r.get('short_name') or r['kernel']}` "

@@ -11,7 +11,11 @@ number of times in that scope:
   calls the log shows in the same scope.
 
 Otherwise the kernel is **DISAGREE** (two families, different counts: both shown) or
-**SINGLE-SOURCE** (one family saw the scope; the missing instrument is named).
+**SINGLE-SOURCE** (one family saw the scope; the missing instrument is named). Counts that agree
+name a kernel only when the instruments also agree on *who* ran: every descriptor both carry
+(precision, layout, grid and tile against m x n, batch, library; on the CPU the operation and the
+problem size) is consistent, else **CONFLICT** naming the fields that disagree
+(:func:`forensics.judge.verdicts.identity_verdict`, docs/verdicts.md).
 """
 from __future__ import annotations
 
@@ -29,8 +33,10 @@ from forensics.errors import BadInput, doing
 from forensics.kernel_names import AUXILIARY, describe_kernel, kernel_keys
 from forensics.model import LAUNCH_COLUMNS, conform, empty_frame
 from forensics.site import parse_site_or_occurrence, split_label
+from forensics.judge.verdicts import CONFLICT, identity_verdict
 
 NAMED, DISAGREE, SINGLE = "NAMED", "DISAGREE", "SINGLE-SOURCE"
+VERDICTS = (NAMED, CONFLICT, DISAGREE, SINGLE)
 WINDOW = "<window>"
 #: Family -> what a user reads (from the instrument registry).
 FAMILY_LABEL = {name: f.label for name, f in reg.FAMILIES.items()}
@@ -330,7 +336,8 @@ def _scope_of(label: Any, use_sites: bool) -> str:
 KEYS = ["arm", "rank", "scope"]
 
 
-def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None = None,
+                   identity: dict[str, dict] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (arm, rank, scope, kernel) counts per instrument, and which families observed each scope.
 
     Returns ``(counts, observed)``. ``counts`` has one column per counting instrument of the
@@ -338,7 +345,9 @@ def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None
     were matched one to one to its calls (:func:`match_calls`), NA where it cannot confirm the
     kernel. ``observed`` has one row per (arm, rank, scope, family, instrument) that saw the scope
     (a family that saw a scope but not a kernel counts 0 for it) and, for call logs, how the
-    calls matched the launches.
+    calls matched the launches. ``identity`` (when given) receives what the identity check reads:
+    ``launches`` {(arm, rank, scope, key, family): [launch rows]} and ``pairs`` {(arm, rank, scope,
+    key, call instrument): [(launch row, [call rows])]}, the calls matched to each launch.
     """
     use_sites = bool(launches["site_label"].notna().any()) or bool(len(calls) and calls["site_label"].notna().any())
     lf = launches.copy()
@@ -372,7 +381,17 @@ def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None
              else pd.DataFrame(columns=["kernel", "mangled", "short_name"]))
     for col in ("kernel", "mangled", "short_name"):
         counts[col] = counts["key"].map(lambda k, c=col: names[c].get(k) if k in names.index else None)
-    matched, match_obs = match_calls(lf, cf)
+    pairs: dict[tuple, list] = {}
+    matched, match_obs = match_calls(lf, cf, pairs)
+    if identity is not None:
+        identity["pairs"] = pairs
+        rows: dict[tuple, list] = {}
+        # grids and blocks are compared between launch families: only kernels two of them saw
+        several = lf.groupby(KEYS + ["key"], dropna=False)["family"].transform("nunique") > 1 if len(lf) else None
+        if several is not None and several.any():
+            for r in lf.loc[several, KEYS + ["key", "family", "kernel", "grid", "block"]].to_dict("records"):
+                rows.setdefault((r["arm"], r["rank"], r["scope"], r["key"], r["family"]), []).append(r)
+        identity["launches"] = rows
     for inst in reg.of_role(reg.CALLS):
         col = pd.Series(pd.NA, index=counts.index, dtype="Int64")
         if len(counts):
@@ -445,7 +464,13 @@ def _groups(launches: pd.DataFrame, role: Any) -> list[list[int]]:
     return groups
 
 
-def match_calls(lf: pd.DataFrame, cf: pd.DataFrame) -> tuple[dict[tuple, int], pd.DataFrame]:
+#: What the identity check reads of a cuBLAS/cuBLASLt call (forensics.kernel_names.check_call).
+IDENTITY_CALL_COLUMNS = ("function", "a_type", "b_type", "transa", "transb", "a_order", "b_order", "m", "n", "k",
+                         "batch_count", "num_splits_k")
+
+
+def match_calls(lf: pd.DataFrame, cf: pd.DataFrame,
+                pairs: dict[tuple, list] | None = None) -> tuple[dict[tuple, int], pd.DataFrame]:
     """Match each scope's library calls to the launches they made, one call to one launch group.
 
     Per (arm, rank, scope) and call log: the log's calls in host order (file line) against the
@@ -456,8 +481,11 @@ def match_calls(lf: pd.DataFrame, cf: pd.DataFrame) -> tuple[dict[tuple, int], p
     scope is not one to one and only the first ``min`` pairs are credited (the verdict says so).
 
     Returns ``({(arm, rank, scope, key, call_instrument): matched launches}, observed)`` where
-    ``observed`` has (arm, rank, scope, family, instrument, calls, groups, reference).
+    ``observed`` has (arm, rank, scope, family, instrument, calls, groups, reference). ``pairs``
+    (when given) receives, per (arm, rank, scope, key, instrument), each matched launch with the
+    call rows matched to it, for the identity check.
     """
+    pairs = {} if pairs is None else pairs
     matched: dict[tuple, int] = {}
     rows = []
     if not len(cf):
@@ -474,6 +502,8 @@ def match_calls(lf: pd.DataFrame, cf: pd.DataFrame) -> tuple[dict[tuple, int], p
             res = inst.match(ref, calls)
             for k, n in res["matched"].items():
                 matched[(arm, rank, scope, k, inst_name)] = matched.get((arm, rank, scope, k, inst_name), 0) + n
+            for k, launch, its_calls in res.get("pairs") or []:
+                pairs.setdefault((arm, rank, scope, k, inst_name), []).append((launch, its_calls))
             rows.append({"arm": arm, "rank": rank, "scope": scope, "family": reg.family_of(inst_name),
                          "instrument": inst_name, "calls": res["calls"], "groups": res["groups"],
                          "reference": ref["instrument"].iloc[0] if len(ref) else None,
@@ -484,10 +514,15 @@ def match_calls(lf: pd.DataFrame, cf: pd.DataFrame) -> tuple[dict[tuple, int], p
             groups = _groups(plaunches, role) if role is not None and len(plaunches) else []
             n_calls += len(pcalls)
             n_groups += len(groups)
-            for group in groups[: len(pcalls)]:
+            call_rows = pcalls[[c for c in IDENTITY_CALL_COLUMNS if c in pcalls.columns]].to_dict("records") \
+                if groups else []
+            keys, kernels = list(plaunches["key"]), list(plaunches["kernel"])
+            grids = list(plaunches["grid"]) if "grid" in plaunches else [None] * len(plaunches)
+            for group, call in zip(groups, call_rows):
                 for pos in group:
-                    k = (arm, rank, scope, plaunches["key"].iloc[pos], inst_name)
+                    k = (arm, rank, scope, keys[pos], inst_name)
                     matched[k] = matched.get(k, 0) + 1
+                    pairs.setdefault(k, []).append(({"kernel": kernels[pos], "grid": grids[pos]}, [call]))
         rows.append({"arm": arm, "rank": rank, "scope": scope, "family": reg.family_of(inst_name),
                      "instrument": inst_name, "calls": n_calls, "groups": n_groups,
                      "reference": ref["instrument"].iloc[0] if len(ref) else None})
@@ -506,13 +541,17 @@ def _by_pid(calls: pd.DataFrame, launches: pd.DataFrame):
         yield pid, calls[(cpi == pid).to_numpy()], launches[(lpi == pid).to_numpy()]
 
 
-def judge(counts: pd.DataFrame, observed: pd.DataFrame, losses: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+def judge(counts: pd.DataFrame, observed: pd.DataFrame, losses: list[dict[str, Any]] | None = None,
+          identity: dict[str, dict] | None = None) -> pd.DataFrame:
     """Apply the two-instrument rule to every (arm, rank, scope, kernel).
 
     ``counts`` per family: a launch counter's count of the kernel; a call log's count of the
     kernel's launches matched one to one to its calls. NAMED needs two families, equal counts
-    above zero, and every call log among them matched one to one in the scope.
+    above zero, every call log among them matched one to one in the scope, and (``identity``
+    from :func:`count_launches`) every descriptor both instruments carry consistent, else CONFLICT.
     """
+    identity = identity or {}
+    id_launches, id_pairs = identity.get("launches") or {}, identity.get("pairs") or {}
     rows = []
     lost: dict[tuple, list[str]] = {}  # (arm, rank) -> what its files lost
     for x in losses or []:
@@ -552,6 +591,12 @@ def judge(counts: pd.DataFrame, observed: pd.DataFrame, losses: list[dict[str, A
             by_family[fam] = 0 if value is None or value is pd.NA else int(value)
             sources[fam] = inst.name
         verdict, reason = _rule(by_family, sources, not_confirmable, uneven, name)
+        here = (r["arm"], r["rank"], r["scope"], r["key"])
+        verdict, reason, checked = identity_verdict(
+            verdict, reason, name,
+            {f: id_launches.get((*here, f), []) for f in by_family if reg.get(sources[f]).role == reg.LAUNCHES},
+            {sources[f]: id_pairs.get((*here, sources[f]), []) for f in by_family
+             if reg.get(sources[f]).role == reg.CALLS})
         for text in lost.get((r["arm"], r["rank"]), []):  # a loss is never silent: every verdict it may touch says it
             reason += f"; loss in this arm/rank: {text}"
         if implementation and verdict == NAMED:
@@ -563,10 +608,10 @@ def judge(counts: pd.DataFrame, observed: pd.DataFrame, losses: list[dict[str, A
             "arm": r["arm"], "rank": r["rank"], "scope": r["scope"], "kernel": r["kernel"], "mangled": r["mangled"],
             "short_name": r["short_name"], "verdict": verdict, "counts": by_family, "sources": sources,
             "cupti_instrument": cupti_src, "kernel_class": describe_kernel(name), "reason": reason,
-            "library": implementation if verdict == NAMED else None,
+            "library": implementation if verdict == NAMED else None, "identity": checked,
         })
     cols = ["arm", "rank", "scope", "kernel", "mangled", "short_name", "verdict", "counts", "sources",
-            "cupti_instrument", "kernel_class", "reason", "library"]
+            "cupti_instrument", "kernel_class", "reason", "library", "identity"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -626,8 +671,9 @@ def analyze(capture: str | Path | Capture, site: str | None = None, keep_going: 
     facts: list[dict[str, Any]] = []
     losses: list[dict[str, Any]] = []
     launches, calls, sites = load(cap, keep_going=keep_going, notes=notes, facts=facts, losses=losses)
-    counts, observed = count_launches(launches, calls, site)
-    verdicts = judge(counts, observed, losses)
+    identity: dict[str, dict] = {}
+    counts, observed = count_launches(launches, calls, site, identity)
+    verdicts = judge(counts, observed, losses, identity)
     missing = list(cap.missing)
     if site and not len(verdicts):
         labels = sorted(set(launches["site_label"].dropna()) | set(sites.get("label", pd.Series(dtype=str)).dropna()))
@@ -661,8 +707,8 @@ def site_summary(analysis: Analysis) -> pd.DataFrame:
     out = []
     for (arm, site, kernel), g in v.groupby(["arm", "site", "kernel"], dropna=False, sort=False):
         verdicts = set(g["verdict"])
-        verdict = NAMED if verdicts == {NAMED} else (DISAGREE if DISAGREE in verdicts else
-                                                      (SINGLE if verdicts == {SINGLE} else "MIXED"))
+        verdict = NAMED if verdicts == {NAMED} else (CONFLICT if CONFLICT in verdicts else (
+            DISAGREE if DISAGREE in verdicts else (SINGLE if verdicts == {SINGLE} else "MIXED")))
         out.append({"arm": arm, "site": site, "kernel": kernel, "verdict": verdict,
                     "occurrences": len(g), "named_in": int((g["verdict"] == NAMED).sum())})
     return pd.DataFrame(out)

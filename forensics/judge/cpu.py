@@ -152,7 +152,8 @@ def match(inst: Any, launches: pd.DataFrame, calls: pd.DataFrame) -> dict[str, A
 
     ``launches``: the scope's launch-counter rows in launch order; ``calls``: the scope's calls of
     ``inst``. Returns ``matched`` ({launch key: executions confirmed}), ``calls`` (call groups: one
-    per execution the calls were issued under), ``groups`` (confirmable executions) and ``detail``.
+    per execution the calls were issued under), ``groups`` (confirmable executions), ``detail`` and
+    ``pairs`` ([(key, launch, [call rows])]: what the identity check compares).
     """
     role = inst.launch_role
     names = [k if not isinstance(n, str) or not n else n for k, n in zip(launches.get("key", []), launches.get("kernel", []))]
@@ -165,18 +166,28 @@ def match(inst: Any, launches: pd.DataFrame, calls: pd.DataFrame) -> dict[str, A
     how = ""
     if "attributed_by" in calls.columns and calls["attributed_by"].notna().any():
         how = f"; {lib} lines attributed by {calls['attributed_by'].dropna().iloc[0].split(' (')[0]}"
+    call_rows = calls.to_dict("records")
+
+    def launch(i: int) -> dict[str, Any]:
+        row = launches.iloc[i]
+        return {"kernel": names[i], **{c: row.get(c) if c in launches.columns else None
+                                       for c in ("input_dims", "input_types", "input_strides")}}
+
     if len(conf) == 1:
         key = launches["key"].iloc[conf[0]]
         out["matched"] = {key: 1}
+        out["pairs"] = [(key, launch(conf[0]), call_rows)]
         out["calls"] = 1
         out["detail"] = (f"unit compared: implementation-op executions; {lib} issued {n_calls} call(s) under "
                          f"{names[conf[0]]}: {describe_calls(calls, inst.name)}{how}")
         out["implementation"] = main_call(calls, inst.name)
         return out
     if len(conf) > 1 and n_calls == len(conf):
-        for i in conf:
+        out["pairs"] = []
+        for i, row in zip(conf, call_rows):
             k = launches["key"].iloc[i]
             out["matched"][k] = out["matched"].get(k, 0) + 1
+            out["pairs"].append((k, launch(i), [row]))
         out["calls"] = n_calls
         out["detail"] = (f"unit compared: implementation-op executions; one {lib} call per execution, in order: "
                          f"{describe_calls(calls, inst.name)}{how}")

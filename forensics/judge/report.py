@@ -5,13 +5,14 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from forensics import instruments
 from forensics.console import make_console
-from forensics.judge.analysis import NAMED, Analysis
+from forensics.judge.analysis import CONFLICT, NAMED, Analysis
 
-_STYLE = {"NAMED": "bold green", "DISAGREE": "bold red", "SINGLE-SOURCE": "yellow"}
+_STYLE = {"NAMED": "bold green", "CONFLICT": "bold red", "DISAGREE": "bold red", "SINGLE-SOURCE": "yellow"}
 
 
 def _short(name: object, width: int = 70) -> str:
@@ -53,6 +54,10 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
         console.print(f"... {len(an.verdicts) - max_rows} more rows in analysis.json")
     if not many:
         console.print(f"arm {v['arm'].iloc[0]}, rank {v['rank'].iloc[0]}; full demangled and mangled names in report.md")
+    for r in v[v["verdict"] == CONFLICT].itertuples(index=False):
+        ident = r.identity if isinstance(getattr(r, "identity", None), dict) else {}
+        console.print(f"[bold red]CONFLICT[/bold red] {r.scope} {_short(r.short_name or r.kernel, 48)}: "
+                      + escape("; ".join(ident.get("conflicts") or [])), soft_wrap=True)
     named = an.named
     console.print(f"[bold]{len(named)} of {len(an.verdicts)} (scope, {noun[1]}) pairs NAMED[/bold] "
                   f"({named['kernel'].nunique() if len(named) else 0} distinct {noun[1]}s)")
@@ -114,7 +119,10 @@ def render_markdown(an: Analysis) -> str:
     lines += ["", "## The rule", "",
               f"{'An' if noun[0] in 'aeiou' else 'A'} {noun} is NAMED only when two independent instrument families agree on its count "
               f"({counted}) in a scope: {', '.join(instruments.family_label(f) for f in _families(an))}."
-              f"{one_family}", ""]
+              f"{one_family} Counts that agree name it only when every descriptor both instruments carry agrees "
+              "(precision, layout, grid and tile vs m x n, batch, library; on the CPU the operation, m, n, k, "
+              "layout and precision); otherwise the row is CONFLICT and names the fields (docs/kernel-names.md).",
+              ""]
     if an.missing:
         lines += ["## Missing", ""] + [f"- {m}" for m in an.missing] + [""]
     fams = _families(an)
