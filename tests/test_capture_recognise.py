@@ -243,6 +243,11 @@ def test_nsys_stats_output_is_listed_with_why(tmp_path):
     assert why["stats.txt"].startswith("an `nsys stats` report (cuda_gpu_kern_sum)")
     assert "no NVTX range and no correlation to site occurrences" in why["kern_sum_raw.csv"]
     assert "nsys export --type sqlite" in why["kern_sum_raw.csv"]
+    assert why["kern_sum_raw.csv"].startswith("an `nsys stats` report (CSV, a summary such as cuda_gpu_kern_sum)")
+    from parsers import ncu  # a manifest that lists it as an ncu export: the reader says what it is
+
+    with pytest.raises(BadInput, match=r"kern_sum_raw.csv: not an ncu --csv export: an `nsys stats` report"):
+        ncu.read_csv(cap / "a1" / "kern_sum_raw.csv")
 
 
 def _conv1d(tmp_path: Path) -> Path:

@@ -59,6 +59,10 @@ _NSYS_STATS_TEXT = re.compile(rb"^\s*\*\* [^\n]*\((?:cuda|nvtx|osrt|um)_[a-z_]+\
 _NCU_CONSOLE = re.compile(rb"^==ERROR==[^\n]*|^==PROF==[^\n]*", re.M)
 _NSYS_STATS_REPORT = re.compile(rb"\((cuda_[a-z_]+|nvtx_[a-z_]+|osrt_[a-z_]+|um_[a-z_]+)\)")
 
+#: Header start -> the `nsys stats` report that prints it (instrument-formats.md 2.5).
+_NSYS_STATS_KINDS = ((b"Time (%)", "a summary such as cuda_gpu_kern_sum"), (b"API Start", "cuda_kern_exec_trace"),
+                     (b"NVTX Range", "nvtx_kern_sum"), (b"Start (ns),Duration (ns),CorrId", "cuda_gpu_trace"),
+                     (b"Start (ns),Duration (ns),Name,Result", "cuda_api_trace"))
 _NSYS_STATS_WHY = ("an `nsys stats` report ({what}): summaries or a flat table printed from an nsys report, with no "
                    "NVTX range and no correlation to site occurrences, so its rows cannot be counted per scope: "
                    "keep the report and give its SQLite export (`nsys export --type sqlite REPORT.nsys-rep`)")
@@ -202,7 +206,10 @@ def recognise(path: str | os.PathLike[str]) -> Recognised:
         return Recognised("ncu_csv", 'CSV with the ncu header ("ID","Process ID","Process Name",...)')
     if _NSYS_STATS_CSV.search(head) or _NSYS_STATS_TEXT.search(head):
         m = _NSYS_STATS_REPORT.search(head)
-        what = m.group(1).decode() if m else ("CSV" if _NSYS_STATS_CSV.search(head) else "text")
+        csv_head = _NSYS_STATS_CSV.search(head)
+        what = m.group(1).decode() if m else (
+            "CSV, " + next((name for start, name in _NSYS_STATS_KINDS if csv_head.group(0).startswith(start)), "a report")
+            if csv_head else "text")
         return Recognised(None, _NSYS_STATS_WHY.format(what=what), known=True)
     m = _NCU_CONSOLE.search(head)
     if m:
