@@ -338,3 +338,15 @@ def test_an_empty_capture_says_which_window_never_opened(tmp_path, capsys):
                  "--timeout", "300", "--", sys.executable, str(script)])
     text = capsys.readouterr().out
     assert code == 0 and "aten::mm -> oneMKL SGEMM" in text and "empty capture" not in text, text
+
+
+def test_a_range_profiler_kineto_trace_is_counted():
+    """Real HTA trace recorded with the CUPTI range profiler (tests/data/kineto/README.md): its 77
+    kernels are cuda_profiler_range events only, counted with a note saying so."""
+    f = Path(__file__).parent / "data" / "kineto" / "hta_cupti_profiler_benchmark_result_924719_1679055439_trace.json.gz"
+    assert recognise(f).instrument == "kineto"
+    an = analyze(load_capture(f))
+    assert _total(an) == 77 and set(an.verdicts["verdict"]) == {SINGLE}
+    assert _kernels(an)["ampere_sgemm_32x32_sliced1x4_tn"] == 6 and _kernels(an)["__missing__"] == 1
+    assert any("77 kernel launches counted from cuda_profiler_range events" in n for n in an.notes)
+    assert an.launches["grid"].isna().all() and an.launches["correlation_id"].isna().all()
