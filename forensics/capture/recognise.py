@@ -127,7 +127,7 @@ def _json_kind(path: Path, head: bytes, gz: bool) -> Recognised | None:
     if first.startswith(b"{"):
         try:
             obj = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):  # a JSON nested too deep is not ours
             obj = None
         if isinstance(obj, dict):
             schema = obj.get("schema") if isinstance(obj.get("schema"), str) else ""
@@ -137,7 +137,7 @@ def _json_kind(path: Path, head: bytes, gz: bool) -> Recognised | None:
                 for line in text.split(b"\n")[1:64]:
                     try:
                         rec = json.loads(line)
-                    except ValueError:
+                    except (ValueError, RecursionError):  # a JSON nested too deep is not ours
                         continue
                     if isinstance(rec, dict) and rec.get("event") == "unavailable" and schema == "forensics.cupti":
                         return Recognised(None, "the CUPTI probe's own record that CUPTI could not collect here ("
