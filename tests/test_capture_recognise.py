@@ -80,16 +80,26 @@ CORPUS_FILES = {
         "cublasSgemm_v2(T,N) m=2 n=1 k=1 lda=1 ldb=1 ldc=2")),
     "cublas_legacy/cublas_legacy_gopeft_qlora.log": ("cublas", _rows_starting(
         "cublasSgemm_v2(T,N) m=2 n=1 k=3", "cublasSgemm_v2(T,N) m=2 n=1 k=2")),
-    "cublaslt/cublaslt_l1_cudalibsamples185_error.log": ("cublaslt", _no_rows("no matmul calls")),
-    "cublaslt/cublaslt_l1_cudalibsamples274_error_no_ts.log": ("cublaslt", _no_rows("no matmul calls")),
+    "cublaslt/cublaslt_l1_cudalibsamples185_error.log": ("cublaslt", _no_rows(
+        "the log holds instead: [Error][cublasLtMatmulAlgoGetHeuristic] line 1: Input matrices batch counts mismatch")),
+    "cublaslt/cublaslt_l1_cudalibsamples274_error_no_ts.log": ("cublaslt", _no_rows(
+        "the log holds instead: [Error][cublasLtMatmulAlgoGetHeuristic] line 1: The scaling mode for A scale")),
     "cublaslt/cublaslt_l4_tf_xla_readme_trace.log": ("cublaslt", _rows_starting(
         "cublasLtMatmul(N,N) m=32 n=64 k=16 lda=32", "cublasLtMatmul(N,N) m=32 n=32 k=16 lda=32",
         "cublasLtMatmul(N,N) m=32 n=64 k=16 lda=16", "cublasLtMatmul(N,N) m=32 n=32 k=16 lda=16")),
-    "cublaslt/cublaslt_l5_cudalibsamples187_fp8_batched_bias.log": ("cublaslt", _no_rows("no matmul calls")),
-    "cublaslt/cublaslt_l5_te_fp4_heuristic_api_rejoined.log": ("cublaslt", _no_rows("no matmul calls")),
+    "cublaslt/cublaslt_l5_cudalibsamples187_fp8_batched_bias.log": ("cublaslt", _no_rows(
+        "multiProcessorCount=92 maxSharedMemPerBlock=49152 maxSharedMemoryPerBlockOptin=101376; 8 [Api] line(s): "
+        "cublasLtMatmulDescSetAttribute x4, cublasLtMatrixLayoutCreate x2, cublasLtCreate x1, cublasLtMatmulDescCreate x1")),
+    # the .source.txt's column-major terms: (1) m=128 n=64 k=1088 NT; (2) m=64 n=1088 k=128 TN; (3) m=128 n=64 k=1088 NT
+    "cublaslt/cublaslt_l5_te_fp4_heuristic_api_rejoined.log": ("cublaslt", _no_rows(
+        "3 heuristic queries (no kernel runs from a query): cublasLtMatmulAlgoGetHeuristic(N,T) m=128 n=64 k=1088 "
+        "A=R_8F_E4M3; cublasLtMatmulAlgoGetHeuristic(T,N) m=64 n=1088 k=128 A=R_4F_E2M1; "
+        "cublasLtMatmulAlgoGetHeuristic(N,T) m=128 n=64 k=1088 A=R_4F_E2M1")),
     "cublaslt/cublaslt_l5_torch_matmul_aarch64_stdout.log": ("cublaslt", _rows_starting(
         "cublasLtSSSMatmul(N,N) m=1000 n=1000 k=1000", "cublasLtSSSMatmul(N,N) m=1000 n=1000 k=1000")),
-    "cublaslt/cublaslt_l5_vllm4691_info_line.log": ("cublaslt", _no_rows("no matmul calls")),
+    "cublaslt/cublaslt_l5_vllm4691_info_line.log": ("cublaslt", _no_rows(
+        "[Info][cublasLtMatmulAlgoGetHeuristic] line 1: Unsupported M dimension for FP8 matrix multiplication. "
+        "M must be divisible by 16. Got 2.")),
     "cublaslt/libcublas-13.10.0.20.logger-strings.txt": (None, NOT_A_LOG),
     "cublaslt/libcublasLt-13.10.0.20.strings.txt": (None, NOT_A_LOG),
     # (reference table) ampere_sgemm_128x64_nn x3

@@ -28,9 +28,9 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
     console.print(f"[bold]capture[/bold] {escape(str(cap.manifest.get('single_file') or cap.root))}  arms: {', '.join(cap.arms) or '-'}  "
                   f"instruments: {', '.join(sorted(cap.instruments())) or '-'}")
     for line in an.missing:
-        console.print(f"[yellow]missing:[/yellow] {line}")
-    for line in an.notes:
-        console.print(f"[yellow]note:[/yellow] {line}")
+        console.print(f"[yellow]missing:[/yellow] {escape(str(line))}")
+    for line in an.notes:  # a log's own words carry brackets ([Error][cublasLtMatmul...]): never markup
+        console.print(f"[yellow]note:[/yellow] {escape(str(line))}")
     odd = an.capture.not_recognised
     for u in odd[:MAX_UNREAD_SHOWN]:
         console.print(f"[yellow]not recognised:[/yellow] {escape(str(u['path']))}: {escape(u['why'])}")
