@@ -360,3 +360,16 @@ def test_a_range_profiler_kineto_trace_is_counted():
     assert _kernels(an)["ampere_sgemm_32x32_sliced1x4_tn"] == 6 and _kernels(an)["__missing__"] == 1
     assert any("77 kernel launches counted from cuda_profiler_range events" in n for n in an.notes)
     assert an.launches["grid"].isna().all() and an.launches["correlation_id"].isna().all()
+
+
+def test_a_family_member_read_and_not_counted_is_said(corpus, tmp_path):
+    """The real ex-gpu .ncu-rep and its raw CSV export in one arm: one is counted (one source), the
+    other is read and said not counted, with its launch count."""
+    a1 = tmp_path / "cap" / "a1"
+    _copy(corpus / "ncu" / "extrap_ex-gpu.s10.ncu-rep", a1 / "extrap_ex-gpu.s10.ncu-rep")
+    _copy(corpus / "ncu" / "ncu_extrap_ex-gpu.s10_raw_by_ncu2022.3.csv", a1 / "raw.csv")
+    _copy(corpus / "nsys" / "extrap_ex-gpu.s10.sqlite", a1 / "report.sqlite")
+    an = analyze(tmp_path / "cap")
+    assert len(an.named) == 5
+    assert f"{a1 / 'raw.csv'}: 6 launch(es) read, not counted for arm a1 rank 0: ncu is counted for the Nsight " \
+           "Compute (one source, never two)" in an.notes

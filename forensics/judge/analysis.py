@@ -425,6 +425,26 @@ def one_source_per_family(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep, ignore_index=True)
 
 
+def not_counted_members(launches: pd.DataFrame, calls: pd.DataFrame) -> list[str]:
+    """One note per file read but not counted because another member of its family (or the same
+    instrument in the arm's own folder) is counted for that arm and rank: read, shown, never silent."""
+    out = []
+    for df, unit in ((launches, "launch(es)"), (calls, "call(s)")):
+        if not len(df) or "file" not in df.columns:
+            continue
+        kept = one_source_per_family(df)
+        kept_files = set(kept["file"])
+        counted = {(a, r, f): i for a, r, f, i in zip(kept["arm"], kept["rank"], kept["family"], kept["instrument"])}
+        for (arm, rank, fam, inst, file), g in df.groupby(["arm", "rank", "family", "instrument", "file"],
+                                                          dropna=False, sort=False):
+            if file in kept_files:
+                continue
+            other = counted.get((arm, rank, fam))
+            out.append(f"{file}: {len(g)} {unit} read, not counted for arm {arm} rank {rank}: "
+                       f"{other or 'another file'} is counted for the {reg.family_label(fam)} (one source, never two)")
+    return out
+
+
 _ORDER_COLUMNS = ("launch_ns", "start_ns", "correlation_id")
 
 
@@ -750,6 +770,7 @@ def analyze(capture: str | Path | Capture, site: str | None = None, keep_going: 
     losses: list[dict[str, Any]] = []
     launches, calls, sites = load(cap, keep_going=keep_going, notes=notes, facts=facts, losses=losses)
     counts, observed = count_launches(launches, calls, site)
+    notes.extend(not_counted_members(launches, calls))
     verdicts = judge(counts, observed, losses)
     extra = library_rows(launches, calls, observed, site)
     if len(extra):  # library calls no verdict row shows are rows too (SINGLE-SOURCE), never dropped
