@@ -373,3 +373,15 @@ def test_a_family_member_read_and_not_counted_is_said(corpus, tmp_path):
     assert len(an.named) == 5
     assert f"{a1 / 'raw.csv'}: 6 launch(es) read, not counted for arm a1 rank 0: ncu is counted for the Nsight " \
            "Compute (one source, never two)" in an.notes
+
+
+def test_a_folder_with_too_many_files_and_no_manifest_is_refused(monkeypatch, tmp_path):
+    from forensics.capture import directory
+
+    monkeypatch.setattr(directory, "MAX_PLAIN_FILES", 5)
+    for i in range(3):
+        for j in range(3):
+            (tmp_path / "many" / f"d{i}").mkdir(parents=True, exist_ok=True)
+            (tmp_path / "many" / f"d{i}" / f"f{j}.txt").write_text("x\n")
+    with pytest.raises(BadInput, match="more than 5 files and no manifest.yaml: not a capture"):
+        load_capture(tmp_path / "many")
