@@ -207,6 +207,10 @@ def test_analyze_a_plain_folder_and_a_single_file(corpus, tmp_path, capsys):
     assert code == 1 and "ampere_sgemm_128x64_nn" in out and "SINGLE-SOURCE" in out
     report = (tmp_path / "o2" / "report.md").read_text()
     assert "## Full names" in report and "read as ncu" in report
+    import json
+
+    js = json.loads((tmp_path / "o2" / "analysis.json").read_text())
+    assert js["capture"] == str(flat / "profile.ncu-rep") and js["arms"] == ["a1"] and js["not_read"] == []
 
 
 def _refused_fast(path: Path, capsys, needle: str) -> None:

@@ -73,7 +73,7 @@ class Analysis:
             return json.loads(df.to_json(orient="records", default_handler=str)) if len(df) else []
 
         return {
-            "capture": str(self.capture.root),
+            "capture": str(self.capture.manifest.get("single_file") or self.capture.root),
             "manifest_sha256": manifest_digest(self.capture.root),
             "site": self.site,
             "ranks": self.ranks,
