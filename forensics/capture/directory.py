@@ -29,14 +29,9 @@ import yaml
 
 from forensics import __version__
 from forensics.errors import BadInput
+from forensics import instruments as _reg
 from forensics.capture.recognise import METADATA, recognise
 from forensics.instruments import file_patterns
-
-
-def _registry():
-    from forensics import instruments  # noqa: PLC0415
-
-    return instruments
 
 MANIFEST = "manifest.yaml"
 MANIFEST_SCHEMA = 1
@@ -423,10 +418,10 @@ def _single_file(path: Path) -> Capture:
     instrument = r.instrument or (None if r.known else classify(path.name))
     if instrument is None:
         raise BadInput(path, f"not recognised: {r.why}")
-    role = _registry().role_of(instrument)
-    if role == _registry().UNREAD:
+    role = _reg.role_of(instrument)
+    if role == _reg.UNREAD:
         raise BadInput(path, r.why)
-    if role not in (_registry().LAUNCHES, _registry().CALLS):
+    if role not in (_reg.LAUNCHES, _reg.CALLS):
         raise BadInput(path, f"{r.why}: read with the capture it belongs to, not alone (`forensics analyze CAPTURE_DIR`)")
     cap = Capture(root=path.parent, manifest={"single_file": str(path)})
     pid_m = _PID.search(path.name)
