@@ -187,6 +187,12 @@ def test_names_are_hints_only_files_found_by_content(corpus, tmp_path):
     an = analyze(c)
     js = an.to_json()
     assert [Path(u["path"]).name for u in js["not_read"]] == ["notes.txt"]
+    (cap / "a3" / "analysis").mkdir()  # an earlier analyze output inside an arm: listed as such, never read
+    (cap / "a3" / "analysis" / "analysis.json").write_text("{}\n")
+    (cap / "a3" / "analysis" / "report.md").write_text("# forensics analysis\n")
+    again = load_capture(cap)
+    assert [(Path(u["path"]).name, u["why"], u["metadata"]) for u in again.unread if u["metadata"]] == [
+        ("analysis", "an earlier output folder of forensics analyze", True)]
     assert all(f["recognised_by"] for f in js["files"])
     a1 = an.verdicts[an.verdicts["arm"] == "a1"]
     assert _total(an) > 0 and (a1["sources"].map(lambda s: s.get("cupti")) == "nsys").any()
@@ -277,7 +283,8 @@ def test_the_conv1d_fixture_shows_every_instruments_rows_and_every_file():
     assert {(a, lib) for a, lib in zip(v["arm"], v["library"])} == {
         ("a1", "oneMKL SGEMM"), ("a2", "oneMKL SGEMM"), ("t1-omp_num_threads", "oneDNN convolution jit_1x1:avx512_core")}
     assert not an.capture.not_recognised
-    meta = sorted(Path(u["path"]).name for u in an.capture.unread)
+    meta = sorted(Path(u["path"]).name for u in an.capture.unread if "output folder of forensics analyze" not in u["why"])
+    assert all(u["metadata"] for u in an.capture.unread)
     assert meta == ["a1.log", "a2.log", "manifest.yaml", "probe.json", "probe.json", "probe.json",
                     "t1-omp_num_threads.log"]
     from forensics.judge.report import distinct_named

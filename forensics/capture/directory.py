@@ -388,6 +388,8 @@ def load_capture(root: str | os.PathLike[str]) -> Capture:
                 _list_passes(cap, p)
             elif p.is_dir() and not p.is_symlink():
                 if _is_analysis_output(p):
+                    cap.unread.append({"path": str(p), "why": "an earlier output folder of forensics analyze",
+                                       "metadata": True})
                     continue
                 _discover_arm(cap, p, budget)
             elif p.name in METADATA or p.name == "summary.json":
@@ -485,7 +487,10 @@ def not_a_capture(root: Path, quick: bool = False) -> str | None:
 
 def _discover_arm(cap: Capture, arm_dir: Path, budget: list[int | None]) -> None:
     for dirpath, dirnames, filenames in os.walk(arm_dir):
-        dirnames[:] = sorted(d for d in dirnames if not _is_analysis_output(Path(dirpath) / d))
+        outputs = [d for d in dirnames if _is_analysis_output(Path(dirpath) / d)]
+        cap.unread.extend({"path": str(Path(dirpath) / d), "why": "an earlier output folder of forensics analyze",
+                           "metadata": True} for d in outputs)
+        dirnames[:] = sorted(d for d in dirnames if d not in outputs)
         rel = Path(dirpath).relative_to(arm_dir)
         rank = None
         for part in rel.parts:
