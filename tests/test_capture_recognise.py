@@ -2,8 +2,8 @@
 
 The corpus walk reads each real file of ../shared/corpus as `forensics analyze FILE` would and checks
 what it shows against the file's .source.txt ground truth (counts copied from there; where the
-.source.txt states provenance only, from /work/shared/reference/instrument-formats.md's table, said
-so). Skipped with a reason when ../shared is absent.
+.source.txt states provenance only, counted in the file itself with json, said so). Skipped with a
+reason when ../shared is absent.
 """
 from __future__ import annotations
 
@@ -102,10 +102,10 @@ CORPUS_FILES = {
         "M must be divisible by 16. Got 2.")),
     "cublaslt/libcublas-13.10.0.20.logger-strings.txt": (None, NOT_A_LOG),
     "cublaslt/libcublasLt-13.10.0.20.strings.txt": (None, NOT_A_LOG),
-    # (reference table) ampere_sgemm_128x64_nn x3
+    # (counted in the trace: 'kernel' events) ampere_sgemm_128x64_nn x3
     "kineto/hta_critical_path__cuda_event_sync_multi_stream__event_sync_trace.json.gz": (
         "kineto", _launches(None, ampere_sgemm_128x64_nn=3)),
-    # (reference table) 79 kernels
+    # (counted in the trace: 'kernel' events) 79 kernels, ampere_sgemm_32x32_sliced1x4_tn x6
     "kineto/hta_critical_path__simple_add__benchmark_result_493459_1694039959_trace.json.gz": (
         "kineto", _launches(79, ampere_sgemm_32x32_sliced1x4_tn=6)),
     "kineto/hta_triton_example__triton_example.json.gz": ("kineto", _launches(1, triton_poi_fused_add_cos_sin_0=1)),
@@ -247,8 +247,9 @@ def test_analyze_home_is_refused_without_walking_it(monkeypatch, tmp_path, capsy
 
 
 def test_nsys_stats_output_is_listed_with_why(tmp_path):
-    """SYNTHETIC: `nsys stats` CSV and text in the real header forms of instrument-formats.md 2.5,
-    named like ncu exports: listed as not recognised, with why, never read as ncu."""
+    """SYNTHETIC: `nsys stats` output in the header forms of its cuda_gpu_kern_sum report (the CSV
+    header row, the console's '** ... (cuda_gpu_kern_sum):' title; the row's values are not a real
+    run's), named like ncu exports: listed as not recognised, with why, never read as ncu."""
     cap = tmp_path / "cap"
     (cap / "a1").mkdir(parents=True)
     (cap / "a1" / "kern_sum_raw.csv").write_text(

@@ -59,7 +59,7 @@ _NSYS_STATS_TEXT = re.compile(rb"^\s*\*\* [^\n]*\((?:cuda|nvtx|osrt|um)_[a-z_]+\
 _NCU_CONSOLE = re.compile(rb"^==ERROR==[^\n]*|^==PROF==[^\n]*", re.M)
 _NSYS_STATS_REPORT = re.compile(rb"\((cuda_[a-z_]+|nvtx_[a-z_]+|osrt_[a-z_]+|um_[a-z_]+)\)")
 
-#: Header start -> the `nsys stats` report that prints it (instrument-formats.md 2.5).
+#: Header start -> the `nsys stats` report script that prints it (its SQL aliases as column names).
 _NSYS_STATS_KINDS = ((b"Time (%)", "a summary such as cuda_gpu_kern_sum"), (b"API Start", "cuda_kern_exec_trace"),
                      (b"NVTX Range", "nvtx_kern_sum"), (b"Start (ns),Duration (ns),CorrId", "cuda_gpu_trace"),
                      (b"Start (ns),Duration (ns),Name,Result", "cuda_api_trace"))
