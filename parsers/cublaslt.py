@@ -538,11 +538,32 @@ def read_calls(path: str | PathLike[str]) -> pd.DataFrame:
     problems; ``attrs["facts"]``: the library facts (:attr:`CublasLtLog.facts`)."""
     log = read_log(path)
     calls = log.calls
-    calls.attrs["problems"] = list(log.problems)
+    calls.attrs["problems"] = list(log.problems) + ([held_instead(log)] if calls.empty and log.level_counts else [])
     calls.attrs["losses"] = [p for p in log.problems if "dropped" in p or "not cuBLASLt log lines" in p
                              or "kept as text" in p]
     calls.attrs["facts"] = log.facts
     return calls
+
+
+def held_instead(log: CublasLtLog) -> str:
+    """What a log without matmul calls holds, in one line: heuristic queries with their problem
+    descriptors, [Error]/[Info] messages, [Api] calls by name (nothing read goes unshown)."""
+    parts = []
+    if len(log.heuristics):
+        h = log.heuristics
+        probs = [f"{r.function}({r.transa},{r.transb}) m={r.m} n={r.n} k={r.k} A={r.a_type}"
+                 for r in h.head(4).itertuples(index=False)]
+        parts.append(f"{len(h)} heuristic quer{'y' if len(h) == 1 else 'ies'} (no kernel runs from a query): "
+                     + "; ".join(probs) + ("; ..." if len(h) > 4 else ""))
+    for frame, level in ((log.errors, "Error"), (log.info, "Info")):
+        for r in frame.head(3).itertuples(index=False):
+            if isinstance(r.message, str) and r.message and r.level == level:
+                parts.append(f"[{level}][{r.function}] line {r.line}: {r.message[:200]}")  # noqa: PERF401
+    if len(log.api):
+        counts = log.api["function"].value_counts()
+        parts.append(f"{len(log.api)} [Api] line(s): " + ", ".join(f"{f} x{n}" for f, n in counts.items()))
+    return "the log holds instead: " + ("; ".join(parts) if parts else
+                                        ", ".join(f"{n} [{lv}] line(s)" for lv, n in log.level_counts.items()))
 
 
 def read_log_per_line(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -> CublasLtLog:

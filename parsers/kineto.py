@@ -34,6 +34,10 @@ FLOW_CATS = ("ac2g", "async_cpu_to_gpu")
 LEGACY_FLOW = ("async", "launch")
 MEMCPY_CATS = ("gpu_memcpy", "Memcpy")
 MEMSET_CATS = ("gpu_memset", "Memset")
+#: The CUPTI range profiler's per-kernel ranges (Kineto ``CUDA_PROFILER_RANGE`` activity): the kernel's
+#: name, its metrics in ``args``; no correlation, grid or block. Counted as launches only in a trace
+#: with no ``kernel`` events (each auto-range is one kernel launch; both kinds would count one twice).
+RANGE_PROFILER_CATS = ("cuda_profiler_range",)
 
 
 @dataclass
@@ -144,10 +148,16 @@ def read_trace(path: str | PathLike[str]) -> KinetoTrace:
     path = Path(path)
     events, meta = _events(_load_json(path), path)
     kernels, runtime, cpu_ops, annotations, flows, memcpy, memset = [], [], [], [], [], [], []
+    ranges: list[dict] = []
     for i, e in enumerate(events):
         cat, ph = e.get("cat"), e.get("ph")
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        if ph == "X" and cat in KERNEL_CATS + RUNTIME_CATS + CPU_OP_CATS + ANNOTATION_CATS + MEMCPY_CATS + MEMSET_CATS:
+        if ph == "X" and cat in RANGE_PROFILER_CATS:
+            start, end = _span(e, path, i)
+            ranges.append({"name": e.get("name"), "start_ns": start, "end_ns": end, "pid": _int(e.get("pid")),
+                           "tid": _tid(e.get("tid")), "correlation_id": None, "external_id": _external_id(args),
+                           "cat": cat, "event_index": i, "args": {}})
+        elif ph == "X" and cat in KERNEL_CATS + RUNTIME_CATS + CPU_OP_CATS + ANNOTATION_CATS + MEMCPY_CATS + MEMSET_CATS:
             start, end = _span(e, path, i)
             base = {
                 "name": e.get("name"), "start_ns": start, "end_ns": end, "pid": _int(e.get("pid")),
@@ -176,6 +186,14 @@ def read_trace(path: str | PathLike[str]) -> KinetoTrace:
                 "ts_ns": us_to_ns(e.get("ts")), "pid": _int(e.get("pid")), "tid": _tid(e.get("tid")),
                 "bp": e.get("bp"), "event_index": i,
             })
+    notes = []
+    if ranges and not kernels:
+        kernels = ranges
+        notes.append(f"{len(ranges)} kernel launches counted from cuda_profiler_range events (the CUPTI range "
+                     "profiler's per-kernel ranges: kernel name and metrics only, no grid, block or correlation id)")
+    elif ranges:
+        notes.append(f"{len(ranges)} cuda_profiler_range events not counted: the trace's kernel events count "
+                     "the same launches")
     common = ("start_ns", "end_ns", "pid", "tid", "correlation_id", "external_id", "event_index")
     runtime_df = _frame(runtime, common + ("cbid",), ("name", "cat"))
     flows_df = _frame(flows, ("id", "ts_ns", "pid", "tid", "event_index"), ("phase", "cat", "name", "bp"))
@@ -194,6 +212,8 @@ def read_trace(path: str | PathLike[str]) -> KinetoTrace:
         trace.kernels["op_name"] = _launching_ops(trace.kernels, trace.cpu_ops)
     if len(trace.kernels) and len(trace.annotations):
         trace.kernels = attribute(trace.kernels, trace.annotations)
+    if notes:
+        trace.kernels.attrs["problems"] = list(trace.kernels.attrs.get("problems") or []) + notes
     return trace
 
 

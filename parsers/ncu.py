@@ -302,6 +302,11 @@ def _csv_rows(path: Path) -> tuple[list[str], list[list[str]], int]:
     if header_at is None:
         if errors:
             raise BadInput(path, f"the ncu run failed, no CSV header: {errors[0]}")
+        from forensics.capture.recognise import recognise  # noqa: PLC0415
+
+        seen = recognise(path)
+        if seen.known:  # positively something else (an `nsys stats` report): say what, and what to give
+            raise BadInput(path, f"not an ncu --csv export: {seen.why}")
         raise BadInput(path, 'not an ncu --csv export: no header row starting with "ID"')
     body = [ln for ln in lines[header_at:] if not ln.startswith("==")]
     try:

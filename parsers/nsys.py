@@ -480,8 +480,44 @@ def attribute(kernels: pd.DataFrame, ranges: pd.DataFrame, pattern: str | re.Pat
 
 
 def read_attributed(path: str | PathLike[str], pattern: str | None = None) -> pd.DataFrame:
-    """``attribute(read_kernels(path), read_ranges(path), pattern)``."""
+    """``attribute(read_kernels(path), read_ranges(path), pattern)``; an export with no kernel table
+    is 0 launches, and ``attrs["problems"]`` says why (:func:`no_kernel_table_reason`)."""
+    path = Path(path)
+    conn, tables = _open_export(path, need_kernels=False)
+    conn.close()
+    if KERNEL_TABLE not in tables:
+        df = empty_frame(LAUNCH_COLUMNS)
+        df.attrs["problems"] = [no_kernel_table_reason(path)]
+        return df
     return attribute(read_kernels(path), read_ranges(path), pattern)
+
+
+_LAUNCH_CALL = re.compile(r"^(?:cuda|cu)(?:LaunchKernel|LaunchCooperativeKernel|GraphLaunch|LaunchKernelEx)", re.I)
+
+
+def no_kernel_table_reason(path: str | PathLike[str]) -> str:
+    """Why an nsys export has no ``CUPTI_ACTIVITY_KIND_KERNEL`` table, from what it does hold: the
+    capture settings (2024.6+ exports list ``CAPTURE_EVENT_TYPE``) and the runtime calls recorded."""
+    info = schema_info(path)
+    events = info["capture"].get("CAPTURE_EVENT_TYPE")
+    events = [events] if isinstance(events, str) else list(events or [])
+    runtime = read_runtime(path)
+    names = list(dict.fromkeys(str(n) for n in runtime["name"].dropna())) if len(runtime) else []
+    launches = [n for n in names if _LAUNCH_CALL.match(n)]
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    if "Cuda" in events or len(runtime):
+        traced = ("CUDA tracing was on (capture settings: CAPTURE_EVENT_TYPE " + ", ".join(events) + ")"
+                  if "Cuda" in events else "CUDA calls were traced")
+        if launches:
+            return (f"0 kernels: {traced} and {len(runtime)} runtime calls include {', '.join(launches[:3])}, yet the "
+                    "export has no CUPTI_ACTIVITY_KIND_KERNEL table (kernel activity lost or not exported)")
+        return (f"0 kernels: {traced}, and no kernel ran while nsys recorded (no CUPTI_ACTIVITY_KIND_KERNEL table; "
+                f"the {len(runtime)} runtime call(s) recorded launch nothing: {shown or 'none'})")
+    if events:
+        return ("0 kernels: CUDA tracing was off (capture settings: CAPTURE_EVENT_TYPE " + ", ".join(events)
+                + "): record with `nsys profile -t cuda`")
+    return ("0 kernels: no CUPTI_ACTIVITY_KIND_KERNEL table and no CUDA runtime call recorded (CUDA tracing off, "
+            "`nsys profile -t cuda`, or no CUDA work in the recorded span)")
 
 
 def is_nsys_export(path: str | PathLike[str]) -> bool:

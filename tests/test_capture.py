@@ -49,10 +49,10 @@ def test_a_directory_without_manifest_is_not_a_capture(tmp_path):
         load_capture(tmp_path)
 
 
-def test_not_a_directory_is_bad_input(tmp_path):
+def test_a_file_no_instrument_reads_is_bad_input(tmp_path):
     f = tmp_path / "x.txt"
     f.write_text("x")
-    with pytest.raises(BadInput, match="not a directory"):
+    with pytest.raises(BadInput, match="x.txt: not recognised: text with no instrument's line form"):
         load_capture(f)
     with pytest.raises(BadInput, match="no such capture"):
         load_capture(tmp_path / "nope")

@@ -157,10 +157,18 @@ def test_a_library_log_the_profiler_does_not_explain_is_reported(tmp_path):
     stamped = [ln.replace(ln.split(",")[2], f"{mid // 1_000_000}.{mid % 1_000_000:06d}", 1) for ln in execs]
     (cap / "a1" / "rank0" / f"onednn.{first['pid']}.log").write_text("\n".join(stamped) + "\n")
     an = analyze(cap, site=CONV)
-    row = an.verdicts.set_index(["arm", "scope"]).loc[("a1", f"{CONV}#1")]
-    assert row["verdict"] == NAMED and row["kernel"] == "aten::_slow_conv2d_forward"
+    v = an.verdicts[(an.verdicts["arm"] == "a1") & (an.verdicts["scope"] == f"{CONV}#1")]
+    row = v[v["kernel"] == "aten::_slow_conv2d_forward"].iloc[0]
+    assert row["verdict"] == NAMED
     assert "oneDNN also logged 4 call(s) in this scope" in row["reason"]
     assert "no implementation op the profiler saw here calls" in row["reason"]
+    # ... and the 4 oneDNN calls are rows of their own: SINGLE-SOURCE, what the log saw and what is missing
+    alone = v[v["verdict"] == SINGLE]
+    assert sum(c["onednn"] for c in alone["counts"]) == 4
+    assert all(r.startswith("seen by the oneDNN verbose log") for r in alone["reason"])
+    assert all("torch.profiler (CPU ops) saw this scope but no implementation op these calls make" in r
+               for r in alone["reason"])
+    assert any(k.startswith("oneDNN convolution jit_1x1:") for k in alone["kernel"])
 
 
 def test_matcher_many_ops_and_calls_not_one_to_one_is_disagree():

@@ -29,6 +29,8 @@ import yaml
 
 from forensics import __version__
 from forensics.errors import BadInput
+from forensics import instruments as _reg
+from forensics.capture.recognise import METADATA, recognise
 from forensics.instruments import file_patterns
 
 MANIFEST = "manifest.yaml"
@@ -62,6 +64,16 @@ class Capture:
     manifest: dict[str, Any]
     files: list[InstrumentFile] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    #: Every file found that is not read as an instrument: {path, why, metadata} (``metadata``: the
+    #: capture's own files, read by other stages; otherwise ``not recognised: why``).
+    unread: list[dict[str, Any]] = field(default_factory=list)
+    #: How each instrument file was recognised (path -> what its content showed).
+    recognised: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def not_recognised(self) -> list[dict[str, Any]]:
+        """Files that are neither instrument outputs nor the capture's own metadata."""
+        return [u for u in self.unread if not u.get("metadata")]
 
     @property
     def arms(self) -> list[str]:
@@ -329,12 +341,20 @@ def _manifest_from_campaign(summary: Path) -> dict[str, Any]:
 
 
 def load_capture(root: str | os.PathLike[str]) -> Capture:
-    """Discover a capture directory. Raises BadInput only when the directory itself is unusable."""
+    """Discover a capture: a capture directory, a plain folder of instrument files, or one file.
+
+    Files are recognised by content (:mod:`forensics.capture.recognise`); every other file is kept
+    in ``Capture.unread`` with the reason. Files directly inside a folder without a manifest are arm
+    ``a1``, rank 0; a single file is a capture of that file alone (arm ``a1``, rank 0). Raises
+    BadInput only when the path itself is unusable: absent, not a capture at all (a source
+    repository, a home directory, too many files to be one), a bad manifest, or a single file that
+    no instrument reads.
+    """
     root = Path(root)
-    if not root.exists():
-        raise BadInput(root, "no such capture directory")
+    if not os.path.lexists(root):
+        raise BadInput(root, "no such capture directory or file")
     if not root.is_dir():
-        raise BadInput(root, "not a directory (forensics analyze takes a capture directory)")
+        return _single_file(root)
     has_manifest = os.path.lexists(root / MANIFEST) or os.path.lexists(root / "summary.json")
     if not has_manifest:
         what = not_a_capture(root, quick=True)
@@ -352,17 +372,76 @@ def load_capture(root: str | os.PathLike[str]) -> Capture:
                 cap.missing.append(f"{entry['path']}: listed in the manifest but not found")
                 continue
             p = Path(os.path.realpath(regular_file(p, "instrument file")))
-            cap.files.append(
-                InstrumentFile(entry.get("instrument") or classify(p.name) or "unknown", p,
-                               entry.get("arm", "a1"), entry.get("rank"), entry.get("pid"))
-            )
+            instrument = entry.get("instrument")
+            if not instrument:
+                r = recognise(p)
+                instrument = r.instrument or (None if r.known else classify(p.name))
+                if instrument is None:
+                    cap.unread.append({"path": str(p), "why": r.why, "metadata": False})
+                    continue
+                cap.recognised[str(p)] = r.why
+            cap.files.append(InstrumentFile(instrument, p, entry.get("arm", "a1"), entry.get("rank"), entry.get("pid")))
     else:
-        for arm_dir in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "passes"):
-            _discover_arm(cap, arm_dir)
+        budget = [None if has_manifest else MAX_PLAIN_FILES]
+        for p in sorted(root.iterdir()):
+            if p.name == "passes" and p.is_dir():
+                _list_passes(cap, p)
+            elif p.is_dir() and not p.is_symlink():
+                if _is_analysis_output(p):
+                    cap.unread.append({"path": str(p), "why": "an earlier output folder of forensics analyze",
+                                       "metadata": True})
+                    continue
+                _discover_arm(cap, p, budget)
+            elif p.name in METADATA or p.name == "summary.json":
+                cap.unread.append({"path": str(p), "why": METADATA.get(p.name, "capture metadata"), "metadata": True})
+            elif has_manifest:
+                cap.unread.append({"path": str(p), "why": "not in an arm folder (a capture keeps instrument files under "
+                                   "ARM/ or ARM/rank<R>/): not read", "metadata": False})
+            else:
+                _add_file(cap, p, "a1", 0, budget)
     if not has_manifest and not any(f.instrument != "optrace" for f in cap.files):
-        raise BadInput(root, not_a_capture(root))
+        raise BadInput(root, not_a_capture(root) or "not a capture")
     _report_missing(cap)
     return cap
+
+
+#: Most files looked at in a folder without a manifest (a capture's folders hold a few per rank).
+MAX_PLAIN_FILES = 20_000
+#: Names that mark a folder as something other than a capture (a source tree, a home directory).
+_NOT_CAPTURE_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "package.json", "Cargo.toml",
+                        "CMakeLists.txt", "go.mod", ".bashrc", ".profile", ".bash_history", ".zshrc")
+
+
+def _single_file(path: Path) -> Capture:
+    from forensics.inputs import regular_file  # noqa: PLC0415
+
+    regular_file(path, "instrument file")
+    r = recognise(path)
+    instrument = r.instrument or (None if r.known else classify(path.name))
+    if instrument is None:
+        raise BadInput(path, f"not recognised: {r.why}")
+    role = _reg.role_of(instrument)
+    if role == _reg.UNREAD:
+        raise BadInput(path, r.why)
+    if role not in (_reg.LAUNCHES, _reg.CALLS):
+        raise BadInput(path, f"{r.why}: read with the capture it belongs to, not alone (`forensics analyze CAPTURE_DIR`)")
+    cap = Capture(root=path.parent, manifest={"single_file": str(path)})
+    pid_m = _PID.search(path.name)
+    cap.files.append(InstrumentFile(instrument, path, "a1", 0, int(pid_m.group(1)) if pid_m else None))
+    cap.recognised[str(path)] = r.why
+    _report_missing(cap)
+    return cap
+
+
+def _is_analysis_output(p: Path) -> bool:
+    """A folder written by `forensics analyze` (analysis.json + report.md), skipped by discovery."""
+    return (p / "analysis.json").is_file() and (p / "report.md").is_file()
+
+
+def _list_passes(cap: Capture, folder: Path) -> None:
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            cap.unread.append({"path": str(p), "why": "stdout/stderr of a pass of forensics kernel", "metadata": True})
 
 
 def not_a_capture(root: Path, quick: bool = False) -> str | None:
@@ -388,6 +467,15 @@ def not_a_capture(root: Path, quick: bool = False) -> str | None:
         return "an output folder of `forensics analyze`, not a capture: analyse the capture directory it came from"
     if {"evidence.json", "report.md"} <= set(names):
         return "an extracted evidence bundle, not a capture: read its report.md"
+    if Path(os.path.abspath(root)) == Path.home() or Path(os.path.abspath(root)) == Path("/"):
+        return ("a home or root directory, not a capture: give the capture directory, a folder of instrument files, "
+                "or one file (docs/capture-format.md)")
+    markers = [n for n in _NOT_CAPTURE_MARKERS if n in names]
+    if not markers and {"tests", "examples"} <= set(names) and (root / "tests").is_dir():
+        markers = ["tests/", "examples/"]
+    if markers:
+        return (f"not a capture: it looks like a source tree or home directory (it has {', '.join(markers[:3])}); "
+                "give the capture directory, a folder of instrument files, or one file (docs/capture-format.md)")
     if not names:
         return ("an empty directory, not a capture (no manifest.yaml): capture one with `forensics kernel`, "
                 "or see docs/capture-format.md")
@@ -397,11 +485,12 @@ def not_a_capture(root: Path, quick: bool = False) -> str | None:
             "a capture is written by `forensics kernel`; a manifest can list existing files)")
 
 
-def _discover_arm(cap: Capture, arm_dir: Path) -> None:
-    from forensics.inputs import regular_file  # noqa: PLC0415
-
+def _discover_arm(cap: Capture, arm_dir: Path, budget: list[int | None]) -> None:
     for dirpath, dirnames, filenames in os.walk(arm_dir):
-        dirnames.sort()
+        outputs = [d for d in dirnames if _is_analysis_output(Path(dirpath) / d)]
+        cap.unread.extend({"path": str(Path(dirpath) / d), "why": "an earlier output folder of forensics analyze",
+                           "metadata": True} for d in outputs)
+        dirnames[:] = sorted(d for d in dirnames if d not in outputs)
         rel = Path(dirpath).relative_to(arm_dir)
         rank = None
         for part in rel.parts:
@@ -409,21 +498,72 @@ def _discover_arm(cap: Capture, arm_dir: Path) -> None:
             if m:
                 rank = int(m.group(1))
         for name in sorted(filenames):
-            instrument = classify(name)
-            if instrument is None:
-                continue
-            regular_file(Path(dirpath) / name, "instrument file")  # a FIFO would hang its reader
-            pid_m = _PID.search(name)
-            cap.files.append(
-                InstrumentFile(instrument, Path(dirpath) / name, arm_dir.name,
-                               rank if rank is not None else 0, int(pid_m.group(1)) if pid_m else None)
-            )
+            _add_file(cap, Path(dirpath) / name, arm_dir.name, rank if rank is not None else 0, budget)
+
+
+def _add_file(cap: Capture, path: Path, arm: str, rank: int, budget: list[int | None]) -> None:
+    """Recognise one file by content; an instrument file joins ``cap.files``, any other ``cap.unread``."""
+    from forensics.inputs import regular_file  # noqa: PLC0415
+
+    if budget[0] is not None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise BadInput(cap.root, f"more than {MAX_PLAIN_FILES} files and no manifest.yaml: not a capture "
+                                     "(give the capture directory, a folder of instrument files, or one file)")
+    if path.name in METADATA:
+        cap.unread.append({"path": str(path), "why": METADATA[path.name], "metadata": True})
+        return
+    r = recognise(path)
+    instrument = r.instrument or (None if r.known else classify(path.name))
+    if instrument is None:
+        cap.unread.append({"path": str(path), "why": r.why, "metadata": r.known and path.name in METADATA})
+        return
+    regular_file(path, "instrument file")  # a FIFO would hang its reader
+    if r.instrument is None:
+        r_why = f"named as {instrument}, content not recognised ({r.why}): its reader decides"
+    else:
+        r_why = r.why
+    cap.recognised[str(path)] = r_why
+    pid_m = _PID.search(path.name)
+    cap.files.append(InstrumentFile(instrument, path, arm, rank, int(pid_m.group(1)) if pid_m else None))
+
+
+def window_never_opened(cap: Capture) -> str | None:
+    """Why a capture written by `forensics kernel` holds no instrument file, when its probes' own
+    configuration (``ARM/probe.json``) says: a step window that never opened. None otherwise."""
+    from forensics.inputs import read_json  # noqa: PLC0415
+
+    windows: dict[tuple[str, str], list[str]] = {}
+    for arm in sorted(p for p in cap.root.iterdir() if p.is_dir()) if cap.root.is_dir() else []:
+        probe = arm / "probe.json"
+        if not probe.is_file():
+            continue
+        try:
+            cfg = read_json(probe, what="probe configuration")
+        except BadInput:
+            continue
+        if isinstance(cfg, dict) and isinstance(cfg.get("steps"), (str, int)):
+            windows.setdefault((str(cfg["steps"]), str(cfg.get("step_hook") or "optimizer")), []).append(arm.name)
+    if not windows:
+        return None
+    parts = []
+    for (steps, hook), arms in windows.items():
+        if steps == "all":
+            parts.append(f"in {', '.join(arms)} the window was the whole run (--steps all), and no probe wrote a file: "
+                         "the program ran no op the probes record, or it stopped before any")
+            continue
+        counted = ("a step is counted at each torch.optim optimizer step" if hook == "optimizer"
+                   else "a step is counted at each probes.step() call")
+        parts.append(f"the step window (steps {steps}) never opened in {', '.join(arms)} ({counted}; the program made "
+                     f"too few steps, or none): pass `--steps all` to capture the whole run")
+    return "; ".join(parts)
 
 
 def _report_missing(cap: Capture) -> None:
     present = cap.instruments()
     if not cap.files:
-        cap.missing.append("no instrument files found (empty capture)")
+        why = window_never_opened(cap)
+        cap.missing.append("no instrument files found (empty capture)" + (f": {why}" if why else ""))
         return
     # one line per counting family of the capture's device(s) with no member present (the registry's words)
     from forensics import instruments as reg  # noqa: PLC0415

@@ -12,10 +12,11 @@ from forensics.errors import EXIT_NOT_NAMED, EXIT_OK
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
     def analyze_cmd(
-        capture_dir: Path = typer.Argument(..., metavar="CAPTURE_DIR", help="capture directory (has manifest.yaml)"),
+        capture_dir: Path = typer.Argument(..., metavar="PATH", help="a capture directory (manifest.yaml), a folder of "
+                                           "instrument files, or one instrument file (docs/capture-format.md)"),
         site: Optional[str] = typer.Option(None, "--site", help="only this site (gemm:NT:acc0:grad1) or occurrence (SITE#N)"),
         out: Optional[Path] = typer.Option(None, "--out", help="where analysis.json and report.md go (default "
-                                           "CAPTURE_DIR/analysis; DIR-2, DIR-3... when DIR holds anything: never overwritten)"),
+                                           "PATH/analysis, or the file's folder/analysis; DIR-2, DIR-3... when DIR holds anything: never overwritten)"),
         keep_going: bool = typer.Option(False, "--keep-going", help="skip unreadable files (listed) instead of stopping"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no table, only the verdict line"),
         jobs: int = typer.Option(0, "--jobs", "-j", help="worker processes for many ranks (0: one per core; 1: none)"),
@@ -50,7 +51,7 @@ def register(app: typer.Typer) -> None:
         if not quiet:
             with doing("printing the verdict table"):
                 print_table(an, console)
-        target = out or (capture_dir / "analysis")
+        target = out or (capture_dir / "analysis" if capture_dir.is_dir() else capture_dir.parent / "analysis")
         n = an.named["kernel"].nunique() if an.any_named() else 0
         verdict = verdict_line(an)
         try:

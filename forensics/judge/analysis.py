@@ -79,7 +79,7 @@ class Analysis:
             return json.loads(df.to_json(orient="records", default_handler=str)) if len(df) else []
 
         return {
-            "capture": str(self.capture.root),
+            "capture": str(self.capture.manifest.get("single_file") or self.capture.root),
             "manifest_sha256": manifest_digest(self.capture.root),
             "site": self.site,
             "ranks": self.ranks,
@@ -93,9 +93,12 @@ class Analysis:
             "verdicts": rows(self.verdicts),
             "counts": rows(self.counts),
             "files": [
-                {"instrument": f.instrument, "path": str(f.path), "arm": f.arm, "rank": f.rank, "pid": f.pid}
+                {"instrument": f.instrument, "path": str(f.path), "arm": f.arm, "rank": f.rank, "pid": f.pid,
+                 "recognised_by": self.capture.recognised.get(str(f.path))}
                 for f in self.capture.files
             ],
+            # every other file found: the capture's own metadata, or "not recognised: why"
+            "not_read": list(self.capture.unread),
         }
 
 
@@ -336,19 +339,9 @@ def _scope_of(label: Any, use_sites: bool) -> str:
 KEYS = ["arm", "rank", "scope"]
 
 
-def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None = None,
-                   identity: dict[str, dict] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per (arm, rank, scope, kernel) counts per instrument, and which families observed each scope.
-
-    Returns ``(counts, observed)``. ``counts`` has one column per counting instrument of the
-    registry: launch counters count launches; a call log counts the launches of the kernel that
-    were matched one to one to its calls (:func:`match_calls`), NA where it cannot confirm the
-    kernel. ``observed`` has one row per (arm, rank, scope, family, instrument) that saw the scope
-    (a family that saw a scope but not a kernel counts 0 for it) and, for call logs, how the
-    calls matched the launches. ``identity`` (when given) receives what the identity check reads:
-    ``launches`` {(arm, rank, scope, key, family): [launch rows]} and ``pairs`` {(arm, rank, scope,
-    key, call instrument): [(launch row, [call rows])]}, the calls matched to each launch.
-    """
+def scoped(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Launches and calls with their ``scope`` (``SITE#N``, or the whole window when no instrument
+    saw a site range), limited to ``site`` and to one instrument per family (what is counted)."""
     use_sites = bool(launches["site_label"].notna().any()) or bool(len(calls) and calls["site_label"].notna().any())
     lf = launches.copy()
     lf["scope"] = [_scope_of(x, use_sites) for x in lf["site_label"]]
@@ -365,8 +358,23 @@ def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None
         else:
             lf = lf[[split_label(s)[0] == text for s in lf["scope"]]]
             cf = cf[[split_label(s)[0] == text for s in cf["scope"]]]
-    lf = one_source_per_family(lf)
-    cf = one_source_per_family(cf)
+    return one_source_per_family(lf), one_source_per_family(cf)
+
+
+def count_launches(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None = None,
+                   identity: dict[str, dict] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (arm, rank, scope, kernel) counts per instrument, and which families observed each scope.
+
+    Returns ``(counts, observed)``. ``counts`` has one column per counting instrument of the
+    registry: launch counters count launches; a call log counts the launches of the kernel that
+    were matched one to one to its calls (:func:`match_calls`), NA where it cannot confirm the
+    kernel. ``observed`` has one row per (arm, rank, scope, family, instrument) that saw the scope
+    (a family that saw a scope but not a kernel counts 0 for it) and, for call logs, how the
+    calls matched the launches. ``identity`` (when given) receives what the identity check reads:
+    ``launches`` {(arm, rank, scope, key, family): [launch rows]} and ``pairs`` {(arm, rank, scope,
+    key, call instrument): [(launch row, [call rows])]}, the calls matched to each launch.
+    """
+    lf, cf = scoped(launches, calls, site)
     counts = (lf.groupby(KEYS + ["key", "instrument"], dropna=False).size().unstack("instrument", fill_value=0)
               if len(lf) else pd.DataFrame())
     counts = counts.reset_index() if len(counts) else pd.DataFrame(columns=KEYS + ["key"])
@@ -434,6 +442,26 @@ def one_source_per_family(df: pd.DataFrame) -> pd.DataFrame:
         g = g[g["folder"] == (own[0] if own else folders[0])]
         keep.append(g)
     return pd.concat(keep, ignore_index=True)
+
+
+def not_counted_members(launches: pd.DataFrame, calls: pd.DataFrame) -> list[str]:
+    """One note per file read but not counted because another member of its family (or the same
+    instrument in the arm's own folder) is counted for that arm and rank: read, shown, never silent."""
+    out = []
+    for df, unit in ((launches, "launch(es)"), (calls, "call(s)")):
+        if not len(df) or "file" not in df.columns:
+            continue
+        kept = one_source_per_family(df)
+        kept_files = set(kept["file"])
+        counted = {(a, r, f): i for a, r, f, i in zip(kept["arm"], kept["rank"], kept["family"], kept["instrument"])}
+        for (arm, rank, fam, inst, file), g in df.groupby(["arm", "rank", "family", "instrument", "file"],
+                                                          dropna=False, sort=False):
+            if file in kept_files:
+                continue
+            other = counted.get((arm, rank, fam))
+            out.append(f"{file}: {len(g)} {unit} read, not counted for arm {arm} rank {rank}: "
+                       f"{other or 'another file'} is counted for the {reg.family_label(fam)} (one source, never two)")
+    return out
 
 
 _ORDER_COLUMNS = ("launch_ns", "start_ns", "correlation_id")
@@ -644,6 +672,121 @@ def _rule(by_family: dict[str, int], sources: dict[str, str], not_confirmable: l
     return DISAGREE, f"launch counts differ: {text}"
 
 
+def describe_call(row: dict[str, Any], instrument: str) -> tuple[str, str]:
+    """(problem descriptor, algo descriptor) of one library call, as its log printed them.
+
+    ``cublasSgemm_v2(T,N) m=2 n=1 k=3 lda=2 ldb=2 ldc=1``, ``cublasLtMatmul(N,N) m=32 n=64 k=16
+    A=R_8F_E4M3 C=R_16F compute=COMPUTE_32F`` + ``algo_id=39 tile=MATMUL_TILE_256x64 ...``;
+    ``oneDNN convolution jit_1x1:avx2 forward_training 4x8x1x8``, ``oneMKL SGEMM(N,N) m=8 n=16 k=8``.
+    """
+    def val(c: str) -> Any:
+        v = row.get(c)
+        return None if v is None or (not isinstance(v, (list, dict)) and pd.isna(v)) else v
+
+    inst = reg.get(instrument)
+    if instrument == "onednn":
+        text = f"oneDNN {val('primitive')} {val('implementation')}"
+        for c in ("prop_kind", "dtypes", "problem_desc"):
+            if val(c) not in (None, "", "undef"):
+                text += f" {val(c)}"
+    else:
+        fn = val("function") or val("routine") or "call"
+        text = ("oneMKL " if instrument == "mkl" else "") + str(fn)
+        trans = ",".join(str(val(c)) for c in ("transa", "transb") if val(c) is not None)
+        if trans:
+            text += f"({trans})"
+        for c in ("m", "n", "k", "batch_count", "lda", "ldb", "ldc"):
+            if val(c) is not None:
+                text += f" {c}={int(val(c)) if isinstance(val(c), (int, float)) else val(c)}"
+        for c, label in (("a_type", "A"), ("b_type", "B"), ("c_type", "C"), ("d_type", "D"),
+                         ("compute_type", "compute"), ("epilogue", "epilogue")):
+            if val(c) is not None:
+                text += f" {label}={val(c)}"
+        for c, label in (("a_order", "Aorder"), ("b_order", "Border"), ("c_order", "Corder"), ("d_order", "Dorder")):
+            if val(c) not in (None, "ORDER_COL"):
+                text += f" {label}={val(c)}"
+    algo = " ".join(f"{c}={val(c)}" for c in (inst.algo_columns if inst else ())
+                    if val(c) is not None and c not in ("primitive", "implementation", "prop_kind", "dtypes", "routine"))
+    return text, algo
+
+
+def _short_call(row: dict[str, Any], problem: str) -> str:
+    """``cublasLtMatmul(N,N) 32x64x16 R_8F_E4M3``: the call's name, layout, m x n x k and A type
+    (the table's label; the full descriptor is the row's ``kernel`` and reason)."""
+    dims = [row.get(c) for c in ("m", "n", "k")]
+    if any(d is None or pd.isna(d) for d in dims) or "(" not in problem:
+        return problem
+    head = problem.split(" ", 1)[0] if not problem.startswith("oneMKL ") else " ".join(problem.split(" ", 2)[:2])
+    a = row.get("a_type")
+    return f"{head} {'x'.join(str(int(d)) for d in dims)}" + (f" {a}" if isinstance(a, str) and a else "")
+
+
+def library_rows(launches: pd.DataFrame, calls: pd.DataFrame, observed: pd.DataFrame,
+                 site: str | None = None) -> pd.DataFrame:
+    """SINGLE-SOURCE rows for library calls that no verdict row shows: a scope where a call log saw
+    calls and no launch counter saw any launch of that library (a capture of the log alone, or a
+    CPU arm whose profiler recorded no implementation op). One row per (scope, call descriptor):
+    what was seen, by which log, and what is missing to name the kernel or implementation."""
+    cols = ["arm", "rank", "scope", "kernel", "mangled", "short_name", "verdict", "counts", "sources",
+            "cupti_instrument", "kernel_class", "reason", "library"]
+    if not len(calls):
+        return pd.DataFrame(columns=cols)
+    _lf, cf = scoped(launches, calls, site)
+    if not len(cf):
+        return pd.DataFrame(columns=cols)
+    groups_of: dict[tuple, int] = {}
+    for r in observed.to_dict("records") if len(observed) else []:
+        if r.get("groups") is not None and not pd.isna(r.get("groups")):
+            groups_of[(r["arm"], r["rank"], r["scope"], r["instrument"])] = int(r["groups"])
+    seen_by: dict[tuple, list[str]] = {}
+    for r in observed.to_dict("records") if len(observed) else []:
+        if reg.role_of(r.get("instrument")) == reg.LAUNCHES:
+            seen_by.setdefault((r["arm"], r["rank"], r["scope"]), []).append(r["family"])
+    rows = []
+    sort_cols = [c for c in ("file", "line") if c in cf.columns]
+    for (arm, rank, scope, inst_name), g in cf.groupby(KEYS + ["instrument"], dropna=False, sort=False):
+        if groups_of.get((arm, rank, scope, inst_name), 0) > 0:
+            continue  # its calls met launches of its library here: the verdict rows show them
+        inst = reg.get(inst_name)
+        fam = reg.family_of(inst_name)
+        g = g.sort_values(sort_cols, kind="stable") if sort_cols else g
+        described: dict[tuple[str, str], list[int]] = {}
+        short_of: dict[tuple[str, str], str] = {}
+        pids: dict[tuple[str, str], set[int]] = {}
+        for rec in g.to_dict("records"):
+            d = describe_call(rec, inst_name)
+            described.setdefault(d, []).append(rec.get("line"))
+            short_of.setdefault(d, _short_call(rec, d[0]))
+            pid = rec.get("pid")
+            if pid is not None and not pd.isna(pid):
+                pids.setdefault(d, set()).add(int(pid))
+        device = inst.device if inst else None
+        launchers = [reg.family_label(f) for f in reg.counting_families(device)
+                     if any(i.role == reg.LAUNCHES for i in reg.INSTRUMENTS if i.family == f)]
+        saw = [reg.family_label(f) for f in dict.fromkeys(seen_by.get((arm, rank, scope), []))]
+        what = "implementation op" if device == reg.CPU else "kernel"
+        if saw:
+            missing = (f"{', '.join(saw)} saw this scope but no {what} these calls make "
+                       f"({inst.confirms if inst else 'its own'}): nothing to pair them with")
+        else:
+            missing = f"a launch counter in this scope ({' or '.join(launchers)}) to see which {what} ran"
+        for (problem, algo), lines in described.items():
+            where = [str(x) for x in lines if x is not None and not pd.isna(x)]
+            ps = sorted(pids.get((problem, algo), ()))
+            at = ([f"pid {', '.join(map(str, ps[:4]))}"] if ps else []) + (
+                [f"line {', '.join(where[:6])}{', ...' if len(where) > 6 else ''}"] if where else [])
+            reason = (f"seen by the {inst.label if inst else inst_name} only: {len(lines)} call(s) {problem}"
+                      + (f"; algo {algo}" if algo else "")
+                      + (f" ({', '.join(at)})" if at else "")
+                      + f"; missing to name it: {missing}")
+            rows.append({"arm": arm, "rank": rank, "scope": scope, "kernel": problem, "mangled": None,
+                         "short_name": short_of[(problem, algo)], "verdict": SINGLE, "counts": {fam: len(lines)},
+                         "sources": {fam: inst_name}, "cupti_instrument": None,
+                         "kernel_class": f"library call ({inst.unit if inst else 'calls'}), no {what} seen",
+                         "reason": reason, "library": None})
+    return pd.DataFrame(rows, columns=cols)
+
+
 def no_launch_message(site: str, labels: list[str], instruments: set[str]) -> str:
     """What to say when nothing was attributed to ``site``: that its ranges were not seen at all, or
     (they were) that nothing inside them is what the instruments count. On the CPU backend that is
@@ -673,7 +816,11 @@ def analyze(capture: str | Path | Capture, site: str | None = None, keep_going: 
     launches, calls, sites = load(cap, keep_going=keep_going, notes=notes, facts=facts, losses=losses)
     identity: dict[str, dict] = {}
     counts, observed = count_launches(launches, calls, site, identity)
+    notes.extend(not_counted_members(launches, calls))
     verdicts = judge(counts, observed, losses, identity)
+    extra = library_rows(launches, calls, observed, site)
+    if len(extra):  # library calls no verdict row shows are rows too (SINGLE-SOURCE), never dropped
+        verdicts = pd.concat([verdicts, extra], ignore_index=True) if len(verdicts) else extra
     missing = list(cap.missing)
     if site and not len(verdicts):
         labels = sorted(set(launches["site_label"].dropna()) | set(sites.get("label", pd.Series(dtype=str)).dropna()))

@@ -12,6 +12,8 @@ from forensics import instruments
 from forensics.console import make_console
 from forensics.judge.analysis import CONFLICT, NAMED, Analysis
 
+#: Files listed as "not recognised: why" on the terminal (all of them in analysis.json and report.md).
+MAX_UNREAD_SHOWN = 20
 _STYLE = {"NAMED": "bold green", "CONFLICT": "bold red", "DISAGREE": "bold red", "SINGLE-SOURCE": "yellow"}
 
 
@@ -23,15 +25,22 @@ def _short(name: object, width: int = 70) -> str:
 def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60) -> None:
     console = console or make_console()
     cap = an.capture
-    console.print(f"[bold]capture[/bold] {cap.root}  arms: {', '.join(cap.arms) or '-'}  "
+    console.print(f"[bold]capture[/bold] {escape(str(cap.manifest.get('single_file') or cap.root))}  arms: {', '.join(cap.arms) or '-'}  "
                   f"instruments: {', '.join(sorted(cap.instruments())) or '-'}")
     for line in an.missing:
-        console.print(f"[yellow]missing:[/yellow] {line}")
-    for line in an.notes:
-        console.print(f"[yellow]note:[/yellow] {line}")
+        console.print(f"[yellow]missing:[/yellow] {escape(str(line))}")
+    for line in an.notes:  # a log's own words carry brackets ([Error][cublasLtMatmul...]): never markup
+        console.print(f"[yellow]note:[/yellow] {escape(str(line))}")
+    odd = an.capture.not_recognised
+    for u in odd[:MAX_UNREAD_SHOWN]:
+        console.print(f"[yellow]not recognised:[/yellow] {escape(str(u['path']))}: {escape(u['why'])}")
+    if len(odd) > MAX_UNREAD_SHOWN:
+        console.print(f"[yellow]not recognised:[/yellow] {len(odd) - MAX_UNREAD_SHOWN} more files, listed in analysis.json "
+                      "(not_read)")
     noun = what_is_named(an)
     if not len(an.verdicts):
-        console.print(f"[yellow]no {noun[0]} to judge[/yellow]")
+        why = ": the files read hold none (the notes above say why)" if an.notes else ""
+        console.print(f"[yellow]no {noun[0]} to judge{why}[/yellow]")
         return
     v = an.verdicts
     many = v["arm"].nunique() > 1 or v["rank"].nunique() > 1
@@ -42,10 +51,11 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
         [instruments.FAMILIES[f].column for f in fams] + ["verdict"]
     for col in cols:
         t.add_column(col, overflow="fold")
-    for r in v.head(max_rows).itertuples(index=False):
+    shown = display_names(v, 100 if cpu else 48)
+    for r, label in zip(v.head(max_rows).itertuples(index=False), shown):
         c, src = r.counts, r.sources
         cells = ([str(r.arm), str(r.rank)] if many else []) + [
-            str(r.scope), _label(r, 100 if cpu else 48)] + [
+            str(r.scope), label] + [
             _fmt(c.get(f), src.get(f) if src.get(f) != f else None) for f in fams] + [
             f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]"]
         t.add_row(*cells)
@@ -58,9 +68,12 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
         ident = r.identity if isinstance(getattr(r, "identity", None), dict) else {}
         console.print(f"[bold red]CONFLICT[/bold red] {r.scope} {_short(r.short_name or r.kernel, 48)}: "
                       + escape("; ".join(ident.get("conflicts") or [])), soft_wrap=True)
+    if any(" ~" in x for x in shown):
+        console.print("different kernels with one short name are numbered (name ~1, name ~2): their full names "
+                      "are in report.md")
     named = an.named
     console.print(f"[bold]{len(named)} of {len(an.verdicts)} (scope, {noun[1]}) pairs NAMED[/bold] "
-                  f"({named['kernel'].nunique() if len(named) else 0} distinct {noun[1]}s)")
+                  f"({distinct_named(an)} distinct {noun[1]}s)")
 
 
 def what_is_named(an: Analysis) -> tuple[str, str]:
@@ -75,9 +88,46 @@ def what_is_named(an: Analysis) -> tuple[str, str]:
 
 def verdict_line(an: Analysis) -> str:
     """The closing ``verdict:`` line of ``analyze`` and ``kernel``."""
-    n = an.named["kernel"].nunique() if an.any_named() else 0
+    n = distinct_named(an)
     noun = what_is_named(an)[1]
     return f"verdict: {n} {noun}(s) NAMED" if n else f"verdict: no {noun} NAMED"
+
+
+def distinct_named(an: Analysis) -> int:
+    """Distinct NAMED kernels or implementations: a kernel (its mangled symbol where known, else its
+    name) together with the library implementation the log names (``aten::mkldnn_convolution ->
+    oneDNN convolution jit:avx2`` and ``... jit:sse41`` are two)."""
+    named = an.named
+    if not len(named):
+        return 0
+    ident = [(m if isinstance(m, str) and m else k, lib if isinstance(lib, str) else None)
+             for k, m, lib in zip(named["kernel"], named["mangled"], named["library"])]
+    return len(set(ident))
+
+
+def _identity(r: object) -> str:
+    m = getattr(r, "mangled", None)
+    k = getattr(r, "kernel", None)
+    lib = getattr(r, "library", None)
+    return f"{m if isinstance(m, str) and m else k}|{lib if isinstance(lib, str) else ''}"
+
+
+def display_names(v, width: int) -> list[str]:
+    """Each row's short label; labels that different kernels share are numbered ``~1``, ``~2`` in
+    order of first appearance (eleven ``vectorized_elementwise_kernel`` rows of different kernels
+    read as which is which)."""
+    rows = list(v.itertuples(index=False))
+    labels = [_label(r, 10_000) for r in rows]
+    kinds: dict[str, dict[str, int]] = {}
+    for r, label in zip(rows, labels):
+        ids = kinds.setdefault(label, {})
+        ids.setdefault(_identity(r), len(ids) + 1)
+    out = []
+    for r, label in zip(rows, labels):
+        ids = kinds[label]
+        tag = f" ~{ids[_identity(r)]}" if len(ids) > 1 else ""
+        out.append(_short(label, width - len(tag)) + tag)
+    return out
 
 
 def _label(r: object, width: int) -> str:
@@ -105,7 +155,7 @@ def render_markdown(an: Analysis) -> str:
     cap = an.capture
     lines = [
         "# forensics analysis", "",
-        f"- capture: `{cap.root}`",
+        f"- capture: `{cap.manifest.get('single_file') or cap.root}`",
         f"- site: `{an.site or 'all'}`",
         f"- arms: {', '.join(cap.arms) or '-'}",
         f"- instruments present: {', '.join(sorted(cap.instruments())) or 'none'}",
@@ -125,19 +175,36 @@ def render_markdown(an: Analysis) -> str:
               ""]
     if an.missing:
         lines += ["## Missing", ""] + [f"- {m}" for m in an.missing] + [""]
+    if cap.files or cap.unread:
+        lines += ["## Files", ""]
+        lines += [f"- read as {f.instrument}: `{f.path}` ({cap.recognised.get(str(f.path), 'listed in the manifest')})"
+                  for f in cap.files]
+        lines += [f"- {'not counted' if u.get('metadata') else 'not recognised'}: `{u['path']}`: {u['why']}"
+                  for u in cap.unread]
+        lines += [""]
     fams = _families(an)
     heads = [instruments.FAMILIES[f].column for f in fams]
     lines += ["## Verdicts", "", f"| arm | rank | scope | {noun} | " + " | ".join(heads) + " | verdict | reason |",
               "|---|---|---|---|" + "---|" * len(heads) + "---|---|"]
-    for r in an.verdicts.itertuples(index=False):
+    for r, label in zip(an.verdicts.itertuples(index=False), display_names(an.verdicts, 10_000)):
         c = r.counts
-        lines.append(f"| {r.arm} | {r.rank} | `{r.scope}` | `{_label(r, 10_000)}` | "
+        lines.append(f"| {r.arm} | {r.rank} | `{r.scope}` | `{label}` | "
                      + " | ".join(str(c.get(f, "-")) for f in fams) + f" | **{r.verdict}** | {r.reason} |")
     named = an.verdicts[an.verdicts["verdict"] == NAMED]
     if len(named):
         lines += ["", f"## Named {noun}s (mangled)", ""]
         for k, m in named[["kernel", "mangled"]].drop_duplicates().itertuples(index=False):
             lines.append(f"- `{k}` — `{m if m is not None else 'not recorded by these instruments'}`")
+    if len(an.verdicts):
+        lines += ["", "## Full names", "", f"Every {noun} of the table: its label there, the full (demangled) name, "
+                  "the mangled symbol where an instrument recorded it.", ""]
+        seen: set[str] = set()
+        for r, label in zip(an.verdicts.itertuples(index=False), display_names(an.verdicts, 10_000)):
+            if label in seen:
+                continue
+            seen.add(label)
+            m = getattr(r, "mangled", None)
+            lines.append(f"- `{label}`: `{r.kernel}`" + (f" — `{m}`" if isinstance(m, str) and m else ""))
     return "\n".join(lines) + "\n"
 
 

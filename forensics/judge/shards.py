@@ -176,12 +176,14 @@ def analyze_ranks(capture: str | Path | Capture, site: str | None = None, keep_g
     if workers <= 1 and not subset:
         return analyze(cap, site=site, keep_going=keep_going)  # one process, every frame kept
     if workers <= 1:
-        sub = Capture(cap.root, cap.manifest, [f for r in chosen for f in by_rank[r]], list(cap.missing))
+        sub = Capture(cap.root, cap.manifest, [f for r in chosen for f in by_rank[r]], list(cap.missing),
+                      cap.unread, cap.recognised)
         an = analyze(sub, site=site, keep_going=keep_going)
         an.ranks = [r for r in chosen if r is not None]
         an.notes = list(dict.fromkeys(notes + an.notes))
         return an
-    sub_cap = Capture(cap.root, cap.manifest, [f for r in chosen for f in by_rank[r]], list(cap.missing))
+    sub_cap = Capture(cap.root, cap.manifest, [f for r in chosen for f in by_rank[r]], list(cap.missing),
+                      cap.unread, cap.recognised)
     tasks = [(cap.root, cap.manifest, [f for r in g for f in by_rank[r]], g, site, keep_going) for g in groups]
     with doing(f"analysing {len(chosen)} ranks of {cap.root} in {workers} worker processes"):
         parts = run_groups(analyze_group, tasks, [len(g) for g in groups], workers, "forensics analyze",

@@ -1,0 +1,222 @@
+"""What a file in a capture is, from its content: magic bytes, headers, JSON keys, SQLite tables.
+
+A file's name is a hint only: ``report1.sqlite`` is an nsys export because it holds nsys's tables,
+``cublasLt.log``, ``log.cublaslt`` and ``cublas.log`` are library logs because their lines are, and
+``sampled_rank-0.json.gz`` is a Kineto trace because its JSON says so. The name decides only between
+instruments whose content is the same format (a Chrome trace from the CPU probe, ``torchprof*``,
+vs a Kineto trace of a CUDA run) and for our own context files.
+
+:func:`recognise` reads at most :data:`HEAD` bytes of a file (decompressed for gzip), and for SQLite
+the table list; it never reads a whole file. It returns the instrument (a name of
+:mod:`forensics.instruments`) and what was seen, or ``None`` and why the file is not one (said in
+``forensics analyze`` output and analysis.json as ``not recognised: why``).
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import sqlite3
+import stat
+import zlib
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Bytes of a file (after gzip decompression) looked at to recognise it.
+HEAD = 64 << 10
+
+#: Files a capture holds that are its own metadata, read by other stages (never instrument output).
+METADATA = {
+    "manifest.yaml": "the capture's manifest",
+    "summary.json": "a campaign summary (read as the manifest)",
+    "probe.json": "the probe configuration of the arm (written by forensics kernel)",
+    ".forensics-claim": "forensics' claim on the folder",
+}
+
+
+@dataclass(frozen=True)
+class Recognised:
+    """What a file is: ``instrument`` (None: not an instrument file) and what was seen, or why not."""
+
+    instrument: str | None
+    why: str
+    #: For ``instrument`` None: the content is positively something else (an `nsys stats` report, ncu's
+    #: console output, capture metadata), so a name that looks like an instrument's changes nothing.
+    known: bool = False
+
+
+_CUBLASLT_LINE = re.compile(rb"^(?:\[[^\]\n]*\])?\[cublasLt\]\[\d+\]\[[A-Za-z]+\]", re.M)
+_CUBLAS_LEGACY = re.compile(rb"^I! cuBLAS \(v[\d.]+\)", re.M)
+_ONEDNN = re.compile(rb"^(?:[\d.]+,)?(?:onednn|dnnl)_verbose,", re.M)
+_MKL = re.compile(rb"^MKL_VERBOSE ", re.M)
+_NCU_CSV = re.compile(rb'^"ID","Process ID","Process Name"', re.M)
+_NSYS_STATS_CSV = re.compile(
+    rb"^(?:Time \(%\),Total Time \([a-z]+\),Instances|Start \([a-z]+\),Duration \([a-z]+\),CorrId"
+    rb"|API Start \([a-z]+\),API Dur|NVTX Range,Style,PID|Start \([a-z]+\),Duration \([a-z]+\),Name,Result)", re.M)
+_NSYS_STATS_TEXT = re.compile(rb"^\s*\*\* [^\n]*\((?:cuda|nvtx|osrt|um)_[a-z_]+\):\s*$|^\s*Time \(%\)\s+Total Time", re.M)
+_NCU_CONSOLE = re.compile(rb"^==ERROR==[^\n]*|^==PROF==[^\n]*", re.M)
+_NSYS_STATS_REPORT = re.compile(rb"\((cuda_[a-z_]+|nvtx_[a-z_]+|osrt_[a-z_]+|um_[a-z_]+)\)")
+
+#: Header start -> the `nsys stats` report script that prints it (its SQL aliases as column names).
+_NSYS_STATS_KINDS = ((b"Time (%)", "a summary such as cuda_gpu_kern_sum"), (b"API Start", "cuda_kern_exec_trace"),
+                     (b"NVTX Range", "nvtx_kern_sum"), (b"Start (ns),Duration (ns),CorrId", "cuda_gpu_trace"),
+                     (b"Start (ns),Duration (ns),Name,Result", "cuda_api_trace"))
+_NSYS_STATS_WHY = ("an `nsys stats` report ({what}): summaries or a flat table printed from an nsys report, with no "
+                   "NVTX range and no correlation to site occurrences, so its rows cannot be counted per scope: "
+                   "keep the report and give its SQLite export (`nsys export --type sqlite REPORT.nsys-rep`)")
+
+
+def _name_hint(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def _head(path: Path) -> tuple[bytes, bool]:
+    """(first HEAD bytes, decompressed from gzip?)."""
+    with open(path, "rb") as f:
+        raw = f.read(HEAD)
+    if raw[:2] == b"\x1f\x8b":
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out = b""
+        with open(path, "rb") as f:
+            while len(out) < HEAD:
+                chunk = f.read(HEAD)
+                if not chunk:
+                    break
+                try:
+                    out += d.decompress(chunk, HEAD - len(out))
+                except zlib.error:
+                    break
+                if d.eof:
+                    break
+        return out, True
+    return raw, False
+
+
+def _sqlite(path: Path) -> Recognised:
+    try:
+        uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro&immutable=1"
+        with closing(sqlite3.connect(uri, uri=True)) as c:
+            tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    except sqlite3.DatabaseError as e:
+        return Recognised(None, f"an SQLite file that does not open ({e}): corrupt or truncated")
+    cupti = sorted(t for t in tables if t.startswith("CUPTI_ACTIVITY_KIND_"))
+    if "StringIds" in tables and (cupti or tables & {"TARGET_INFO_GPU", "EXPORT_META_DATA", "META_DATA_EXPORT",
+                                                     "TARGET_INFO_SESSION_START_TIME", "ThreadNames"}):
+        kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in tables
+        return Recognised("nsys", "SQLite with nsys tables (StringIds, " + (
+            "CUPTI_ACTIVITY_KIND_KERNEL" if kernels else f"no kernel table; {len(cupti)} CUPTI_ACTIVITY_KIND_* tables")
+            + ")")
+    shown = ", ".join(sorted(tables)[:6]) or "no tables"
+    return Recognised(None, f"an SQLite database without Nsight Systems tables (StringIds, CUPTI_ACTIVITY_KIND_*; "
+                            f"it has {shown}): not an nsys export")
+
+
+def _json_kind(path: Path, head: bytes, gz: bool) -> Recognised | None:
+    text = head.lstrip()
+    name = path.name
+    if text.startswith(b"{") and (b'"traceEvents"' in text or (b'"schemaVersion"' in text and b'"deviceProperties"' in text)
+                                  or b'"displayTimeUnit"' in text):
+        if _name_hint(name, ("torchprof*",)):
+            return Recognised("torch_profiler", "Chrome trace JSON (traceEvents) of the CPU probe's torch.profiler")
+        return Recognised("kineto", "Chrome trace JSON" + (" (gzip)" if gz else "") + " with "
+                          + ("traceEvents" if b'"traceEvents"' in text else "schemaVersion/deviceProperties")
+                          + ": a PyTorch profiler (Kineto) trace")
+    first = text.split(b"\n", 1)[0].strip()
+    if first.startswith(b"{"):
+        try:
+            obj = json.loads(first)
+        except (ValueError, RecursionError):  # a JSON nested too deep is not ours
+            obj = None
+        if isinstance(obj, dict):
+            schema = obj.get("schema") if isinstance(obj.get("schema"), str) else ""
+            own = {"forensics.sites": "sites", "forensics.cupti": "cupti", "forensics.cpuprobe": "cpuprobe",
+                   "forensics.optrace": "optrace"}
+            if schema in own:
+                for line in text.split(b"\n")[1:64]:
+                    try:
+                        rec = json.loads(line)
+                    except (ValueError, RecursionError):  # a JSON nested too deep is not ours
+                        continue
+                    if isinstance(rec, dict) and rec.get("event") == "unavailable" and schema == "forensics.cupti":
+                        return Recognised(None, "the CUPTI probe's own record that CUPTI could not collect here ("
+                                          f"{str(rec.get('reason') or rec.get('message') or 'no reason given')[:200]}): "
+                                          "no activity record to count", known=True)
+                return Recognised(own[schema], f"JSON lines with a {schema} header")
+            if "kind_name" in obj and "kind" in obj:
+                return Recognised("cupti", "JSON lines of CUPTI activity records (kind, kind_name)")
+            if _name_hint(name, ("rank_*.jsonl", "trace*.jsonl")):
+                return Recognised("optrace", "JSON lines (an op trace by its name)")
+            if name == "environment.json" or (not gz and {"python", "torch"} <= set(obj)):
+                return Recognised("environment", "JSON object with the captured environment")
+            if name in METADATA:
+                return Recognised(None, METADATA[name], known=True)
+            if "event" in obj and _name_hint(name, ("sites*.jsonl", "*.sites.jsonl")):
+                return Recognised("sites", "JSON lines of site events (no header; a sites file by its name)")
+            keys = ", ".join(list(obj)[:6])
+            return Recognised(None, f"JSON whose first object (keys {keys}) is no instrument's: no traceEvents or "
+                                    "schemaVersion (Kineto), no forensics header, no CUPTI kind_name")
+    return None
+
+
+def recognise(path: str | os.PathLike[str]) -> Recognised:
+    """What ``path`` is, from its content (its name a hint only between formats that look alike)."""
+    path = Path(path)
+    name = path.name
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return Recognised(None, f"cannot be read: {e.strerror}")
+    if not stat.S_ISREG(st.st_mode):
+        return Recognised(None, "not a regular file")
+    if name in ("manifest.yaml", ".forensics-claim"):
+        return Recognised(None, METADATA[name], known=True)
+    if st.st_size == 0:
+        return Recognised(None, "an empty file")
+    try:
+        head, gz = _head(path)
+    except OSError as e:
+        return Recognised(None, f"cannot be read: {e.strerror}")
+    if head.startswith(b"SQLite format 3\x00"):
+        return _sqlite(path)
+    if head.startswith(b"NVR\x00"):
+        return Recognised("ncu", "Nsight Compute report (NVR magic)")
+    if head.startswith(b"NVIDIA") and b"Report" in head[:64]:
+        title = head[:64].split(b"\n", 1)[0].decode("ascii", "replace").strip()
+        return Recognised("nsys_rep", f"Nsight Systems report ({title}); run `nsys export --type sqlite` to read it")
+    if gz and not head:
+        return Recognised(None, "a gzip file that does not decompress (corrupt or truncated)")
+    kind = _json_kind(path, head, gz)
+    if kind is not None:
+        return kind
+    if b"\x00" in head[:4096]:
+        if _name_hint(name, ("*.nsys-rep", "*.qdrep")):
+            return Recognised("nsys_rep", "a binary file named as an Nsight Systems report; run `nsys export --type sqlite`")
+        return Recognised(None, f"a binary file of no known instrument format (first bytes {head[:8].hex()})")
+    if _CUBLASLT_LINE.search(head):
+        return Recognised("cublaslt", "text with [cublasLt][pid][level] log lines")
+    if _CUBLAS_LEGACY.search(head):
+        return Recognised("cublas", "text with 'I! cuBLAS (vX)' records (legacy cuBLAS log)")
+    if _ONEDNN.search(head):
+        return Recognised("onednn", "text with onednn_verbose lines")
+    if _MKL.search(head):
+        return Recognised("mkl", "text with MKL_VERBOSE lines")
+    if _NCU_CSV.search(head):
+        return Recognised("ncu_csv", 'CSV with the ncu header ("ID","Process ID","Process Name",...)')
+    if _NSYS_STATS_CSV.search(head) or _NSYS_STATS_TEXT.search(head):
+        m = _NSYS_STATS_REPORT.search(head)
+        csv_head = _NSYS_STATS_CSV.search(head)
+        what = m.group(1).decode() if m else (
+            "CSV, " + next((name for start, name in _NSYS_STATS_KINDS if csv_head.group(0).startswith(start)), "a report")
+            if csv_head else "text")
+        return Recognised(None, _NSYS_STATS_WHY.format(what=what), known=True)
+    m = _NCU_CONSOLE.search(head)
+    if m:
+        return Recognised(None, "Nsight Compute console output with no CSV export in it ("
+                          + m.group(0).decode("utf-8", "replace").strip()[:160] + ")", known=True)
+    if name in METADATA:
+        return Recognised(None, METADATA[name], known=True)
+    return Recognised(None, "text with no instrument's line form (no [cublasLt] line, no 'I! cuBLAS' record, "
+                            "no onednn_verbose or MKL_VERBOSE line, no ncu CSV header) in its first "
+                            f"{min(len(head), HEAD) // 1024 or 1} KiB")
