@@ -69,3 +69,18 @@ def test_analyze_names_the_crashed_arm(crashed):
     r = _forensics(["analyze", "cap"], tmp)
     assert f"note: arm k1-avx512 CRASHED: {SIGILL}" in r.stdout, r.stdout
     assert "## Arms that did not run to their end" in (tmp / "cap" / "analysis" / "report.md").read_text()
+
+
+def test_bundle_carries_the_crash(crashed):
+    import tarfile
+
+    tmp, _ = crashed
+    r = _forensics(["bundle", "cap", "-o", "b.tar.gz"], tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with tarfile.open(tmp / "b.tar.gz") as t:
+        report = t.extractfile(next(n for n in t.getnames() if n.endswith("/report.md"))).read().decode()
+        evidence = json.loads(t.extractfile(next(n for n in t.getnames() if n.endswith("/evidence.json"))).read())
+    assert f"`k1-avx512` **CRASHED**: {SIGILL}" in report
+    assert f"ATEN_CPU_CAPABILITY=avx512: CRASHED: {SIGILL}" in report  # the toggles section
+    pair = next(p for p in evidence["comparison"]["pairs"] if p["arm"] == "k1-avx512")
+    assert pair["crash_word"] == "CRASHED" and pair["crash"].startswith(SIGILL)

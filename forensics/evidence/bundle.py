@@ -421,8 +421,13 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
         counts = ", ".join(f"{k}: {v}" for k, v in sorted(p.counts().items())) or "no occurrence"
         first = "; ".join(f"rank {r}: `{fd['label']}` {fd['classification']} ({fd['role']})"
                           for r, fd in sorted(p.first_divergence.items())) or "none"
-        kind = "toggle " + ", ".join(f"{k}={v}" for k, v in p.toggle.items()) if p.toggle else "replica"
+        from forensics.judge.verdicts import toggle_text  # noqa: PLC0415
+
+        kind = "toggle " + toggle_text(p.toggle) if p.toggle else "replica"
         out.append(f"- `{p.arm}` ({kind}) vs `{p.baseline}`: {counts}. First divergence: {first}.")
+        if p.crash:
+            out.append(f"  - `{p.arm}` **{p.crash_word}**: {p.crash} (its log: passes/{p.arm}.log): what it did not "
+                       "run is no finding about the site")
     out.append(f"\nDiscriminator: {b.discriminator_gemm.statement}\n")
 
     out.append("## Kernel\n")
