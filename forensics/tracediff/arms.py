@@ -42,13 +42,13 @@ class RunDifferences:
 
     @property
     def toggles(self) -> list[str]:
-        """``NAME=VALUE`` (B's value) per knob B sets."""
-        return [f"{k.name}={k.b}" for k in self.knobs if k.b is not None]
+        """``NAME=VALUE`` (B's value) per knob B sets (a redacted value is no value to set)."""
+        return [f"{k.name}={k.b}" for k in self.knobs if k.b is not None and not _hidden(k)]
 
     @property
     def base_env(self) -> list[str]:
         """``NAME=VALUE`` (A's value) of each toggled knob A set: every arm starts from run A's setting."""
-        return [f"{k.name}={k.a}" for k in self.knobs if k.a is not None and k.b is not None]
+        return [f"{k.name}={k.a}" for k in self.knobs if k.a is not None and k.b is not None and not _hidden(k)]
 
     @property
     def arm_commands(self) -> list[str]:
@@ -58,7 +58,10 @@ class RunDifferences:
         """What the arms do not reproduce, one line each."""
         out = []
         for k in self.knobs:
-            if k.b is None:
+            if _hidden(k):
+                out.append(f"{k.name} differs, but a run recorded it redacted (a secret's value is never kept): "
+                           "no arm sets it; set it in the shell that reruns")
+            elif k.b is None:
                 out.append(f"{k.name} is set in run A ({k.a!r}) and not in run B: an arm can set a variable, not "
                            "unset it, so no arm runs B's setting of it (rerun with it unset in the shell)")
         for s in self.switches:
@@ -80,6 +83,12 @@ class RunDifferences:
         for c in self.arm_commands:
             argv += ["--arm-command", c]
         return argv
+
+
+def _hidden(k: KnobDifference) -> bool:
+    from forensics.redact import REDACTED  # noqa: PLC0415
+
+    return any(v is not None and REDACTED in v for v in (k.a, k.b))
 
 
 def _own(name: str) -> bool:
