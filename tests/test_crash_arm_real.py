@@ -84,3 +84,17 @@ def test_bundle_carries_the_crash(crashed):
     assert f"ATEN_CPU_CAPABILITY=avx512: CRASHED: {SIGILL}" in report  # the toggles section
     pair = next(p for p in evidence["comparison"]["pairs"] if p["arm"] == "k1-avx512")
     assert pair["crash_word"] == "CRASHED" and pair["crash"].startswith(SIGILL)
+
+
+def test_a_crashed_baseline_is_said_so(tmp_path):
+    """The baseline arm crashes (its command kills itself), the --arm-command arm runs: the missing
+    occurrences are the baseline's crash, not control flow."""
+    (tmp_path / "conv.py").write_text(SCRIPT.read_text())
+    r = _forensics(["kernel", "--device", "cpu", "--site", "aten.convolution.default", "--steps", "0", "--arms", "1",
+                    "--env", "CRASH_ME=1", "--arm-command", "python conv.py", "--out", "cap", "-q", "--",
+                    "python", "conv.py", "--crash-on", "CRASH_ME=1"], tmp_path)
+    assert f"pass a1: failed: {SIGILL}" in r.stdout, r.stdout + r.stderr
+    c = _forensics(["compare", "cap"], tmp_path)
+    assert c.returncode == 1
+    assert f"  a1 CRASHED: {SIGILL} (its log: passes/a1.log)" in c.stdout
+    assert "ARM ENDED" in c.stdout and "NO COUNTERPART" not in c.stdout and "control flow" not in c.stdout

@@ -38,6 +38,13 @@ def register(app: typer.Typer) -> None:
         with doing("comparing the arms occurrence by occurrence"):
             comparison = compare_arms(ev, site=site, force=force)
         typer.echo(f"baseline arm: {comparison.baseline}")
+        from forensics.capture.exits import arm_crash, crash_word
+        from forensics.judge.verdicts import arm_entries
+
+        base_crash = arm_crash(arm_entries(ev.manifest).get(comparison.baseline))
+        if base_crash:
+            typer.echo(f"  {comparison.baseline} {crash_word(base_crash)}: {base_crash} (its log: "
+                       f"passes/{comparison.baseline}.log): what it did not run is compared with nothing")
         if not comparison.pairs:
             typer.echo("only one arm in this capture: nothing to compare it with")
         for p in comparison.pairs:

@@ -399,15 +399,18 @@ def compare_arms(source: Any, site: str | None = None, arms: list[str] | None = 
         reasons = comparability(ev, arm, base)
         toggle = dict(entries.get(arm, {}).get("toggle") or {})
         crash = arm_crash(entries.get(arm))
+        base_crash = arm_crash(entries.get(base))
         if reasons and not force:
             occ = pd.DataFrame(columns=OCCURRENCE_COLUMNS)
         else:
             occ = _pair_occurrences(ev, sites, base, arm)
-            if crash and not occ.empty:  # what the crashed arm lacks is missing because it ended, not control flow
-                lacks = (occ["classification"] == NO_COUNTERPART) & occ["kernel_arm"].isna() & occ["inputs_match"].isna()
-                lacks &= ~occ["label"].isin(set(sites[sites["arm"] == arm]["label"]))
-                occ.loc[lacks, "classification"] = ARM_CRASHED
-                occ.loc[lacks, "detail"] = f"{arm} ended before it ran this occurrence: {crash}"
+            # what a crashed arm (or a crashed baseline) lacks is missing because it ended, not control flow
+            for who, why in ((arm, crash), (base, base_crash)):
+                if why and not occ.empty:
+                    lacks = (occ["classification"] == NO_COUNTERPART) & occ["inputs_match"].isna()
+                    lacks &= ~occ["label"].isin(set(sites[sites["arm"] == who]["label"]))
+                    occ.loc[lacks, "classification"] = ARM_CRASHED
+                    occ.loc[lacks, "detail"] = f"{who} ended before it ran this occurrence: {why}"
         pairs.append(ArmPair(base, arm, toggle, not reasons, reasons, occ, _first_divergence(occ), crash))
     return ArmComparison(base, site, pairs)
 

@@ -227,6 +227,12 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
                and d.get("field") not in armed]
     for line in _arm_lines(res.differences):
         res.warnings.append(line)
+    import os  # noqa: PLC0415
+
+    for k in res.differences.knobs:  # run A had it unset: every arm inherits this shell's value
+        if k.a is None and k.b is not None and os.environ.get(k.name) not in (None, k.a):
+            res.warnings.append(f"this shell sets {k.name}={os.environ[k.name]!r}, which run A did not set: the arms "
+                                f"that stand for run A run with it; unset it to rerun run A's setting")
     res.warnings += res.differences.notes()
     if differs:
         shown = "; ".join(f"{d.get('field')}: A={d.get('a')!r} B={d.get('b')!r}" for d in differs[:3])
