@@ -158,7 +158,7 @@ INSTRUMENTS: tuple[Instrument, ...] = (
                       "problem descriptor", "start time"),
                launch_role=onednn_launch_role, confirms="ops that call oneDNN (mkldnn_*, and GEMMs it may serve)",
                attributor="forensics.judge.cpu:attribute_onednn", matcher="forensics.judge.cpu:match",
-               algo_columns=("primitive", "implementation", "prop_kind", "dtypes")),
+               algo_columns=("primitive", "implementation", "prop_kind", "dtypes", "attributes")),
     Instrument("mkl", CALLS, ("mkl.*.log", "mkl_*.log"), CPU, "mkl", "parsers.mkl_verbose:read_calls",
                "oneMKL verbose log (MKL_VERBOSE, MKL_VERBOSE_OUTPUT_FILE)", unit="oneMKL calls",
                names=("BLAS routine (SGEMM, DGEMM, SGEMV...)", "problem descriptor (m, n, k, transposes, ld)",
@@ -262,10 +262,14 @@ def classify_file(name: str) -> str | None:
     return None
 
 
-def missing_families(present: set[str]) -> list[str]:
+def missing_families(present: set[str], device: str | None = None) -> list[str]:
     """One line per counting family with no member among ``present`` (instrument names), for the
-    devices the present instruments belong to (a CPU capture is not told that ncu is missing)."""
+    devices the present instruments belong to (a CPU capture is not told that ncu is missing), or
+    for ``device`` when the capture's manifest names it (a CPU capture whose profiler and library
+    logs all stayed empty is still a CPU capture)."""
     devices = {i.device for n in present if (i := _BY_NAME.get(n)) and i.role in (LAUNCHES, CALLS)}
+    if device is not None:
+        devices = {device}
     fams = [f for d in sorted(devices or {CUDA}) for f in counting_families(d)]
     have = {family_of(n) for n in present}
     return [FAMILIES[f].missing for f in fams if f not in have and f in FAMILIES]

@@ -142,8 +142,8 @@ class CpuCollector:
                      "arm": self.cfg.arm, "steps": self.cfg.steps, "instruments": self.instruments,
                      "files": {"torch_profiler": self.trace_path.name, "onednn": self.onednn_path.name,
                                "mkl": self.mkl_path.name},
-                     "env_changes": self.env_changes, "host": os.uname().nodename, "t_ns": time.time_ns(),
-                     **process_settings()})
+                     "env_changes": self.env_changes, "host": os.uname().nodename,
+                     "cpu_capability": _cpu_capability(), "t_ns": time.time_ns(), **process_settings()})
 
     def _write(self, obj: dict[str, Any]) -> None:
         self.file.write(json.dumps(obj) + "\n")
@@ -391,3 +391,14 @@ def _size(path: Path) -> int:
 def install(cfg: ProbeConfig, window: StepWindow, out_dir: Path, rank: int) -> CpuCollector:
     """Entry point used by :func:`probes.activate.activate` (runs before the program imports torch)."""
     return CpuCollector(cfg, window, out_dir, rank)
+
+
+def _cpu_capability() -> str | None:
+    """The CPU capability ATen dispatches its vectorised kernels to (``AVX512``, ``AVX2``, ``DEFAULT``): what
+    ``ATEN_CPU_CAPABILITY`` caps; None when torch cannot say (the window opens after torch is imported)."""
+    try:
+        import torch  # noqa: PLC0415
+
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # noqa: BLE001 - a probe never breaks the program it observes
+        return None

@@ -66,7 +66,7 @@ def test_an_origin_on_some_ranks_under_a_config_difference_says_so(runs, tmp_pat
     """The runs differ in --threads (acting on rank 0 only). "subset" said "the op is likely fine and
     its input distribution, reduction order or rank placement is not", ignoring that difference; and
     `kernel --from` reran run A's command in every arm without saying that its replicas cannot show
-    what the difference between the runs does."""
+    what the difference between the runs does; run B's command is now an arm of its own."""
     import json
 
     from forensics.tracediff.from_report import site_from_report
@@ -77,7 +77,10 @@ def test_an_origin_on_some_ranks_under_a_config_difference_says_so(runs, tmp_pat
     report.write_text(json.dumps(rep.to_json()))
     found = site_from_report(report)
     assert found.ok and found.rank == 0
-    assert any(w.startswith("the diffed runs differ (argv: ") and "replica arms" in w for w in found.warnings)
+    # both sides become arms: run B's command line is arm c1 of the rerun, and --from says so
+    assert any(w.startswith("command line differs (A: ") and "arm c1 runs B's command" in w for w in found.warnings)
+    cmd_b = found.command[found.command.index("--arm-command") + 1]
+    assert "--threads" in cmd_b and cmd_b != " ".join(found.command[found.command.index("--") + 1:])
 
 
 def test_single_rank_view_of_the_receiver_says_widen(runs):

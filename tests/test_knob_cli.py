@@ -162,3 +162,19 @@ def test_dynamic_path_with_fake_capture_and_verdicts(tree, tmp_path, capsys, mon
     assert calls["toggle_report"][1:] == ("gemm:NT:acc0:grad1", [KNOB])
     assert data["dynamic"]["summary"] == [f"{KNOB}=:0:0: kernel unchanged, algo unchanged, bits unknown (vs a1)"]
     assert data["dynamic_unavailable"] is None
+
+
+def test_cache_names_the_files_of_the_tree_it_scanned(tree, tmp_path):
+    """Results are cached by content: after a second virtualenv holding the same files was scanned,
+    a rescan of the first read the second one's absolute paths (--no-cache gave the right ones)."""
+    from forensics.knobs import scan
+
+    other = tmp_path / "venv2" / "site"
+    shutil.copytree(tree, other)
+    first = scan(KNOB, [str(tree)], workers=1)
+    scan(KNOB, [str(other)], workers=1)
+    again = scan(KNOB, [str(tree)], workers=1)
+    assert again.counts["cache_hits"] == 2 and again.counts["scanned"] == 0  # served from the cache
+    files = {f.file for r in again.python for f in r.findings} | {r.file for r in again.python}
+    assert len(files) == 2 and all(f.startswith(str(tree.resolve())) for f in files), files
+    assert {r.file for r in again.python} == {r.file for r in first.python}

@@ -243,7 +243,37 @@ def test_a_bit_change_with_nothing_captured_does_not_claim_kernel_and_algo_uncha
 
     r = SimpleNamespace(toggle={"OMP_NUM_THREADS": "1"}, kernel_changed=None, algo_changed=None, comparable=True,
                         bits_changed=True, baseline_run_to_run="bit-identical at 1 occurrence(s)")
-    assert reach_line(r).endswith("(bits changed while the replica arms are bit-identical; kernel and algo not both "
-                                  "captured)")
+    assert reach_line(r).startswith("OMP_NUM_THREADS=1: REACHES (bits only) at the site (bits changed while the "
+                                    "replica arms are bit-identical; kernel and algo not both captured)")
     r.kernel_changed = r.algo_changed = False
-    assert reach_line(r).endswith("kernel and algo unchanged)")
+    assert "kernel and algo unchanged)" in reach_line(r)
+
+
+def test_reach_is_graded_with_its_evidence():
+    """SYNTHETIC toggle results (the fields `toggle_report` fills), one per grade."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from forensics.knobs.dynamic import reach_line
+
+    occ = pd.DataFrame([{"label": "aten.convolution.default#1", "kernel_changed": False, "algo_changed": True,
+                         "bits_changed": False, "implementation_baseline": "aten::mkldnn_convolution -> oneDNN x",
+                         "implementation_arm": "aten::mkldnn_convolution -> oneDNN x", "kernel_baseline": "k",
+                         "kernel_arm": "k", "algo_baseline": "primitive=reorder | primitive=convolution attributes=a",
+                         "algo_arm": "primitive=reorder | primitive=convolution attributes=a attr-fpmath:bf16"}])
+    r = SimpleNamespace(toggle={"ONEDNN_DEFAULT_FPMATH_MODE": "BF16"}, kernel_changed=False, algo_changed=True,
+                        bits_changed=False, comparable=True, baseline="a1", arm="k1-BF16", occurrences=occ,
+                        baseline_run_to_run="replica arms (a2) are bit-identical to a1")
+    assert reach_line(r) == ("ONEDNN_DEFAULT_FPMATH_MODE=BF16: REACHES (algo or attributes changed, bits unchanged) at "
+                             "the site; evidence: a1 `primitive=convolution attributes=a`, k1-BF16 `primitive=convolution "
+                             "attributes=a attr-fpmath:bf16` at aten.convolution.default#1 (1 of 1 occurrence(s))")
+    occ.loc[0, ["kernel_changed", "implementation_arm"]] = [True, "aten::_slow_conv2d_forward -> oneMKL SGEMM"]
+    r.kernel_changed = True
+    assert reach_line(r).endswith("REACHES (kernel/implementation changed) at the site; evidence: a1 ran "
+                                  "aten::mkldnn_convolution -> oneDNN x, k1-BF16 ran aten::_slow_conv2d_forward -> oneMKL "
+                                  "SGEMM at aten.convolution.default#1 (1 of 1 occurrence(s))")
+    occ.loc[0, ["kernel_changed", "algo_changed", "bits_changed"]] = [False, False, False]
+    r.kernel_changed = r.algo_changed = False
+    assert "change NOT SEEN at the site (kernel, algo descriptor and bits unchanged); evidence: a1 and k1-BF16 both " \
+           "ran aten::mkldnn_convolution -> oneDNN x" in reach_line(r)

@@ -87,7 +87,8 @@ def test_each_classification(every_class):
     }
     sel = pair.occurrences.set_index("label").loc["gemm:TN:acc0:grad0#2"]
     assert sel["kernel_baseline"] != sel["kernel_arm"] and "num_splits_k=2" in sel["algo_arm"]
-    assert "kernel/grid/block and algo differ" in sel["detail"]
+    assert sel["detail"].startswith(f"kernel/grid/block differs: a1 ran {sel['kernel_baseline']} @ ")
+    assert f", {pair.arm} ran {sel['kernel_arm']} @ " in sel["detail"] and "; algo differs too" in sel["detail"]
     unknown = pair.occurrences.set_index("label").loc["gemm:NT:acc1:grad1#1"]
     assert pd.isna(unknown["kernel_baseline"]) and "algo descriptor identical" in unknown["detail"]
 
@@ -185,7 +186,11 @@ def test_toggle_that_changes_the_kernel_and_one_that_does_not(tmp_path):
     lt1, = report.for_knob("TORCH_BLAS_PREFER_CUBLASLT")
     assert (ws0.kernel_changed, ws0.algo_changed, ws0.bits_changed) == (True, True, True)
     assert (lt1.kernel_changed, lt1.algo_changed, lt1.bits_changed) == (False, False, False)
-    assert ws0.summary() == "CUBLAS_WORKSPACE_CONFIG=:0:0: kernel CHANGED, algo CHANGED, bits CHANGED (vs a1)"
+    assert ws0.summary() == ("CUBLAS_WORKSPACE_CONFIG=:0:0: kernel CHANGED (a1 ran "
+                             "sm90_xmma_gemm_bf16bf16_f32f32_f32_nt_n_tilesize128x128x64_warpgroupsize1x1x1_execute_"
+                             "segment_k_off_kernel__5x_cublas, ws0 ran sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize"
+                             "64x128x64_warpgroupsize1x1x1_execute_segment_k_on_kernel__5x_cublas), algo CHANGED, bits "
+                             "CHANGED (vs a1)")
     assert "kernel unchanged, algo unchanged, bits unchanged" in lt1.summary()
     assert "differ from a1 in 1 occurrence" in ws0.baseline_run_to_run
     per = ws0.occurrences.set_index("label")

@@ -568,7 +568,8 @@ def _report_missing(cap: Capture) -> None:
     # one line per counting family of the capture's device(s) with no member present (the registry's words)
     from forensics import instruments as reg  # noqa: PLC0415
 
-    cap.missing.extend(reg.missing_families(present))
+    device = cap.manifest.get("device") if isinstance(cap.manifest, dict) else None
+    cap.missing.extend(reg.missing_families(present, device if device in (reg.CPU, reg.CUDA) else None))
     if "sites" not in present:
         cap.missing.append("no site JSONL (sites.jsonl): no digests, kernels cannot be tied to site occurrences by id")
     if "nsys_rep" in present and "nsys" not in present:

@@ -21,6 +21,7 @@ import yaml
 from forensics import __version__
 from forensics.capture.directory import fresh_dir, new_manifest, write_manifest
 from forensics.capture.environment import describe, redact_env, redact_obj, relevant_env
+from forensics.capture.exits import describe_exit, signal_of
 from forensics.errors import BadInput
 from forensics.capture.passes import (
     INSTRUMENTS,
@@ -39,7 +40,7 @@ from probes.config import bootstrap_env
 
 #: Keys a ``--config run.yaml`` may hold (the flags' names; flags override the file).
 CONFIG_KEYS = {"site", "command", "steps", "ranks", "arms", "instruments", "toggles", "env_arms", "out",
-               "timeout_s", "timeout", "ncu_mode", "max_records", "device"}
+               "timeout_s", "timeout", "ncu_mode", "max_records", "device", "env", "arm_commands"}
 DEFAULT_OUT = "forensics-capture"
 
 
@@ -129,6 +130,11 @@ def _check_config_types(data: dict[str, Any], path: Path) -> None:
         "ncu_mode": (lambda v: isinstance(v, str), "window or nvtx"),
         "max_records": (lambda v: is_int(v) and v >= 1, "a whole number >= 1"),
         "device": (lambda v: isinstance(v, str), "cuda or cpu"),
+        "env": (lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, (str, int, float))
+                                                      and not isinstance(x, bool) for k, x in v.items()),
+                "a mapping NAME: value"),
+        "arm_commands": (lambda v: isinstance(v, list) and all(isinstance(x, (str, list)) for x in v),
+                         "a list of command lines"),
     }
     for key, (ok, what) in checks.items():
         if key in data and data[key] is not None and not ok(data[key]):
@@ -140,6 +146,11 @@ def _check_config_types(data: dict[str, Any], path: Path) -> None:
             raise BadInput(path, f"env_arms.{arm} must map NAME: VALUE (plain values)")
     if isinstance(data.get("command"), list):
         data["command"] = [str(x) for x in data["command"]]
+    if isinstance(data.get("arm_commands"), list):
+        import shlex  # noqa: PLC0415
+
+        data["arm_commands"] = [shlex.split(x) if isinstance(x, str) else [str(y) for y in x]
+                                for x in data["arm_commands"]]
 
 
 # --------------------------------------------------------------------------- running
@@ -194,12 +205,12 @@ def run_pass(p: Pass, timeout_s: float, base_env: dict[str, str] | None = None) 
                 status, reason, rc = "failed", f"could not start {argv[0]}: {e.strerror or e}", None
                 break
             if rc != 0:
-                status, reason = "failed", f"exit status {rc}"
+                status, reason = "failed", describe_exit(rc)
                 break
     text = p.log_path.read_text(errors="replace")
     if p.name == "ncu" and ncu_permission_denied(text):
         status, reason = "failed", NCU_PERMISSION_REASON
-    elif status == "failed" and reason and reason.startswith("exit status"):
+    elif status == "failed" and reason and reason.startswith(("exit status", "killed by")):
         last = _last_line(text)
         if last:
             reason = f"{reason}: {last}"
@@ -219,6 +230,8 @@ def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...])
         if p.role == "pass":
             entry["of"] = p.arm
         entry["env"] = redact_env({k: v for k, v in p.env.items()})
+        if p.argv != list(command) and p.role == "arm":
+            entry["command"] = [str(c) for c in p.argv]  # an --arm-command arm: the other run's command line
         if p.toggle:
             entry["toggle"] = redact_env(p.toggle)
         arms.append(entry)
@@ -267,6 +280,8 @@ def _record_results(capture_dir: Path, results: list[PassResult], environment: d
             entry.update(status=r.status, rc=r.returncode, seconds=r.seconds)
             if r.reason:
                 entry["reason"] = r.reason
+            if signal_of(r.returncode) and r.status == "failed":
+                entry["signal"] = signal_of(r.returncode)  # a crash: the program was killed by it
     if environment:
         data["environment"] = redact_obj(dict(environment))
     write_manifest(capture_dir, data, overwrite=True)
@@ -290,6 +305,8 @@ def run_kernel(
     ncu_mode: str = "window",
     max_records: int = 2_000_000,
     device: str | None = None,
+    base_env: dict[str, str] | None = None,
+    arm_commands: tuple[list[str], ...] | list[list[str]] = (),
 ) -> KernelResult:
     """Run every pass of ``command`` for ``site`` into a fresh capture directory, then analyse it.
 
@@ -300,9 +317,11 @@ def run_kernel(
     """
     given = dict(steps=steps, ranks=ranks, arms=arms, instruments=None if instruments is None else tuple(instruments),
                  toggles=tuple(toggles), env_arms=env_arms, out=out, timeout_s=timeout_s, ncu_mode=ncu_mode,
-                 command=command, site=site, max_records=max_records, device=device)
+                 command=command, site=site, max_records=max_records, device=device, env=base_env,
+                 arm_commands=tuple(arm_commands))
     defaults = dict(steps="1-2", ranks="all", arms=2, instruments=None, toggles=(), env_arms=None, out=None,
-                    timeout_s=1800, ncu_mode="window", command=None, site=None, max_records=2_000_000, device=None)
+                    timeout_s=1800, ncu_mode="window", command=None, site=None, max_records=2_000_000, device=None,
+                    env=None, arm_commands=())
     if config is not None:
         cfg = load_run_config(config) if not isinstance(config, dict) else dict(config)
         for k, v in cfg.items():
@@ -322,12 +341,14 @@ def run_kernel(
     plan_passes(str(site), cmd, out=out_base, steps=str(given["steps"]), ranks=str(given["ranks"]),
                 arms=int(given["arms"]), instruments=instruments, toggles=given["toggles"],
                 env_arms=given["env_arms"], tools=tools, ncu_mode=given["ncu_mode"],
-                max_records=int(given["max_records"]), device=dev)  # ValueError before any folder is made
+                max_records=int(given["max_records"]), device=dev, base_env=given["env"],
+                arm_commands=tuple(given["arm_commands"]))  # ValueError before any folder is made
     capture_dir = fresh_dir(out_base).resolve()
     plan = plan_passes(str(site), cmd, out=capture_dir, steps=str(given["steps"]), ranks=str(given["ranks"]),
                        arms=int(given["arms"]), instruments=instruments, toggles=given["toggles"],
                        env_arms=given["env_arms"], tools=tools, ncu_mode=given["ncu_mode"],
-                       max_records=int(given["max_records"]), device=dev)
+                       max_records=int(given["max_records"]), device=dev, base_env=given["env"],
+                       arm_commands=tuple(given["arm_commands"]))
     prepare(plan)
     env_box: dict[str, Any] = {}
     env_thread = threading.Thread(target=lambda: env_box.update(environment=environment_snapshot()), daemon=True)

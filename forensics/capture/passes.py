@@ -18,6 +18,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,12 +253,18 @@ def plan_passes(
     ncu_mode: str = "window",
     max_records: int = 2_000_000,
     device: str = "cuda",
+    base_env: dict[str, str] | None = None,
+    arm_commands: tuple[list[str], ...] | list[list[str]] = (),
 ) -> Plan:
     """Plan every pass. ``env_arms`` (explicit ``{arm: {VAR: value}}``) replaces the ``arms`` copies.
 
     ``device="cpu"``: the arms run the CPU instruments inside the process (:mod:`probes.cpu`:
     torch.profiler, oneDNN and oneMKL verbose logs); there are no ncu/nsys passes.
     ``instruments=None`` means every instrument of the device.
+
+    ``base_env`` (``--env``) is set in every arm and pass (a toggle overrides it); each of
+    ``arm_commands`` (``--arm-command``) is one more arm ``c1``, ``c2``... running that command
+    instead (declared in the manifest as ``toggle: {command: ...}``: run B's command line).
 
     Each arm pass gets its own probe config (written later, at ``<out>/<arm>/probe.json``).
     Passes that cannot run carry ``skip_reason`` (one line) instead of being dropped.
@@ -295,6 +302,18 @@ def plan_passes(
     for i, text in enumerate(toggles, 1):
         name, value = parse_toggle(text)
         arm_specs.append((toggle_arm_name(i, name), {name: value}, {name: value}))
+    commands = {name: list(command) for name, _, _ in arm_specs}
+    for i, other in enumerate(arm_commands, 1):
+        other = [str(x) for x in other or []]
+        if not other:
+            raise ValueError(f"--arm-command {i} is empty: give the other run's command line")
+        name = f"c{i}"
+        arm_specs.append((name, {}, {"command": shlex.join(other)}))
+        commands[name] = other
+    base = {str(k): str(v) for k, v in (base_env or {}).items()}
+    for k in base:
+        parse_toggle(f"{k}=")  # a variable name, or ValueError
+    arm_specs = [(name, {**base, **env}, toggle) for name, env, toggle in arm_specs]
 
     cpu_list = [i for i in DEVICE_INSTRUMENTS["cpu"] if i in instruments] if device == "cpu" else []
     probe_list = ["sites"] + (["cupti"] if "cupti" in instruments else []) + (["cpu"] if cpu_list else [])
@@ -308,7 +327,7 @@ def plan_passes(
             add.update(onednn_env())
         cfg = ProbeConfig(out_dir=str(folder), probes=probe_list, arm=name, site=site, steps=steps, ranks=ranks,
                           max_records=max_records, cpu_instruments=cpu_list, nvtx=device != "cpu")
-        passes.append(Pass(name=name, arm=name, role="arm", folder=folder, argv=list(command), env=add,
+        passes.append(Pass(name=name, arm=name, role="arm", folder=folder, argv=list(commands[name]), env=add,
                            log_path=out / "passes" / f"{name}.log", probe_config=cfg,
                            config_path=folder / "probe.json", toggle=toggle, arm_env=env))
     first = arm_specs[0][0]

@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         from forensics.atomic import refuse_existing, write_atomic
         from forensics.errors import doing
         from forensics.judge.arm_evidence import load_evidence
-        from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report
+        from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report, toggle_text
 
         if site:  # a site the capture never recorded: exit 2 with a did-you-mean, not "nothing NAMED"
             from forensics.suggest import check_site_in_capture
@@ -42,10 +42,17 @@ def register(app: typer.Typer) -> None:
         with doing("comparing the arms occurrence by occurrence"):
             comparison = compare_arms(ev, site=site, force=force)
         typer.echo(f"baseline arm: {comparison.baseline}")
+        from forensics.capture.exits import arm_crash, crash_word
+        from forensics.judge.verdicts import arm_entries
+
+        base_crash = arm_crash(arm_entries(ev.manifest).get(comparison.baseline))
+        if base_crash:
+            typer.echo(f"  {comparison.baseline} {crash_word(base_crash)}: {base_crash} (its log: "
+                       f"passes/{comparison.baseline}.log): what it did not run is compared with nothing")
         if not comparison.pairs:
             typer.echo("only one arm in this capture: nothing to compare it with")
         for p in comparison.pairs:
-            kind = "toggle " + ", ".join(f"{k}={v}" for k, v in p.toggle.items()) if p.toggle else "replica"
+            kind = "toggle " + toggle_text(p.toggle) if p.toggle else "replica"
             if not p.comparable:
                 typer.echo(f"{p.arm} ({kind}): NOT COMPARABLE with {p.baseline}: {'; '.join(p.reasons)}"
                            + (" (diffed anyway: --force)" if force else ""))
@@ -53,6 +60,8 @@ def register(app: typer.Typer) -> None:
                     continue
             counts = ", ".join(f"{k} {v}" for k, v in sorted(p.counts().items())) or "no occurrence"
             typer.echo(f"{p.arm} ({kind}) vs {p.baseline}: {counts}")
+            if p.crash:
+                typer.echo(f"  {p.arm} {p.crash_word}: {p.crash} (its log: passes/{p.arm}.log)")
             for rank, fd in sorted(p.first_divergence.items()):
                 typer.echo(f"  rank {rank}: first divergence {fd['label']}: {fd['classification']} ({fd['role']}); "
                            f"{fd['detail']}")

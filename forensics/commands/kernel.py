@@ -34,6 +34,11 @@ def register(app: typer.Typer) -> None:
         device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu backend (default: cuda when a CUDA device is present, else cpu)"),
         instruments: Optional[List[str]] = typer.Option(None, "--instruments", help="cuda: cupti,cublaslt,ncu,nsys; cpu: torch_profiler,onednn,mkl (default: all of the device's)"),
         toggle: Optional[List[str]] = typer.Option(None, "--toggle", help="NAME=VALUE: one more arm with that env var set (repeatable)"),
+        env: Optional[List[str]] = typer.Option(None, "--env", help="NAME=VALUE set in every arm and pass (a --toggle of "
+                                                                   "the same name overrides it; repeatable)"),
+        arm_command: Optional[List[str]] = typer.Option(None, "--arm-command", help="'CMD ...' (one string): one more arm "
+                                                        "(c1, c2...) running this command instead, e.g. the other "
+                                                        "diffed run's (repeatable)"),
         config: Optional[Path] = typer.Option(None, "--config", help="run.yaml holding any of these options (flags override)"),
         out: Optional[Path] = typer.Option(None, "--out", help="capture directory (never overwritten: a -2, -3... suffix is added)"),
         timeout: Optional[float] = typer.Option(None, "--timeout", help="seconds per pass (default 1800)"),
@@ -50,13 +55,26 @@ def register(app: typer.Typer) -> None:
         Exit 0: a kernel NAMED; 1: none NAMED; 2: usage; 3: bad input; 4: nothing could run.
         """
         from forensics.capture import kernel as lib
-        from forensics.capture.passes import default_instruments, describe_plan, discover_tools, plan_passes, resolve_device
+        from forensics.capture.passes import (default_instruments, describe_plan, discover_tools, parse_toggle,
+                                              plan_passes, resolve_device)
         from forensics.site import parse_site_or_occurrence
         from forensics.suggest import check_site_text
 
         if from_report is not None:
-            site, ranks, steps, command = _from_report(from_report, site, ranks, steps, command)
+            site, ranks, steps, command, found = _from_report(from_report, site, ranks, steps, command)
+            d = found.differences
+            if d is not None:  # both sides of the difference become arms (flags given by hand come first)
+                env = list(env or []) + [e for e in d.base_env if e.split("=", 1)[0] not in _names(env)]
+                toggle = list(toggle or []) + [t for t in d.toggles if t not in (toggle or [])]
+                arm_command = list(arm_command or []) + [c for c in d.arm_commands if c not in (arm_command or [])]
         cfg = lib.load_run_config(config) if config else {}
+        import shlex
+
+        try:
+            base_env = dict(parse_toggle(e) for e in env or []) or cfg.get("env")
+            arm_commands = [shlex.split(c) for c in arm_command or []] or cfg.get("arm_commands") or []
+        except ValueError as e:
+            _usage(f"--env/--arm-command: {e}")
         opts = {
             "site": site or cfg.get("site"),
             "steps": steps or cfg.get("steps", "1-2"),
@@ -92,7 +110,8 @@ def register(app: typer.Typer) -> None:
                 plan = plan_passes(opts["site"], cmd, out=where, steps=opts["steps"], ranks=opts["ranks"],
                                    arms=opts["arms"], instruments=opts["instruments"] or default_instruments(dev),
                                    toggles=opts["toggles"], env_arms=opts["env_arms"], tools=tools,
-                                   ncu_mode=opts["ncu_mode"], device=dev)
+                                   ncu_mode=opts["ncu_mode"], device=dev, base_env=base_env,
+                                   arm_commands=arm_commands)
             except ValueError as e:
                 _usage(str(e))
             typer.echo(describe_plan(plan))
@@ -103,7 +122,8 @@ def register(app: typer.Typer) -> None:
                                     instruments=opts["instruments"], toggles=opts["toggles"],
                                     env_arms=opts["env_arms"], out=opts["out"], timeout_s=opts["timeout_s"],
                                     progress=not quiet, tools=tools, ncu_mode=opts["ncu_mode"],
-                                    max_records=int(cfg.get("max_records", 2_000_000)), device=dev)
+                                    max_records=int(cfg.get("max_records", 2_000_000)), device=dev,
+                                    base_env=base_env, arm_commands=arm_commands)
         except ValueError as e:
             _usage(str(e))
         raise typer.Exit(_report(result, quiet))
@@ -116,8 +136,8 @@ def _usage(message: str) -> None:
 
 
 def _from_report(path: Path, site: Optional[str], ranks: Optional[str], steps: Optional[str],
-                 command: Optional[List[str]]) -> tuple[str, Optional[str], Optional[str], Optional[List[str]]]:
-    """``--from REPORT``: the report's ORIGIN site, rank, step window and command (flags win)."""
+                 command: Optional[List[str]]):  # noqa: ANN202
+    """``--from REPORT``: the report's ORIGIN site, rank, step window and command (flags win), and what it found."""
     from forensics.tracediff.from_report import site_from_report
 
     if site:
@@ -131,7 +151,11 @@ def _from_report(path: Path, site: Optional[str], ranks: Optional[str], steps: O
         typer.echo(f"  warning: {w}", err=True)
     cmd = found.command[found.command.index("--") + 1:] if "--" in found.command else None
     return (found.site_arg, ranks or (str(found.rank) if found.rank is not None else None),
-            steps or found.steps, command or cmd)
+            steps or found.steps, command or cmd, found)
+
+
+def _names(assignments: Optional[List[str]]) -> set[str]:
+    return {a.split("=", 1)[0] for a in assignments or []}
 
 
 def _report(result, quiet: bool) -> int:  # noqa: ANN001

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         from forensics.knobs.catalog import load_catalog, lookup  # noqa: PLC0415
         from forensics.suggest import check_knob_typo, check_site_text  # noqa: PLC0415
         from forensics.knobs.dynamic import IN_TIME_NOTE, late_assignments, run_dynamic, script_of  # noqa: PLC0415
-        from forensics.knobs.report import KnobReport, render, to_json  # noqa: PLC0415
+        from forensics.knobs.report import KnobReport, knob_json, render  # noqa: PLC0415
         from forensics.knobs.scope import DEVICES, assess, choose_device  # noqa: PLC0415
         from forensics.site import parse_site_or_occurrence  # noqa: PLC0415
 
@@ -98,13 +98,13 @@ def register(app: typer.Typer) -> None:
                 _usage(f"dynamic scope: {e}")
         json_to_stdout = json_out is not None and str(json_out) == "-"
         if json_to_stdout:
-            typer.echo(json.dumps(to_json(report), indent=1, default=str))
+            typer.echo(json.dumps(knob_json(report), indent=1, default=str))
         else:
             render(report)
         if json_out is not None and not json_to_stdout:
             from forensics.atomic import write_atomic  # noqa: PLC0415 - whole or nothing, never overwrites
 
-            write_atomic(json_out, json.dumps(to_json(report), indent=1, default=str) + "\n", what="--json report",
+            write_atomic(json_out, json.dumps(knob_json(report), indent=1, default=str) + "\n", what="--json report",
                          hint="choose another --json path")
             typer.echo(f"report: {json_out}")
         if report.dynamic_unavailable:

@@ -59,7 +59,9 @@ ALGO_COLUMNS = ["algo_id", "tile", "stages", "custom_option", "num_splits_k", "r
                 "cluster_shape", "scheduling_mode"]
 #: The CPU backend's library-call descriptors (oneMKL routine/CNR/threads, oneDNN primitive) and attribution.
 CPU_COLUMNS = ["transa", "transb", "routine", "cnr", "nthr", "primitive", "implementation", "prop_kind",
-               "problem_desc", "attributed_by"]
+               "attributes", "problem_desc", "attributed_by"]
+#: Columns whose values are counts or sizes: written as the instruments wrote them (8, not 8.0).
+INTEGER_COLUMNS = ("m", "n", "k", "nthr", "lda", "ldb", "ldc", "ldd", "num_splits_k", "algo_id", "stages")
 _HEADER = re.compile(r'"event"\s*:\s*"header"')
 
 
@@ -168,7 +170,7 @@ def collect(capture_dir: str | Path | Evidence, site: str | None = None) -> tupl
 
         labels = sorted({str(x) for x in ev.sites["label"].dropna()}) if "label" in ev.sites else []
         present = set(ev.capture.instruments()) if ev.capture is not None else set()
-        message = no_launch_message(site, labels, present)
+        message = no_launch_message(site, labels, present, ev.manifest.get("device"))
         if message not in missing:
             missing.append(message)
     bundle = Bundle(
@@ -185,6 +187,8 @@ def _device(ev: Evidence) -> str:
     """"cpu" for a capture of the CPU backend alone (its counts are implementation-op executions), else "cuda"."""
     from forensics import instruments  # noqa: PLC0415
 
+    if ev.manifest.get("device") in ("cpu", "cuda"):  # what `forensics kernel` ran: the backend, whatever was captured
+        return str(ev.manifest["device"])
     try:
         present = ev.capture.instruments() if ev.capture is not None else set()
     except Exception:  # noqa: BLE001 - the report then speaks of launches, as before
@@ -211,10 +215,24 @@ def _kernels_and_problems(ev: Evidence, site: str | None) -> tuple[pd.DataFrame,
             row["launches"] += 1
         for cr in ev.call_rows(r["arm"], r["rank"], r["label"]):
             problems.append({"arm": r["arm"], "rank": r["rank"], "label": r["label"],
-                             **{c: cr.get(c) for c in PROBLEM_COLUMNS + ALGO_COLUMNS + CPU_COLUMNS}})
+                             **{c: _whole(cr.get(c)) if c in INTEGER_COLUMNS else cr.get(c)
+                                for c in PROBLEM_COLUMNS + ALGO_COLUMNS + CPU_COLUMNS}})
     kcols = ["arm", "mangled", "demangled", "family", "grid", "block", "instrument", "launches"]
     pcols = ["arm", "rank", "label", *PROBLEM_COLUMNS, *ALGO_COLUMNS, *CPU_COLUMNS]
-    return pd.DataFrame(list(kernels.values()), columns=kcols), pd.DataFrame(problems, columns=pcols)
+    return pd.DataFrame(list(kernels.values()), columns=kcols), pd.DataFrame(problems, columns=pcols, dtype=object)
+
+
+def _whole(v: Any) -> Any:
+    """A count read into a float column (pandas widens integers that sit beside missing values) as the
+    integer the instrument wrote; anything else as it is."""
+    if isinstance(v, float) and v == v and v.is_integer():
+        return int(v)
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        try:
+            return _whole(v.item())
+        except (ValueError, AttributeError):
+            return v
+    return v
 
 
 def _environment(ev: Evidence) -> dict[str, dict[str, Any]]:
@@ -223,12 +241,42 @@ def _environment(ev: Evidence) -> dict[str, dict[str, Any]]:
     arms = list(dict.fromkeys([*(a["name"] for a in ev.manifest.get("arms", []) if a.get("role", "arm") == "arm"),
                                *sorted(set(ev.sites["arm"]))]))
     manifest_env = ev.manifest.get("environment") or {}
+    cpu = _device(ev) == "cpu"
     for arm in arms:
         env = ev.environments.get(arm, {})
         entry = next((a for a in ev.manifest.get("arms", []) if a.get("name") == arm), {})
         versions = entry.get("versions") or {}
         out[arm] = {k: (versions.get(k) or env.get(k) or manifest_env.get(k)) for k in ENV_KEYS}
+        if cpu:  # the CPU backend: the device is the CPU, its capability what the arm's own process reported
+            out[arm]["device"] = out[arm]["device"] or "cpu"
+            out[arm]["capability"] = out[arm]["capability"] or _cpu_capability(ev, arm)
     return redact_obj(out)
+
+
+def _cpu_capability(ev: Evidence, arm: str) -> str | None:
+    """An arm's CPU capability as its own process reported it: ATen's (the cpuprobe header's
+    ``cpu_capability``), and oneDNN's ISA (its verbose log's ``info,cpu,isa:`` line), each named by source."""
+    root = getattr(ev.capture, "root", None)
+    if root is None:
+        return None
+    found: dict[str, str] = {}
+    for path in sorted(Path(root, arm).glob("rank*/cpuprobe*.jsonl"))[:8]:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                head = json.loads(fh.readline() or "{}")
+        except (OSError, ValueError):
+            continue
+        if isinstance(head, dict) and head.get("cpu_capability"):
+            found.setdefault("ATen", str(head["cpu_capability"]))
+    for path in sorted(Path(root, arm).glob("rank*/onednn*.log"))[:8]:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                for _, line in zip(range(40), fh):
+                    if ",info,cpu,isa:" in line:
+                        found.setdefault("oneDNN", line.split(",info,cpu,isa:", 1)[1].strip())
+        except OSError:
+            continue
+    return "; ".join(f"{k}: {v}" for k, v in found.items()) or None
 
 
 # --------------------------------------------------------------------------- raw records
@@ -377,8 +425,13 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
         counts = ", ".join(f"{k}: {v}" for k, v in sorted(p.counts().items())) or "no occurrence"
         first = "; ".join(f"rank {r}: `{fd['label']}` {fd['classification']} ({fd['role']})"
                           for r, fd in sorted(p.first_divergence.items())) or "none"
-        kind = "toggle " + ", ".join(f"{k}={v}" for k, v in p.toggle.items()) if p.toggle else "replica"
+        from forensics.judge.verdicts import toggle_text  # noqa: PLC0415
+
+        kind = "toggle " + toggle_text(p.toggle) if p.toggle else "replica"
         out.append(f"- `{p.arm}` ({kind}) vs `{p.baseline}`: {counts}. First divergence: {first}.")
+        if p.crash:
+            out.append(f"  - `{p.arm}` **{p.crash_word}**: {p.crash} (its log: passes/{p.arm}.log): what it did not "
+                       "run is no finding about the site")
     out.append(f"\nDiscriminator: {b.discriminator_gemm.statement}\n")
 
     out.append("## Kernel\n")
@@ -471,8 +524,10 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
 
     out.append("## Limits\n")
     if cpu:
-        out.append("What happens inside the implementation (why it is nondeterministic: how its threads split a "
-                   "reduction, the CNR mode, the ISA path taken) is not observable from these instruments; it needs "
+        named, hidden = _cpu_named(b.problems)
+        said = f"The library logs name {'; '.join(named)}. " if named else ""
+        out.append(f"{said}What happens inside the implementation (why it is nondeterministic: "
+                   f"{', '.join(hidden)}) is not observable from these instruments; it needs "
                    "the library's own controls (MKL_CBWR, ONEDNN_ settings) or the library owner (docs/limits.md). "
                    "`repro.py` uses random inputs of the captured shapes, not the captured values.\n")
     else:
@@ -481,6 +536,29 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
                    "counters or the library owner (docs/limits.md). `repro.py` uses random inputs of the captured "
                    "shapes, not the captured values.\n")
     return "\n".join(out) + "\n"
+
+
+def _cpu_named(problems: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """What the oneDNN/oneMKL lines attributed to the site name (ISA path, CNR mode, threads), and what
+    stays hidden inside the implementation: the Limits section says only what its evidence does not."""
+    def values(col: str, keep: Any = None) -> list[str]:
+        if problems is None or col not in problems:
+            return []
+        rows = problems if keep is None else problems[keep(problems)]
+        return sorted({str(v) for v in rows[col] if v is not None and v == v and str(v) not in ("", "<NA>")})
+
+    named, hidden = [], ["how its threads split a reduction"]
+    isa = values("implementation", lambda df: df["primitive"].astype(str) != "reorder") if "primitive" in problems else []
+    if isa:
+        named.append(f"the oneDNN implementation and ISA path taken ({', '.join(isa)})")
+    else:
+        hidden.append("the ISA path taken")
+    cnr = values("cnr")
+    if cnr:
+        named.append(f"oneMKL's CNR mode ({', '.join(cnr)}) and thread count ({', '.join(values('nthr'))})")
+    else:
+        hidden.append("the CNR mode")
+    return named, hidden
 
 
 # --------------------------------------------------------------------------- writing
@@ -503,7 +581,8 @@ def _safe_name(name: str) -> str:
 
 
 def read_section(path: str | Path) -> dict[str, Any]:
-    """A report section written by another tool: JSON ``{"title", "markdown", "data"}``.
+    """A report section written by another tool: JSON ``{"title", "markdown", "data"}``, or the file
+    ``forensics knob --json`` writes (its ``bundle_section``, paths made relative to the scanned trees).
 
     ``forensics.knobs.report.bundle_section`` returns exactly this shape.
     """
@@ -511,6 +590,14 @@ def read_section(path: str | Path) -> dict[str, Any]:
 
     path = Path(path)
     data = read_json(path, what="section file")
+    if isinstance(data, dict) and data.get("schema") == "forensics.knob":  # what `forensics knob --json` writes
+        from forensics.knobs.report import section_from_knob_json  # noqa: PLC0415
+
+        section = section_from_knob_json(data)
+        if section is None:
+            raise BadInput(path, "a forensics knob --json report without its bundle_section (written by an older "
+                                 "forensics): rerun `forensics knob ... --json FILE`")
+        return section
     if not isinstance(data, dict) or not isinstance(data.get("markdown"), str):
         raise BadInput(path, 'a bundle section is a JSON object {"title", "markdown", "data"}')
     return data
@@ -536,8 +623,10 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
     with tempfile.TemporaryDirectory() as tmp, doing("drawing the launch plot"):
         from forensics.evidence.plots import plot_launches  # noqa: PLC0415
 
+        cpu = bundle.device == "cpu"
         plot_path, note = plot_launches(_plot_frame(ev, bundle.site, red), Path(tmp) / "launches.png",
-                                        red.text(f"{bundle.site}: kernel launches per arm ({bundle.capture})"))
+                                        red.text(f"{bundle.site}: {'implementation-op executions' if cpu else 'kernel launches'}"
+                                                 f" per arm ({bundle.capture})"), device=bundle.device)
         plot_name = None
         if plot_path is not None:
             plot_name = "launches.png"
@@ -675,4 +764,13 @@ def _repro(ev: Evidence, bundle: Bundle) -> str:
     call = calls[0] if calls else None
     device = (bundle.environment.get(arm) or {}).get("device")
     problem = gemm_problem(label, row.to_dict(), call, device)
-    return render_repro(problem, repro_knobs(arm_knobs(ev, arm)), arm, bundle.capture, label)
+    seen = None
+    if problem is None and calls:
+        from forensics.judge.cpu import describe_calls  # noqa: PLC0415
+
+        by_inst: dict[str, list[dict[str, Any]]] = {}
+        for c in calls:
+            by_inst.setdefault(str(c.get("instrument")), []).append(c)
+        seen = "; ".join(f"{inst}: {describe_calls(pd.DataFrame(rows), inst)}" if inst in ("onednn", "mkl")
+                         else f"{inst}: {len(rows)} call(s)" for inst, rows in by_inst.items())
+    return render_repro(problem, repro_knobs(arm_knobs(ev, arm)), arm, bundle.capture, label, seen)

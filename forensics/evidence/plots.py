@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 
-def plot_launches(launches: pd.DataFrame, path: str | Path, title: str) -> tuple[Path | None, str]:
+def plot_launches(launches: pd.DataFrame, path: str | Path, title: str, device: str = "cuda") -> tuple[Path | None, str]:
     """One row per (arm, rank), one mark per launch in launch order, coloured by kernel.
 
     ``launches``: columns ``arm rank label kernel`` (one source per occurrence, launch order).
@@ -23,7 +23,8 @@ def plot_launches(launches: pd.DataFrame, path: str | Path, title: str) -> tuple
     except ImportError:
         return None, "matplotlib is not installed: no plot (pip install 'forensics[plot]')"
     if launches.empty:
-        return None, "no kernel launch was attributed to the site: nothing to plot"
+        what = "implementation-op execution (an op that calls oneDNN or oneMKL)" if device == "cpu" else "kernel launch"
+        return None, f"no {what} was attributed to the site: nothing to plot"
     from forensics.judge.arm_evidence import kernel_family  # noqa: PLC0415
     from parsers.demangle import short_name  # noqa: PLC0415
 

@@ -125,8 +125,13 @@ def repro_knobs(env: dict[str, str]) -> dict[str, str]:
 
 
 def render_repro(problem: GemmProblem | None, knobs: dict[str, str], arm: str, capture_name: str,
-                 site_label: str) -> str:
-    """Source of the standalone repro script (torch only)."""
+                 site_label: str, calls_seen: str | None = None) -> str:
+    """Source of the standalone repro script (torch only).
+
+    ``calls_seen``: the library calls the capture attributed to a site that is not a GEMM (what the
+    report's descriptor table shows): named, so that "no problem descriptor" is never said of them."""
+    if problem is None and calls_seen:
+        return _NOT_GEMM.format(label=site_label, version=__version__, calls=calls_seen.replace('"', "'"))
     if problem is None:
         return _NO_PROBLEM.format(label=site_label, version=__version__)
     desc = asdict(problem)
@@ -148,6 +153,20 @@ generated. See report.md.
 import sys
 
 print("repro: no problem descriptor was captured for {label}; nothing to run")
+sys.exit(2)
+'''
+
+_NOT_GEMM = '''#!/usr/bin/env python3
+"""repro.py for {label} (forensics {version}).
+
+This site is not a GEMM: the problem descriptors report.md shows are the library calls the op issued
+({calls}), not the op's own GEMM problem, and repro.py reproduces GEMM sites only. Rerun the op
+itself with the shapes of the site records (raw/) to reproduce it. See report.md.
+"""
+import sys
+
+print("repro: {label} is not a GEMM site; the library calls captured under it ({calls}) are in report.md; "
+      "repro.py reproduces GEMM sites only: nothing to run")
 sys.exit(2)
 '''
 

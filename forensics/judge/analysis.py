@@ -787,7 +787,7 @@ def library_rows(launches: pd.DataFrame, calls: pd.DataFrame, observed: pd.DataF
     return pd.DataFrame(rows, columns=cols)
 
 
-def no_launch_message(site: str, labels: list[str], instruments: set[str]) -> str:
+def no_launch_message(site: str, labels: list[str], instruments: set[str], device: str | None = None) -> str:
     """What to say when nothing was attributed to ``site``: that its ranges were not seen at all, or
     (they were) that nothing inside them is what the instruments count. On the CPU backend that is
     an op no library serves: ATen's own kernels have the profiler's word only."""
@@ -796,7 +796,7 @@ def no_launch_message(site: str, labels: list[str], instruments: set[str]) -> st
         return f"no launch attributed to site {site} (sites seen: {', '.join(labels[:8]) or 'none'})"
     from forensics import instruments as registry  # noqa: PLC0415
 
-    if registry.devices_of(instruments) == {registry.CPU}:
+    if device == registry.CPU or (device is None and registry.devices_of(instruments) == {registry.CPU}):
         return (f"site {site} ran inside the window ({', '.join(seen[:4])}), but no op inside it calls a library "
                 "that a second instrument logs (oneDNN, oneMKL): ATen's own CPU kernels (layer norm, elementwise "
                 "ops, reductions) have the profiler's word only, so nothing there can be NAMED")
@@ -822,9 +822,16 @@ def analyze(capture: str | Path | Capture, site: str | None = None, keep_going: 
     if len(extra):  # library calls no verdict row shows are rows too (SINGLE-SOURCE), never dropped
         verdicts = pd.concat([verdicts, extra], ignore_index=True) if len(verdicts) else extra
     missing = list(cap.missing)
+    from forensics.capture.exits import arm_crash, crash_word  # noqa: PLC0415
+
+    for entry in cap.manifest.get("arms") or []:
+        crash = arm_crash(entry)
+        if crash and isinstance(entry, dict) and entry.get("role", "arm") == "arm":
+            notes.insert(0, f"arm {entry.get('name')} {crash_word(crash)}: {crash}; what it recorded before it ended is "
+                            "counted, what it did not run is no finding about the site")
     if site and not len(verdicts):
         labels = sorted(set(launches["site_label"].dropna()) | set(sites.get("label", pd.Series(dtype=str)).dropna()))
-        missing.append(no_launch_message(site, labels, cap.instruments()))
+        missing.append(no_launch_message(site, labels, cap.instruments(), cap.manifest.get("device")))
     return Analysis(cap, site, launches, calls, sites, counts, verdicts, missing, notes, facts, losses)
 
 

@@ -79,6 +79,8 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
 def what_is_named(an: Analysis) -> tuple[str, str]:
     """(what is counted, what is named): kernel launches on the GPU, implementation ops on the CPU."""
     devices = instruments.devices_of(an.capture.instruments())
+    if an.capture.manifest.get("device") in (instruments.CPU, instruments.CUDA):  # the backend `kernel` ran
+        devices = {an.capture.manifest["device"]}
     if devices == {instruments.CPU}:
         return "implementation-op executions", "implementation"
     if instruments.CPU in devices:
@@ -182,6 +184,9 @@ def render_markdown(an: Analysis) -> str:
         lines += [f"- {'not counted' if u.get('metadata') else 'not recognised'}: `{u['path']}`: {u['why']}"
                   for u in cap.unread]
         lines += [""]
+    ended = [n for n in an.notes if n.startswith("arm ") and (" CRASHED: " in n or " FAILED: " in n or " TIMED OUT: " in n)]
+    if ended:
+        lines += ["## Arms that did not run to their end", ""] + [f"- {n}" for n in ended] + [""]
     fams = _families(an)
     heads = [instruments.FAMILIES[f].column for f in fams]
     lines += ["## Verdicts", "", f"| arm | rank | scope | {noun} | " + " | ".join(heads) + " | verdict | reason |",

@@ -23,6 +23,7 @@ import pandas as pd
 from forensics.judge.arm_evidence import ALGO_COLUMNS, Evidence, from_analysis, kernel_family, load_evidence, missing
 from forensics.capture.directory import Capture
 from forensics.capture.environment import RELEVANT_PREFIXES
+from forensics.capture.exits import arm_crash
 from forensics.site import Occurrence, parse_site, parse_site_or_occurrence, split_label
 
 IDENTICAL = "IDENTICAL"
@@ -33,8 +34,9 @@ SAME_KERNEL_DIFFERENT_BITS = "SAME KERNEL, DIFFERENT BITS"
 BITS_DIFFER_KERNEL_UNKNOWN = "BITS DIFFER, KERNEL UNKNOWN"
 NO_COUNTERPART = "NO COUNTERPART"
 NO_DIGEST = "NO DIGEST"
+ARM_CRASHED = "ARM ENDED"
 CLASSIFICATIONS = (IDENTICAL, NO_DIFFERENCE_SEEN, INPUTS_DIFFER, SELECTION_DIFFERS, SAME_KERNEL_DIFFERENT_BITS,
-                   BITS_DIFFER_KERNEL_UNKNOWN, NO_COUNTERPART, NO_DIGEST)
+                   BITS_DIFFER_KERNEL_UNKNOWN, NO_COUNTERPART, NO_DIGEST, ARM_CRASHED)
 MEANING = {
     IDENTICAL: "inputs and output bit-identical by order-sensitive digests (and the same kernel/algo where known)",
     NO_DIFFERENCE_SEEN: ("inputs and output digests equal, but only by order-independent digests "
@@ -45,6 +47,8 @@ MEANING = {
     BITS_DIFFER_KERNEL_UNKNOWN: "inputs matched, output differs, no instrument attributed a kernel to the occurrence",
     NO_COUNTERPART: "the occurrence exists in one arm only: control flow diverged",
     NO_DIGEST: "a digest is missing (hash not recorded): bits cannot be compared",
+    ARM_CRASHED: "the arm's process ended (a crash, an exit status or its timeout) before this occurrence ran: "
+                 "not a control-flow divergence",
 }
 
 #: Variables that configure the instruments, not the computation: never a comparability difference.
@@ -227,7 +231,10 @@ def _arm_fact(ev: Evidence, arm: str, key: str) -> Any:
 def comparability(ev: Evidence, arm: str, baseline: str) -> list[str]:
     """Why two arms are NOT comparable (empty list: comparable). The declared toggle may differ."""
     reasons: list[str] = []
+    declared = set((arm_entries(ev.manifest).get(arm, {}).get("toggle") or {}))
     for key in ("command", "world_size", "seed"):
+        if key in declared:
+            continue  # an --arm-command arm: its command line is the declared difference
         a, b = _arm_fact(ev, baseline, key), _arm_fact(ev, arm, key)
         if a is not None and b is not None and a != b:
             reasons.append(f"{key} differs: {baseline}={a!r} {arm}={b!r}")
@@ -319,6 +326,13 @@ class ArmPair:
     reasons: list[str]
     occurrences: pd.DataFrame  # OCCURRENCE_COLUMNS, baseline execution order per rank
     first_divergence: dict[int, dict[str, Any]] = field(default_factory=dict)
+    crash: str | None = None  # why the arm's process did not run to its end (killed by SIGILL ...), from the manifest
+
+    @property
+    def crash_word(self) -> str | None:
+        from forensics.capture.exits import crash_word  # noqa: PLC0415
+
+        return crash_word(self.crash)
 
     def counts(self) -> dict[str, int]:
         if self.occurrences.empty:
@@ -327,7 +341,7 @@ class ArmPair:
 
     def to_dict(self) -> dict[str, Any]:
         return {"baseline": self.baseline, "arm": self.arm, "toggle": self.toggle, "comparable": self.comparable,
-                "reasons": self.reasons, "counts": self.counts(),
+                "reasons": self.reasons, "counts": self.counts(), "crash": self.crash, "crash_word": self.crash_word,
                 "first_divergence": {str(r): v for r, v in self.first_divergence.items()},
                 "occurrences": records(self.occurrences)}
 
@@ -352,7 +366,7 @@ class ArmComparison:
         return [p for p in self.pairs if not p.toggle]
 
     def diverged(self) -> bool:
-        return any(p.first_divergence for p in self.pairs if p.comparable)
+        return any(p.first_divergence or p.crash for p in self.pairs if p.comparable)
 
     def to_dict(self) -> dict[str, Any]:
         return {"baseline": self.baseline, "site": self.site, "pairs": [p.to_dict() for p in self.pairs]}
@@ -360,7 +374,8 @@ class ArmComparison:
 
 OCCURRENCE_COLUMNS = ["rank", "seq", "label", "site", "occurrence", "classification", "inputs_match",
                       "inputs_proven", "bits_differ", "bits_proven", "kernel_baseline", "kernel_arm", "grid_block_baseline", "grid_block_arm",
-                      "algo_baseline", "algo_arm", "kernel_source", "detail"]
+                      "algo_baseline", "algo_arm", "kernel_source", "detail", "implementation_baseline",
+                      "implementation_arm"]
 
 
 def _pair_occurrences(ev: Evidence, sites: pd.DataFrame, baseline: str, arm: str) -> pd.DataFrame:
@@ -397,12 +412,21 @@ def _occurrence_row(ev: Evidence, rank: int, seq: int, label: str, a: dict | Non
     bits_differ = None if outs[0] is None else not outs[0]
     bits_proven = outs[1]
     detail = MEANING[cls]
+    impl_a = implementation_text(la, ev.call_rows(baseline, rank, label)) if a is not None else None
+    impl_b = implementation_text(lb, ev.call_rows(arm, rank, label)) if b is not None else None
     if cls == SELECTION_DIFFERS:
         launch_what = "kernel/grid/block" if any(x[1] not in ("None", "nan") for x in ka + kb) else "kernel"
-        what = [w for w, differs in ((launch_what, ka and kb and ka != kb), ("algo", aa and ab and aa != ab))
-                if differs]
         bits = "differ" if bits_differ else ("identical" if bits_proven else "no difference seen (order-independent digest)")
-        detail = f"{' and '.join(what)} {'differ' if len(what) > 1 else 'differs'}; bits {bits}"
+        if ka and kb and ka != kb:  # who ran, as the instruments named it on each side
+            grid = launch_what != "kernel"
+            ran_a = impl_a + (f" @ {' + '.join(f'{g}x{bl}' for _, g, bl in ka)}" if grid else "")
+            ran_b = impl_b + (f" @ {' + '.join(f'{g}x{bl}' for _, g, bl in kb)}" if grid else "")
+            detail = f"{launch_what} differs: {baseline} ran {ran_a}, {arm} ran {ran_b}"
+            if aa and ab and aa != ab:
+                detail += "; algo differs too"
+        else:
+            detail = f"algo differs: {baseline} ran {_algo_text(aa)}, {arm} ran {_algo_text(ab)}"
+        detail += f"; bits {bits}"
     elif cls == SAME_KERNEL_DIFFERENT_BITS and not (aa and ab):
         detail += " (algo descriptor not captured)"
     elif cls == BITS_DIFFER_KERNEL_UNKNOWN and aa and ab:
@@ -418,17 +442,38 @@ def _occurrence_row(ev: Evidence, rank: int, seq: int, label: str, a: dict | Non
             "grid_block_baseline": " + ".join(f"{g}x{bl}" for _, g, bl in ka) or None,
             "grid_block_arm": " + ".join(f"{g}x{bl}" for _, g, bl in kb) or None,
             "algo_baseline": _algo_text(aa), "algo_arm": _algo_text(ab),
-            "kernel_source": ",".join(sources) or None, "detail": detail}
+            "kernel_source": ",".join(sources) or None, "detail": detail,
+            "implementation_baseline": impl_a, "implementation_arm": impl_b}
+
+
+def implementation_text(launches: Any, calls: Any) -> str | None:
+    """Who ran one occurrence, as the instruments named it: the kernel(s) (on the CPU the implementation
+    op), with the library call a CPU log attributed (``aten::mkldnn_convolution -> oneDNN convolution
+    jit_1x1:avx2``); None when no instrument attributed a kernel."""
+    sig = kernel_signature(launches)
+    if not sig:
+        return None
+    text = _kernels_text(sig)
+    rows = _as_rows(calls)
+    for inst in ("onednn", "mkl"):
+        mine = [r for r in rows if r.get("instrument") == inst]
+        if mine:
+            from forensics.judge.cpu import main_call  # noqa: PLC0415
+
+            lib = main_call(pd.DataFrame(mine), inst)
+            return f"{text} -> {lib}" if lib else text
+    return text
 
 
 def _first_divergence(occ: pd.DataFrame) -> dict[int, dict[str, Any]]:
     out = {}
     for rank, rows in occ.groupby("rank", sort=True):
-        hit = rows[(rows["bits_differ"] == True) | (rows["classification"] == NO_COUNTERPART)]  # noqa: E712
+        hit = rows[(rows["bits_differ"] == True) | rows["classification"].isin((NO_COUNTERPART, ARM_CRASHED))]  # noqa: E712
         if not hit.empty:
             row = hit.iloc[0].to_dict()
             row["role"] = ("origin" if row.get("inputs_proven") else "origin, unproven") if row["inputs_match"] is True \
-                else ("receiver" if row["inputs_match"] is False else "control flow")
+                else ("receiver" if row["inputs_match"] is False else
+                      "arm ended" if row["classification"] == ARM_CRASHED else "control flow")
             out[int(rank)] = _plain(row)
     return out
 
@@ -451,11 +496,20 @@ def compare_arms(source: Any, site: str | None = None, arms: list[str] | None = 
             continue
         reasons = comparability(ev, arm, base)
         toggle = dict(entries.get(arm, {}).get("toggle") or {})
+        crash = arm_crash(entries.get(arm))
+        base_crash = arm_crash(entries.get(base))
         if reasons and not force:
             occ = pd.DataFrame(columns=OCCURRENCE_COLUMNS)
         else:
             occ = _pair_occurrences(ev, sites, base, arm)
-        pairs.append(ArmPair(base, arm, toggle, not reasons, reasons, occ, _first_divergence(occ)))
+            # what a crashed arm (or a crashed baseline) lacks is missing because it ended, not control flow
+            for who, why in ((arm, crash), (base, base_crash)):
+                if why and not occ.empty:
+                    lacks = (occ["classification"] == NO_COUNTERPART) & occ["inputs_match"].isna()
+                    lacks &= ~occ["label"].isin(set(sites[sites["arm"] == who]["label"]))
+                    occ.loc[lacks, "classification"] = ARM_CRASHED
+                    occ.loc[lacks, "detail"] = f"{who} ended before it ran this occurrence: {why}"
+        pairs.append(ArmPair(base, arm, toggle, not reasons, reasons, occ, _first_divergence(occ), crash))
     return ArmComparison(base, site, pairs)
 
 
@@ -629,6 +683,11 @@ def _statement(instances: pd.DataFrame, cells: pd.DataFrame, separating: list[st
 
 
 # --------------------------------------------------------------------------- toggle report
+def toggle_text(toggle: dict[str, Any]) -> str:
+    """A declared difference as text: ``OMP_NUM_THREADS=2``, or ``command 'python train.py --threads 2'``."""
+    return ", ".join(f"command {v!r}" if k == "command" else f"{k}={v}" for k, v in toggle.items())
+
+
 @dataclass
 class ToggleResult:
     """One toggle arm against the baseline: did the kernel, the algo, the bits change at the site?
@@ -649,6 +708,13 @@ class ToggleResult:
     baseline_run_to_run: str | None = None  # replica arms' own behaviour, to read bits_changed against
     #: False when ``bits_changed`` is False only by order-independent digests somewhere (not proven).
     bits_unchanged_proven: bool = True
+    crash: str | None = None  # the arm's process did not run to its end: a finding of its own
+
+    @property
+    def crash_word(self) -> str | None:
+        from forensics.capture.exits import crash_word  # noqa: PLC0415
+
+        return crash_word(self.crash)
 
     def summary(self) -> str:
         def word(v: bool | None, what: str) -> str:
@@ -656,16 +722,26 @@ class ToggleResult:
                 return "bits: no change seen (order-independent digests only: unproven)"
             return f"{what} unknown" if v is None else f"{what} {'CHANGED' if v else 'unchanged'}"
 
-        knob = ", ".join(f"{k}={v}" for k, v in self.toggle.items())
+        knob = toggle_text(self.toggle)
+        if self.crash:
+            return (f"{knob}: {self.crash_word}: {self.crash}: the program does not run to its end with this "
+                    f"setting (vs {self.baseline}, which did)")
         if not self.comparable:
             return f"{knob}: NOT COMPARABLE with {self.baseline} ({'; '.join(self.reasons)})"
-        return (f"{knob}: {word(self.kernel_changed, 'kernel')}, {word(self.algo_changed, 'algo')}, "
-                f"{word(self.bits_changed, 'bits')} (vs {self.baseline})")
+        kernel = word(self.kernel_changed, 'kernel')
+        if self.kernel_changed and "implementation_arm" in self.occurrences:
+            hit = self.occurrences[self.occurrences["kernel_changed"] == True]  # noqa: E712
+            if len(hit):
+                row = hit.iloc[0]
+                kernel += (f" ({self.baseline} ran {row['implementation_baseline']}, {self.arm} ran "
+                           f"{row['implementation_arm']}{' at ' + str(row['label']) if len(self.occurrences) > 1 else ''})")
+        return f"{knob}: {kernel}, {word(self.algo_changed, 'algo')}, {word(self.bits_changed, 'bits')} (vs {self.baseline})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "toggle": self.toggle, "baseline": self.baseline, "comparable": self.comparable,
                 "reasons": self.reasons, "kernel_changed": self.kernel_changed, "algo_changed": self.algo_changed,
                 "bits_changed": self.bits_changed, "bits_unchanged_proven": self.bits_unchanged_proven,
+                "crash": self.crash, "crash_word": self.crash_word,
                 "baseline_run_to_run": self.baseline_run_to_run,
                 "summary": self.summary(), "occurrences": records(self.occurrences)}
 
@@ -727,12 +803,13 @@ def toggle_report(source: Any, site: str | None = None, names: list[str] | None 
             "bits_changed": occ["bits_differ"], "inputs_changed": occ["inputs_match"].map(
                 lambda v: None if v is None else not v),
             "kernel_baseline": occ["kernel_baseline"], "kernel_arm": occ["kernel_arm"],
-            "algo_baseline": occ["algo_baseline"], "algo_arm": occ["algo_arm"]})
+            "algo_baseline": occ["algo_baseline"], "algo_arm": occ["algo_arm"],
+            "implementation_baseline": occ["implementation_baseline"], "implementation_arm": occ["implementation_arm"]})
         unchanged = occ[occ["bits_differ"] == False]  # noqa: E712
         results.append(ToggleResult(pair.arm, pair.toggle, pair.baseline, pair.comparable, pair.reasons,
                                     _any(list(per["kernel_changed"])), _any(list(per["algo_changed"])),
                                     _any([None if pd.isna(v) else bool(v) for v in per["bits_changed"]]),
-                                    per, run_to_run, all(bool(v) for v in unchanged["bits_proven"])))
+                                    per, run_to_run, all(bool(v) for v in unchanged["bits_proven"]), pair.crash))
     return ToggleReport(site, comparison.baseline, results)
 
 

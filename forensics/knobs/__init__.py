@@ -156,6 +156,23 @@ def _py_batch(paths: list[str], name: str) -> list[tuple[str, str | None, dict[s
     return [_py_job(p, name) for p in paths]
 
 
+def _rebased(body: Any, path: str) -> Any:
+    """A cached result for this file: results are shared by content, so the one stored may name the
+    path of another copy of the same file (another virtualenv's site-packages); it names this one."""
+    old = body.get("file") if isinstance(body, dict) else None
+    if not isinstance(old, str) or old == path:
+        return body
+
+    def swap(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: swap(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [swap(x) for x in v]
+        return path if v == old else v
+
+    return swap(body)
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
     method = "fork" if "torch" not in sys.modules and sys.platform.startswith("linux") else "spawn"
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
@@ -180,7 +197,7 @@ def scan(name: str, paths: list[str] | None = None, *, use_cache: bool = True, w
             keys[path] = key
             hit, body = cache.lookup(key, kind, name)
             if hit:
-                store[path] = body
+                store[path] = _rebased(body, path)
             else:
                 misses[kind].append(path)
     workers = workers or min(os.cpu_count() or 1, 8)

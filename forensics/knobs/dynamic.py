@@ -182,29 +182,102 @@ class DynamicResult:
                 "passes": self.passes, "error": self.error, "device": self.device}
 
 
-def reach_line(r: Any) -> str:
-    """One toggle arm's dynamic verdict: does flipping the knob change what runs at the site?
+#: The grades of dynamic reach, strongest first (docs/commands/knob.md).
+REACH_KERNEL = "REACHES (kernel/implementation changed)"
+REACH_ALGO = "REACHES (algo or attributes changed, bits unchanged)"
+REACH_ALGO_BITS = "REACHES (algo or attributes changed, bits changed)"
+REACH_BITS = "REACHES (bits only)"
+NOT_SEEN = "NOT SEEN"
 
-    REACHES when the kernel (implementation) or its algo descriptor changed at the site; NOT SEEN
-    when both were captured and unchanged (a static scan or another site may still show it read);
-    UNKNOWN otherwise. A bit change alone is reported but proves reach only when the replica arms
-    are bit-identical (``baseline_run_to_run``).
+
+def reach_line(r: Any) -> str:
+    """One toggle arm's dynamic verdict, graded, with the evidence it rests on.
+
+    REACHES (kernel/implementation changed) when the kernel (on the CPU the implementation op) differs
+    at an occurrence; REACHES (algo or attributes changed, ...) when only the algo descriptor does (a
+    cuBLASLt algo, a oneDNN primitive's implementation or attributes such as ``attr-fpmath:bf16``, a
+    oneMKL mode), saying whether the bits changed too; REACHES (bits only) when kernel and algo are
+    unchanged but the output bits differ while the replica arms are bit-identical; NOT SEEN when kernel,
+    algo and bits were all captured and unchanged (a static scan or another site may still show it
+    read); UNKNOWN otherwise. An arm that crashed is a finding of its own.
     """
     knob = ", ".join(f"{k}={v}" for k, v in getattr(r, "toggle", {}).items())
     kernel, algo = getattr(r, "kernel_changed", None), getattr(r, "algo_changed", None)
+    bits = getattr(r, "bits_changed", None)
+    crash = getattr(r, "crash", None)
+    if crash:  # a dynamic finding of its own: the knob makes the program crash (or fail)
+        word = getattr(r, "crash_word", None) or "CRASHED"
+        return (f"{knob}: the program {word} with it ({crash}) while the baseline arm ran: the knob reaches the "
+                "process; whether it reaches the site is not measurable")
     if not getattr(r, "comparable", True):
         return f"{knob}: reach UNKNOWN (arms not comparable)"
-    changed = [w for w, v in (("kernel", kernel), ("algo descriptor", algo)) if v]
-    if changed:
-        return f"{knob}: REACHES the site ({' and '.join(changed)} changed at the site, from the captured records)"
+    base, arm = getattr(r, "baseline", "baseline"), getattr(r, "arm", "arm")
+    occ = getattr(r, "occurrences", None)
     run_to_run = getattr(r, "baseline_run_to_run", None)
     replicas_equal = bool(run_to_run) and "bit-identical" in run_to_run
-    if getattr(r, "bits_changed", None) and replicas_equal:
+    if kernel:
+        return f"{knob}: {REACH_KERNEL} at the site; evidence: {_kernel_evidence(occ, base, arm)}"
+    if algo:
+        grade = REACH_ALGO if bits is False else REACH_ALGO_BITS if bits else "REACHES (algo or attributes changed, bits unknown)"
+        return f"{knob}: {grade} at the site; evidence: {_algo_evidence(occ, base, arm)}"
+    if bits and replicas_equal:
         seen = "kernel and algo unchanged" if kernel is False and algo is False else "kernel and algo not both captured"
-        return f"{knob}: REACHES the site (bits changed while the replica arms are bit-identical; {seen})"
+        return (f"{knob}: {REACH_BITS} at the site (bits changed while the replica arms are bit-identical; {seen}); "
+                f"evidence: {_bits_evidence(occ)}")
+    if kernel is False and algo is False and bits is False:
+        return (f"{knob}: change {NOT_SEEN} at the site (kernel, algo descriptor and bits unchanged); evidence: "
+                f"{_same_evidence(occ, base, arm)}")
     if kernel is False and algo is False:
-        return f"{knob}: change NOT SEEN at the site (kernel and algo descriptor unchanged)"
+        return f"{knob}: change {NOT_SEEN} at the site (kernel and algo descriptor unchanged; bits: {_bits_word(bits, run_to_run)})"
     return f"{knob}: reach UNKNOWN (kernel/algo not captured at the site)"
+
+
+def _rows(occ: Any, column: str) -> list[dict[str, Any]]:
+    if occ is None or not hasattr(occ, "to_dict") or column not in getattr(occ, "columns", []):
+        return []
+    return [row for row in occ.to_dict("records") if row.get(column) is True]
+
+
+def _kernel_evidence(occ: Any, base: str, arm: str) -> str:
+    rows = _rows(occ, "kernel_changed")
+    if not rows:
+        return "the kernel differs in the captured records"
+    row = rows[0]
+    a = row.get("implementation_baseline") or row.get("kernel_baseline")
+    b = row.get("implementation_arm") or row.get("kernel_arm")
+    return f"{base} ran {a}, {arm} ran {b} at {row.get('label')} ({len(rows)} of {len(occ)} occurrence(s))"
+
+
+def _algo_evidence(occ: Any, base: str, arm: str) -> str:
+    rows = _rows(occ, "algo_changed")
+    if not rows:
+        return "the algo descriptor differs in the captured records"
+    row = rows[0]
+    a_rows, b_rows = str(row.get("algo_baseline") or "").split(" | "), str(row.get("algo_arm") or "").split(" | ")
+    pairs = [(x, y) for x, y in zip(a_rows, b_rows) if x != y] or [(" | ".join(a_rows), " | ".join(b_rows))]
+    x, y = pairs[0]
+    return f"{base} `{x}`, {arm} `{y}` at {row.get('label')} ({len(rows)} of {len(occ)} occurrence(s))"
+
+
+def _bits_evidence(occ: Any) -> str:
+    rows = _rows(occ, "bits_changed")
+    if not rows:
+        return "the output digests differ"
+    return f"output digest differs at {rows[0].get('label')} ({len(rows)} of {len(occ)} occurrence(s)), inputs equal"
+
+
+def _same_evidence(occ: Any, base: str, arm: str) -> str:
+    if occ is None or not len(occ):
+        return "no occurrence compared"
+    row = occ.to_dict("records")[0]
+    what = row.get("implementation_baseline") or row.get("kernel_baseline") or "the same kernel"
+    return f"{base} and {arm} both ran {what}, same algo descriptor and output bits at {len(occ)} occurrence(s)"
+
+
+def _bits_word(bits: Any, run_to_run: Any) -> str:
+    if bits is None:
+        return "unknown"
+    return f"changed, but {run_to_run}" if bits else "unchanged"
 
 
 def env_arms(name: str, values: list[str]) -> dict[str, dict[str, str]]:

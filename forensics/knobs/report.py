@@ -258,6 +258,27 @@ def bundle_section(report: KnobReport) -> dict[str, Any]:
     return {"title": f"Knob scope: {report.name}", "markdown": "\n".join(lines) + "\n", "data": data}
 
 
+def knob_json(report: KnobReport) -> dict[str, Any]:
+    """What ``forensics knob --json`` writes: :func:`to_json` plus ``bundle_section`` (its title and
+    markdown), so that ``forensics bundle --section`` takes the file as it is (docs/bundle.md)."""
+    out = to_json(report)
+    section = bundle_section(report)
+    out["bundle_section"] = {"title": section["title"], "markdown": section["markdown"]}
+    return out
+
+
+def section_from_knob_json(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The bundle section ``{"title", "markdown", "data"}`` of a ``forensics knob --json`` file; None
+    when the file carries no ``bundle_section`` (written before it did)."""
+    sec = obj.get("bundle_section")
+    if not isinstance(sec, dict) or not isinstance(sec.get("markdown"), str):
+        return None
+    paths = [p for p in obj.get("paths") or [] if isinstance(p, str)]
+    data = _relative({k: v for k, v in obj.items() if k != "bundle_section"}, paths)
+    data["paths"] = [os.path.basename(p.rstrip("/")) or p for p in data.get("paths") or [] if isinstance(p, str)]
+    return {"title": str(sec.get("title") or f"Knob scope: {obj.get('knob')}"), "markdown": sec["markdown"], "data": data}
+
+
 def _relative(value: Any, roots: list[str]) -> Any:
     """Every string that is a path under a scanned root (or holds one, as ``path:line``) made relative."""
     if isinstance(value, dict):

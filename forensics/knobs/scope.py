@@ -146,6 +146,7 @@ def choose_device(site: Site | Occurrence, result: StaticScan, requested: str | 
     Auto: cuda when Transformer Engine is under the scanned paths (its GEMMs and attention run on
     CUDA); cpu when the torch under them is a CPU build (libtorch_cpu without libtorch_cuda: an
     ATen op -- or a ``gemm:`` site named from an ATen GEMM -- can only run on the CPU there);
+    with no torch under them at all (``--path DIR``), cpu when this machine has no CUDA device;
     otherwise cuda.
     """
     if requested in DEVICES:
@@ -157,6 +158,13 @@ def choose_device(site: Site | Occurrence, result: StaticScan, requested: str | 
     has_cuda = any(fnmatch.fnmatch(b, "libtorch_cuda*.so*") for b in libs)
     if has_cpu and not has_cuda:
         return "cpu", "the torch under the scanned paths is a CPU build (libtorch_cpu, no libtorch_cuda); --device cuda checks the CUDA path"
+    if not has_cpu and not has_cuda:  # no torch under the paths (--path DIR): the machine decides
+        from forensics.capture.passes import cuda_status  # noqa: PLC0415
+
+        ok, reason = cuda_status()
+        if not ok:
+            return "cpu", (f"no torch under the scanned paths and this machine has no CUDA device ({reason}); "
+                           "--device cuda checks the CUDA path")
     return "cuda", "default; --device cpu checks the CPU path"
 
 

@@ -211,9 +211,13 @@ def suggest_site(results: dict[int, RankResult]) -> Divergence | None:
 
 
 def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str,
-                 steps: list[int | None] | None = None) -> str:
+                 steps: list[int | None] | None = None, differences: Any = None) -> str:
     """The command to run next: ``forensics kernel`` on the site (occurrence, rank and the traced
-    steps, so occurrences count alike), or a wider trace when no ORIGIN was found."""
+    steps, so occurrences count alike), or a wider trace when no ORIGIN was found.
+
+    ``differences`` (:class:`forensics.tracediff.arms.RunDifferences`): what differs between the
+    runs becomes arms of the kernel rerun: run A's setting of each differing knob in every arm
+    (``--env``), B's as a ``--toggle``, B's command line as an ``--arm-command``."""
     cmd = shlex.join(argv) if argv else "<command>"
     if origin is not None and origin.site and origin.evidence != "proven":
         step = f" --steps {origin.step}" if isinstance(origin.step, int) else ""
@@ -223,7 +227,8 @@ def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str
         site = f"{origin.site}#{origin.occurrence}" if origin.occurrence else origin.site
         known = sorted(s for s in (steps or []) if isinstance(s, int))
         window = "" if not known else f" --steps {known[0]}" + (f"-{known[-1]}" if known[-1] != known[0] else "")
-        return f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{window} -- {cmd}"
+        arms = "" if differences is None else "".join(" " + shlex.quote(x) for x in differences.kernel_options())
+        return f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{window}{arms} -- {cmd}"
     return f"forensics trace --steps all --ranks all --out <dir> -- {cmd}"
 
 
@@ -310,7 +315,11 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
         report.site, report.occurrence = origin.site, origin.occurrence
         report.site_rank, report.site_step = origin.rank, origin.step
     steps = report.ranks[origin.rank].steps if origin is not None else None
-    report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps)
+    from forensics.tracediff.arms import differences_of  # noqa: PLC0415
+
+    differences = differences_of({"comparability": report.comparability,
+                                  "config_differences": report.config_differences}, run_info_a.get("argv"))
+    report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps, differences)
     if isinstance(world, int) and len(report.ranks) < world and report.pattern in ("none", "only_receivers"):
         report.warnings.append(f"{len(report.ranks)} of {world} ranks compared: a clean result says nothing "
                                "about the ranks not traced")

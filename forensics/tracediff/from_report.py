@@ -46,6 +46,7 @@ class FromReport:
     reason: str  # why this site, or why none
     steps: str | None = None
     warnings: list[str] = field(default_factory=list)
+    differences: Any = None  # forensics.tracediff.arms.RunDifferences: what differs, as arms
 
     @property
     def ok(self) -> bool:
@@ -216,20 +217,49 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
     res = FromReport(site=site, occurrence=occurrence, rank=site_rank, verdict="ORIGIN", command=None,
                      reason=f"ORIGIN {identity} on rank {site_rank} (evidence proven, pattern {rep.get('pattern')})",
                      steps=steps, warnings=list(origin.get("warnings") or []))
+    from forensics.tracediff.arms import differences_of  # noqa: PLC0415
+
+    res.differences = differences_of(rep, cmd)
+    armed = {f"env.{k.name}" for k in res.differences.knobs if k.b is not None}
+    armed |= {"argv"} if res.differences.argv_b else set()
     differs = [d for d in rep.get("comparability") or [] if isinstance(d, dict)
-               and d.get("severity") in ("warning", "info") and d.get("field") not in ("steps",)]
+               and d.get("severity") in ("warning", "info") and d.get("field") not in ("steps",)
+               and d.get("field") not in armed]
+    for line in _arm_lines(res.differences):
+        res.warnings.append(line)
+    import os  # noqa: PLC0415
+
+    for k in res.differences.knobs:  # run A had it unset: every arm inherits this shell's value
+        if k.a is None and k.b is not None and os.environ.get(k.name) not in (None, k.a):
+            res.warnings.append(f"this shell sets {k.name}={os.environ[k.name]!r}, which run A did not set: the arms "
+                                f"that stand for run A run with it; unset it to rerun run A's setting")
+    res.warnings += res.differences.notes()
     if differs:
         shown = "; ".join(f"{d.get('field')}: A={d.get('a')!r} B={d.get('b')!r}" for d in differs[:3])
-        res.warnings.append(f"the diffed runs differ ({shown}{'; ...' if len(differs) > 3 else ''}): this rerun runs "
-                            f"{'the given command' if command else 'run A' + chr(39) + 's command'} in every arm, so its "
-                            "replica arms show whether the site varies from run to run at one setting, not what the "
-                            "difference between the two runs does to it (for an environment knob, `forensics knob "
-                            "NAME --site SITE -- CMD` adds a toggle arm)")
+        res.warnings.append(f"the diffed runs also differ in what no arm reproduces ({shown}"
+                            f"{'; ...' if len(differs) > 3 else ''}): every arm runs "
+                            f"{'the given command' if command else 'run A' + chr(39) + 's command'} with this shell's "
+                            "setting of these, so what that difference does to the site is not seen here")
     argv = ["forensics", "kernel", "--site", res.site_arg, "--ranks", str(site_rank)]
     if steps:
         argv += ["--steps", steps]
+    argv += res.differences.kernel_options()
     res.command = argv + (["--", *cmd] if cmd else [])
     return res
+
+
+def _arm_lines(diff: Any) -> list[str]:
+    """One line per arm that a difference between the runs became (what ``--from`` prints)."""
+    out = []
+    for k in diff.knobs:
+        if k.b is not None:
+            base = f"run A's {k.a!r} in every arm (--env)" if k.a is not None else "unset in run A"
+            out.append(f"knob {k.name} differs (A={k.a!r} B={k.b!r}): arm --toggle {k.name}={k.b} runs B's value, "
+                       f"{base}")
+    if diff.argv_b:
+        out.append(f"command line differs (A: {shlex.join(diff.argv_a or [])}; B: {shlex.join(diff.argv_b)}): "
+                   f"arm c1 runs B's command (--arm-command)")
+    return out
 
 
 def _trace_path(p: Any, report_dir: Path) -> Path | None:
