@@ -7,8 +7,8 @@ from typing import Any
 _TEMPLATE = '''#!/usr/bin/env python3
 """Anchor-row check of {label} ({op}), written by forensics kernel --rows.
 
-Needs only torch and the two files next to this script: site-inputs.pt (the site's inputs, kept at
-its first occurrence) and sweep-plan.json (which operands are cut to their first m rows). For each
+Needs only torch and the two files next to this script: site-inputs.pt (sweep-site-inputs.pt in a
+bundle: the site's inputs, kept at its first occurrence) and sweep-plan.json (which operands are cut to their first m rows). For each
 row count m it calls the op on the first m rows and compares the bits with the first m rows of
 the call on all {full} rows. Exit 0: every size equal (batch-invariant over them); 1: some differ.
 
@@ -27,7 +27,10 @@ THREADS = {threads!r}  # intra-op threads the program had at the site
 
 def main():
     plan = json.loads((HERE / "sweep-plan.json").read_text())
-    kept = torch.load(HERE / "site-inputs.pt", weights_only=True)
+    inputs = HERE / "site-inputs.pt"
+    if not inputs.is_file():
+        inputs = HERE / "sweep-site-inputs.pt"  # the name in a forensics bundle
+    kept = torch.load(inputs, weights_only=True)
     if THREADS and torch.get_num_threads() != THREADS:
         torch.set_num_threads(THREADS)
     parts = kept["op"].split(".")
