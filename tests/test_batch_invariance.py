@@ -188,3 +188,32 @@ def test_bad_rows_is_a_usage_error(tmp_path):
     proc = _forensics(["kernel", "--device", "cpu", "--site", "aten.mm.default", "--rows", "0,x", "--",
                        sys.executable, "-c", "pass"], tmp_path)
     assert proc.returncode == 2 and "--rows: '0' is not a row count >= 1" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_knob_rows_matches_plain_torch_under_each_value(tmp_path):
+    """`forensics knob MKL_CBWR --rows`: the sweep as run and with MKL_CBWR=COMPATIBLE, each checked by plain torch
+    in a process with the same environment (what the knob line says follows from the two checks)."""
+    batch, rows = 16, [8]
+    proc = _forensics(["knob", "MKL_CBWR", "--site", "gemm:TN:acc0:grad0#1", "--steps", "0", "--device", "cpu",
+                       "--rows", ",".join(map(str, rows)), "--values", "COMPATIBLE", "--out", str(tmp_path / "k"), "--",
+                       sys.executable, str(SCRIPT), "--steps", "1", "--batch", str(batch)], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "k" / "replay" / "sweep" / "sweep.json").read_text())
+    tried = rows + [batch]
+    verdicts = {}
+    for name, env in (("base", {}), ("v1", {"MKL_CBWR": "COMPATIBLE"})):
+        plain = subprocess.run([sys.executable, "-c", INDEPENDENT, str(batch), json.dumps(tried)], capture_output=True,
+                               text=True, timeout=600, env={**_env(), **env})
+        equal = {int(k): v for k, v in json.loads(plain.stdout).items()}
+        table = data["tables"][name]
+        assert {r["rows"]: r["equal"] for r in table["rows"]} == equal, (name, table["rows"], equal)
+        verdicts[name] = table["verdict"]
+        if name == "v1":
+            assert all("cnr=COMPATIBLE" in r["fields"]["mkl algo"] for r in table["rows"]), table["rows"]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith("MKL_CBWR=COMPATIBLE: "))
+    expected = {("VARIANT", "BATCH-INVARIANT"): "MAKES the site BATCH-INVARIANT",
+                ("VARIANT", "VARIANT"): "does NOT make the site batch-invariant",
+                ("BATCH-INVARIANT", "BATCH-INVARIANT"): "stays BATCH-INVARIANT",
+                ("BATCH-INVARIANT", "VARIANT"): "makes the site VARIANT"}[(verdicts["base"], verdicts["v1"])]
+    assert expected in line, line

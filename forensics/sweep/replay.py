@@ -82,12 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     base, overload = kept["op"].split(".")[1:3] if kept["op"].count(".") >= 2 else (kept["op"].split(".")[1], "default")
     op = getattr(getattr(torch.ops.aten, base), overload)
     args, kwargs = tuple(kept["args"]), dict(kept["kwargs"])
+    device = plan_d.get("device", "cpu")
+    if device != "cpu":  # kept on the CPU; the site ran on a GPU: back to it (strides kept: preserve_format)
+        from torch.utils._pytree import tree_map  # noqa: PLC0415
+
+        args, kwargs = tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, (args, kwargs))
     s_args, s_kwargs = slice_call(plan, args, kwargs, m)
     with torch.no_grad():
         sliced = op(*s_args, **s_kwargs)  # SITE#1: the call the instruments see
         probes.step()  # the window closes: nothing after this is instrumented
         full = op(*args, **kwargs)
-    result = {"rows": m, "full_rows": plan.full_rows, "op": kept["op"], "threads": torch.get_num_threads(),
+    result = {"rows": m, "full_rows": plan.full_rows, "op": kept["op"], "device": device,
+              "threads": torch.get_num_threads(),
               "threads_pinned": pinned, "sliced_shapes": [list(t.shape) for t in s_args if hasattr(t, "shape")],
               "outputs": compare(outputs(sliced), shared_rows(plan, full, m))}
     result["equal"] = all(o.get("equal") for o in result["outputs"])

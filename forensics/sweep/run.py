@@ -179,7 +179,9 @@ def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "aut
         skipped = [f"{m} (the site has {full} rows)" for m in wanted if m > full]
         if full not in row_list:
             row_list.append(full)  # the full call: the reference row of the table
-    plan_d = plan.to_json() | {"threads": info.get("threads"), "label": info.get("label")}
+    devices = sorted({t.get("device", "cpu") for t in info.get("tensors", [])})
+    plan_d = plan.to_json() | {"threads": info.get("threads"), "label": info.get("label"),
+                               "device": next((d for d in devices if d != "cpu"), "cpu")}
     (rank_dir / "sweep-plan.json").write_text(json.dumps(plan_d, indent=1) + "\n")
     results = sweep_dir / "results"
     env_arms: dict[str, dict[str, str]] = {}
