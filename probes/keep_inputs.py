@@ -39,6 +39,19 @@ class InputKeeper:
         self.budget = int(budget_bytes)
         self.done = False
 
+    def refuse(self, label: str, op: str, why: str, meta: dict[str, Any]) -> None:
+        """The first occurrence cannot be kept (a call that is no aten op): say so in the JSON."""
+        if self.done:
+            return
+        self.done = True
+        info = {"label": label, "op": op, "meta": meta, "pid": os.getpid(), "refused": f"{label} is {why}"}
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(self.folder / INPUTS_JSON, "x") as f:
+                f.write(json.dumps(info, default=str) + "\n")
+        except FileExistsError:
+            pass
+
     def keep(self, label: str, func: Any, args: tuple, kwargs: dict, meta: dict[str, Any]) -> None:
         if self.done:
             return

@@ -185,8 +185,12 @@ class SiteProbe:
         if self.cfg.cuda_profiler_window and not self.profiler_started:
             self._maybe_start_profiler(first_tensor)
         label = f"{site}#{occ}"
-        if call is not None and self.keeper is not None:
-            self.keeper.keep(label, call[0], call[1], call[2], meta)
+        if self.keeper is not None:
+            if call is not None:
+                self.keeper.keep(label, call[0], call[1], call[2], meta)
+            else:
+                self.keeper.refuse(label, op, "a call that is not an aten op (Transformer Engine's general_gemm): "
+                                   "the sweep replays aten ops only", meta)
         with self.lock:
             self.ext_id += 1
             ext = self.ext_id

@@ -217,3 +217,20 @@ def test_knob_rows_matches_plain_torch_under_each_value(tmp_path):
                 ("BATCH-INVARIANT", "BATCH-INVARIANT"): "stays BATCH-INVARIANT",
                 ("BATCH-INVARIANT", "VARIANT"): "makes the site VARIANT"}[(verdicts["base"], verdicts["v1"])]
     assert expected in line, line
+
+
+def test_keeper_keeps_once_with_strides_and_refuses_what_it_cannot_replay(tmp_path):
+    from probes.keep_inputs import INPUTS_JSON, INPUTS_PT, InputKeeper
+
+    k = InputKeeper(tmp_path / "a", 1 << 20)
+    w = torch.randn(5, 4)
+    k.keep("aten.mm.default#1", torch.ops.aten.mm.default, (torch.randn(3, 4), w.t()), {}, {"grad": 0})
+    k.keep("aten.mm.default#2", torch.ops.aten.mm.default, (torch.randn(9, 4), w.t()), {}, {})  # ignored
+    info = json.loads((tmp_path / "a" / INPUTS_JSON).read_text())
+    kept = torch.load(tmp_path / "a" / INPUTS_PT, weights_only=True)
+    assert info["label"] == "aten.mm.default#1" and info["kept"] == INPUTS_PT and info["bytes"] == (12 + 20) * 4
+    assert kept["args"][1].stride() == (1, 4) and torch.equal(kept["args"][1], w.t())
+    te = InputKeeper(tmp_path / "b", 1 << 20)
+    te.refuse("gemm:TN:acc0:grad0#1", "transformer_engine.general_gemm", "a call that is not an aten op", {})
+    assert "is a call that is not an aten op" in json.loads((tmp_path / "b" / INPUTS_JSON).read_text())["refused"]
+    assert not (tmp_path / "b" / INPUTS_PT).exists()
