@@ -44,13 +44,17 @@ class InputKeeper:
         if self.done:
             return
         self.done = True
-        info = {"label": label, "op": op, "meta": meta, "pid": os.getpid(), "refused": f"{label} is {why}"}
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self._write({"label": label, "op": op, "meta": meta, "pid": os.getpid(), "refused": f"{label} is {why}"})
+
+    def _write(self, info: dict[str, Any]) -> None:
         try:
+            self.folder.mkdir(parents=True, exist_ok=True)
             with open(self.folder / INPUTS_JSON, "x") as f:
                 f.write(json.dumps(info, default=str) + "\n")
-        except FileExistsError:
-            pass
+        except Exception as e:  # noqa: BLE001  (an existing file, a full disk: never the program's problem)
+            import sys  # noqa: PLC0415
+
+            sys.stderr.write(f"forensics: site inputs not described: {type(e).__name__}: {e}\n")
 
     def keep(self, label: str, func: Any, args: tuple, kwargs: dict, meta: dict[str, Any]) -> None:
         if self.done:
@@ -61,12 +65,7 @@ class InputKeeper:
             self._keep(info, func, args, kwargs)
         except Exception as e:  # noqa: BLE001  (a probe never breaks the program it observes)
             info["error"] = f"{type(e).__name__}: {e}"[:300]
-        self.folder.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(self.folder / INPUTS_JSON, "x") as f:
-                f.write(json.dumps(info, default=str) + "\n")
-        except FileExistsError:
-            pass
+        self._write(info)
 
     def _keep(self, info: dict[str, Any], func: Any, args: tuple, kwargs: dict) -> None:
         import torch  # noqa: PLC0415

@@ -234,3 +234,14 @@ def test_keeper_keeps_once_with_strides_and_refuses_what_it_cannot_replay(tmp_pa
     te.refuse("gemm:TN:acc0:grad0#1", "transformer_engine.general_gemm", "a call that is not an aten op", {})
     assert "is a call that is not an aten op" in json.loads((tmp_path / "b" / INPUTS_JSON).read_text())["refused"]
     assert not (tmp_path / "b" / INPUTS_PT).exists()
+
+
+def test_a_site_that_never_ran_is_nothing_to_sweep(tmp_path):
+    proc = _forensics(["kernel", "--device", "cpu", "--site", "aten.mm.default", "--steps", "0", "--rows", "1,2",
+                       "--out", str(tmp_path / "x"), "--", sys.executable, "-c", "print('no GEMM here')"], tmp_path)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "--rows: nothing to sweep: the site aten.mm.default did not run inside the step window --steps 0" in proc.stderr
+    assert "no GEMM here" in (tmp_path / "x" / "keep" / "keep.log").read_text()  # the program's output is kept
+    toggled = _forensics(["kernel", "--device", "cpu", "--site", "aten.mm.default", "--rows", "1", "--toggle",
+                          "MKL_CBWR=AVX2", "--", sys.executable, "-c", "pass"], tmp_path)
+    assert toggled.returncode == 2 and "--toggle and --from do not apply" in toggled.stderr, toggled.stderr

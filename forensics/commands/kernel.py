@@ -93,6 +93,10 @@ def register(app: typer.Typer) -> None:
         if rows is not None and not dry_run:  # the batch-invariance sweep (forensics.sweep)
             from forensics.sweep.cli import run_and_print
 
+            if opts["toggles"] or from_report is not None:
+                _usage("--rows replays one site per row count: --toggle and --from do not apply "
+                       "(a knob's effect on batch invariance: forensics knob NAME --site SITE --rows ... --values V -- CMD)")
+
             raise typer.Exit(run_and_print("forensics kernel", opts["site"], cmd, rows, quiet=quiet,
                                            steps=opts["steps"], ranks=ranks or cfg.get("ranks", "0"), device=dev,
                                            instruments=opts["instruments"], out=opts["out"],

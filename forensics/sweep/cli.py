@@ -36,9 +36,12 @@ def run_and_print(prog: str, site: str, command: list[str], rows: str, *, quiet:
     except NotBatchable as e:
         err.print(f"{prog}: --rows refused: {e}", soft_wrap=True, markup=False)
         return EXIT_USAGE
+    except ValueError as e:  # the capture planner refused the arguments
+        err.print(f"{prog}: {e}", soft_wrap=True, markup=False)
+        return EXIT_USAGE
     except sweep.SweepRefused as e:
         err.print(f"{prog}: --rows: nothing to sweep: {e}", soft_wrap=True, markup=False)
-        return EXIT_USAGE if "budget" in str(e) else EXIT_NOT_NAMED
+        return EXIT_USAGE if "budget" in str(e) else EXIT_UNAVAILABLE
     print_summary(res, console, quiet)
     return exit_code([t.verdict for t in res.tables.values()])
 
