@@ -58,6 +58,10 @@ def print_summary(res: Any, console: Any, quiet: bool = False) -> None:
     console.print(f"site {kept.get('label')} = {p.op}; kept its inputs ({kept.get('bytes')} bytes, "
                   f"{kept.get('threads')} intra-op thread(s)); sliced: {p.what}; used whole: "
                   f"{', '.join(p.kept_whole) or 'nothing'}", soft_wrap=True, markup=False)
+    if res.discovered:
+        console.print(f"--rows auto: {', '.join(map(str, res.discovered))} added where a plain scan of the auto sizes "
+                      "(one process, no instrument) saw the shared rows flip between equal and different",
+                      soft_wrap=True, markup=False)
     if res.skipped_rows:
         console.print(f"skipped row counts: {', '.join(res.skipped_rows)}", soft_wrap=True, markup=False)
     for t in res.tables.values():

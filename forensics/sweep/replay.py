@@ -13,6 +13,8 @@ instruments (the probes enter through the environment, as for any command). It
 4. writes ``FORENSICS_SWEEP_RESULT`` (JSON, created exclusively).
 
 Nothing here reads the instruments: the sweep reads them from the capture afterwards.
+``--discover INPUTS 1,2,4,...`` (``--rows auto``) scans sizes in one plain process instead, to pick
+the sizes on both sides of each flip for the instrumented arms.
 """
 from __future__ import annotations
 
@@ -57,8 +59,84 @@ def compare(sliced: list[Any], shared: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _load(inputs: Path) -> tuple[Any, Any, tuple, dict, dict]:
+    """(op, plan, args, kwargs, plan JSON) of the kept call, tensors on the site's device."""
+    import torch  # noqa: PLC0415
+
+    from forensics.sweep.rows import RowPlan  # noqa: PLC0415
+
+    plan_d = json.loads((inputs.parent / "sweep-plan.json").read_text())
+    plan = RowPlan(plan_d["op"], int(plan_d["full_rows"]), [tuple(s) for s in plan_d["sliced"]], plan_d["what"],
+                   int(plan_d.get("out_dim", 0)), list(plan_d.get("kept_whole", [])))
+    kept = torch.load(inputs, weights_only=True)
+    parts = kept["op"].split(".")
+    op = getattr(getattr(torch.ops.aten, parts[1]), parts[2] if len(parts) > 2 else "default")
+    args, kwargs = tuple(kept["args"]), dict(kept["kwargs"])
+    device = plan_d.get("device", "cpu")
+    if device != "cpu":  # kept on the CPU; the site ran on a GPU: back to it (strides kept: preserve_format)
+        from torch.utils._pytree import tree_map  # noqa: PLC0415
+
+        args, kwargs = tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, (args, kwargs))
+    return op, plan, args, kwargs, plan_d
+
+
+def _pin_threads(plan_d: dict[str, Any]) -> int | None:
+    """The program's intra-op thread count at the site, set when this process has another (None: left alone)."""
+    import torch  # noqa: PLC0415
+
+    want = plan_d.get("threads")
+    if os.environ.get("FORENSICS_SWEEP_THREADS", "") != "env" and want and torch.get_num_threads() != int(want):
+        torch.set_num_threads(int(want))  # the program ran the site with another count (torch.set_num_threads)
+        return int(want)
+    return None
+
+
+def discover(inputs: Path, sizes: list[int]) -> dict[str, Any]:
+    """The row counts worth instrumenting, from a plain scan in this one process (no instrument).
+
+    Each size of ``sizes`` is checked (shared rows of the sliced call vs the full call's); between
+    two neighbours that disagree, a bisection finds a pair m-1, m that disagree. It only *chooses*
+    sizes (a bisection assumes one flip inside the interval): the instrumented arms decide.
+    """
+    import torch  # noqa: PLC0415
+
+    from forensics.sweep.rows import outputs, shared_rows, slice_call  # noqa: PLC0415
+
+    op, plan, args, kwargs, plan_d = _load(inputs)
+    _pin_threads(plan_d)
+    with torch.no_grad():
+        full = op(*args, **kwargs)
+    cache: dict[int, bool] = {}
+
+    def equal(m: int) -> bool:
+        if m not in cache:
+            s_args, s_kwargs = slice_call(plan, args, kwargs, m)
+            with torch.no_grad():
+                part = op(*s_args, **s_kwargs)
+            cache[m] = all(torch.equal(_bits(a), _bits(b)) for a, b in zip(outputs(part), shared_rows(plan, full, m)))
+        return cache[m]
+
+    sizes = sorted(set(sizes))
+    found = []
+    for lo, hi in zip(sizes, sizes[1:]):
+        if hi - lo < 2 or equal(lo) == equal(hi):
+            continue
+        a, b = lo, hi
+        while b - a > 1:
+            mid = (a + b) // 2
+            if equal(mid) == equal(a):
+                a = mid
+            else:
+                b = mid
+        found += [a, b]
+    return {"boundaries": sorted(set(found) - set(sizes)), "checked": {str(k): v for k, v in sorted(cache.items())}}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 3 and argv[0] == "--discover":  # python -m forensics.sweep.replay --discover INPUTS 1,2,4,...
+        sys.stdout.write(json.dumps(discover(Path(argv[1]), [int(x) for x in argv[2].split(",")])) + "\n")
+        return 0
     if len(argv) != 1:
         sys.stderr.write("usage: python -m forensics.sweep.replay INPUTS.pt  (FORENSICS_SWEEP_ROWS, "
                          "FORENSICS_SWEEP_RESULT in the environment)\n")
@@ -66,35 +144,19 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: PLC0415
 
     import probes  # noqa: PLC0415
-    from forensics.sweep.rows import RowPlan, outputs, shared_rows, slice_call  # noqa: PLC0415
+    from forensics.sweep.rows import outputs, shared_rows, slice_call  # noqa: PLC0415
 
-    inputs = Path(argv[0])
-    plan_d = json.loads((inputs.parent / "sweep-plan.json").read_text())
-    plan = RowPlan(plan_d["op"], int(plan_d["full_rows"]), [tuple(s) for s in plan_d["sliced"]], plan_d["what"],
-                   int(plan_d.get("out_dim", 0)), list(plan_d.get("kept_whole", [])))
     m = int(os.environ["FORENSICS_SWEEP_ROWS"])
-    kept = torch.load(inputs, weights_only=True)
-    pinned = None
-    want = plan_d.get("threads")
-    if os.environ.get("FORENSICS_SWEEP_THREADS", "") != "env" and want and torch.get_num_threads() != int(want):
-        pinned = int(want)  # the program ran the site with another count (torch.set_num_threads in it)
-        torch.set_num_threads(pinned)
-    base, overload = kept["op"].split(".")[1:3] if kept["op"].count(".") >= 2 else (kept["op"].split(".")[1], "default")
-    op = getattr(getattr(torch.ops.aten, base), overload)
-    args, kwargs = tuple(kept["args"]), dict(kept["kwargs"])
-    device = plan_d.get("device", "cpu")
-    if device != "cpu":  # kept on the CPU; the site ran on a GPU: back to it (strides kept: preserve_format)
-        from torch.utils._pytree import tree_map  # noqa: PLC0415
-
-        args, kwargs = tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, (args, kwargs))
+    op, plan, args, kwargs, plan_d = _load(Path(argv[0]))
+    pinned = _pin_threads(plan_d)
     s_args, s_kwargs = slice_call(plan, args, kwargs, m)
     with torch.no_grad():
         sliced = op(*s_args, **s_kwargs)  # SITE#1: the call the instruments see
         probes.step()  # the window closes: nothing after this is instrumented
         full = op(*args, **kwargs)
-    result = {"rows": m, "full_rows": plan.full_rows, "op": kept["op"], "device": device,
-              "threads": torch.get_num_threads(),
-              "threads_pinned": pinned, "sliced_shapes": [list(t.shape) for t in s_args if hasattr(t, "shape")],
+    result = {"rows": m, "full_rows": plan.full_rows, "op": plan.op, "device": plan_d.get("device", "cpu"),
+              "threads": torch.get_num_threads(), "threads_pinned": pinned,
+              "sliced_shapes": [list(t.shape) for t in s_args if hasattr(t, "shape")],
               "outputs": compare(outputs(sliced), shared_rows(plan, full, m))}
     result["equal"] = all(o.get("equal") for o in result["outputs"])
     out = Path(os.environ["FORENSICS_SWEEP_RESULT"])

@@ -64,6 +64,7 @@ class SweepResult:
     tables: dict[str, Any]  # setting name -> forensics.sweep.table.Table
     kept: dict[str, Any]
     seconds: dict[str, float]
+    discovered: list[int] = field(default_factory=list)  # --rows auto: sizes added at a flip by the plain scan
 
 
 def parse_rows(spec: str) -> list[int] | None:
@@ -140,6 +141,32 @@ def make_plan(info: dict[str, Any], rank_dir: Path) -> RowPlan:
     return plan_rows(kept["op"], tuple(kept["args"]), dict(kept["kwargs"]), meta, info.get("label"))
 
 
+def _plan_json(plan: RowPlan, info: dict[str, Any]) -> dict[str, Any]:
+    devices = sorted({t.get("device", "cpu") for t in info.get("tensors", [])})
+    return plan.to_json() | {"threads": info.get("threads"), "label": info.get("label"),
+                             "device": next((d for d in devices if d != "cpu"), "cpu")}
+
+
+def discover_boundaries(inputs: Path, sizes: list[int], timeout_s: float, log_dir: Path) -> list[int]:
+    """``--rows auto``: the sizes on both sides of each flip between the auto sizes, found by a plain scan
+    (``python -m forensics.sweep.replay --discover``: one fresh process, no instrument). [] when it fails
+    (the log says why): the auto sizes are swept anyway."""
+    cmd = [sys.executable, "-m", "forensics.sweep.replay", "--discover", str(inputs), ",".join(map(str, sizes))]
+    env = dict(os.environ)
+    env.pop("FORENSICS_CONFIG", None)
+    repo = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([repo] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    log = log_dir / "discover.log"
+    try:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        log.write_text("$ " + " ".join(cmd) + "\n" + r.stdout + r.stderr)
+        if r.returncode == 0:
+            return [int(m) for m in json.loads(r.stdout.strip().splitlines()[-1])["boundaries"]]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, IndexError) as e:
+        log.write_text("$ " + " ".join(cmd) + f"\nfailed: {type(e).__name__}: {e}\n")
+    return []
+
+
 def arm_name(setting: Setting, m: int) -> str:
     return f"r{m}" if setting.name == BASE else f"{setting.name}-r{m}"
 
@@ -172,17 +199,18 @@ def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "aut
     plan = make_plan(info, rank_dir)
     full = plan.full_rows
     skipped = []
+    discovered: list[int] = []
+    plan_d = _plan_json(plan, info)
+    (rank_dir / "sweep-plan.json").write_text(json.dumps(plan_d, indent=1) + "\n")
     if wanted is None:
         row_list = auto_rows(full)
+        discovered = discover_boundaries(rank_dir / "site-inputs.pt", row_list, timeout_s, sweep_dir / "keep")
+        row_list = sorted(set(row_list) | set(discovered))
     else:
         row_list = [m for m in wanted if m <= full]
         skipped = [f"{m} (the site has {full} rows)" for m in wanted if m > full]
         if full not in row_list:
             row_list.append(full)  # the full call: the reference row of the table
-    devices = sorted({t.get("device", "cpu") for t in info.get("tensors", [])})
-    plan_d = plan.to_json() | {"threads": info.get("threads"), "label": info.get("label"),
-                               "device": next((d for d in devices if d != "cpu"), "cpu")}
-    (rank_dir / "sweep-plan.json").write_text(json.dumps(plan_d, indent=1) + "\n")
     results = sweep_dir / "results"
     env_arms: dict[str, dict[str, str]] = {}
     for s in settings:
@@ -200,7 +228,7 @@ def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "aut
     for s in settings:
         arms = [(m, arm_name(s, m)) for m in row_list]
         tables[s.name] = tbl.build(plan, arms, results, kres, setting=s.label())
-    res = SweepResult(sweep_dir, plan, row_list, skipped, settings, kres, tables, info, seconds)
+    res = SweepResult(sweep_dir, plan, row_list, skipped, settings, kres, tables, info, seconds, discovered)
     write_outputs(res)
     return res
 
@@ -213,7 +241,7 @@ def write_outputs(res: SweepResult) -> None:
     d = res.kernel.capture_dir / "sweep"
     d.mkdir(parents=True, exist_ok=True)
     data = {"site": res.kept.get("label"), "op": res.plan.op, "plan": res.plan.to_json(), "rows": res.rows,
-            "skipped_rows": res.skipped_rows, "threads": res.kept.get("threads"),
+            "skipped_rows": res.skipped_rows, "discovered_rows": res.discovered, "threads": res.kept.get("threads"),
             "settings": [{"name": s.name, "env": s.env} for s in res.settings],
             "tables": {k: t.to_json() for k, t in res.tables.items()}, "seconds": res.seconds,
             "sweep_dir": str(res.sweep_dir)}
