@@ -239,13 +239,14 @@ def _what_changed(r: Row, full: Row, full_rows: int) -> str:
 def markdown(t: Table) -> list[str]:
     """The table as Markdown lines (``*`` marks a field that differs from the full call's)."""
     keys = sorted({k for r in t.rows for k in r.fields})
-    head = ["rows", "implementation (two-instrument verdict)"] + keys + ["shared rows vs full call"]
+    head = ["rows", "implementation (two-instrument verdict)"] + keys + ["shared rows vs full call",
+                                                                        "order-sensitive digests (m rows alone / full call's)"]
     out = [f"## {t.site}, {t.setting}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in t.rows:
         mark = (lambda k: " *" if k in r.changed else "")
         cells = [f"{r.rows}" + (" (full)" if r.rows == t.full_rows else ""), r.implementation + mark("implementation")]
         cells += [r.fields.get(k, "-") + mark(k) for k in keys]
-        cells.append(r.bits)
+        cells += [r.bits, r.digests or "-"]
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     out += ["", "`*`: differs from the full call's (a problem that differs only by the row count is not marked).",
             "", "Verdict: " + t.verdict_line, "", f"Evidence: {t.evidence}."]
