@@ -248,3 +248,34 @@ def test_a_site_that_never_ran_is_nothing_to_sweep(tmp_path):
     toggled = _forensics(["kernel", "--device", "cpu", "--site", "aten.mm.default", "--rows", "1", "--toggle",
                           "MKL_CBWR=AVX2", "--", sys.executable, "-c", "pass"], tmp_path)
     assert toggled.returncode == 2 and "--toggle and --from do not apply" in toggled.stderr, toggled.stderr
+
+
+LAYER_NORM_CHECK = r"""
+import json, sys, torch
+torch.manual_seed(0)  # what tests/data/scripts/layer_norm_train.py builds, in its order
+m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.LayerNorm(512), torch.nn.Linear(512, 8))
+with torch.no_grad():
+    h = m[0](torch.randn(64, 256))
+    full = torch.nn.functional.layer_norm(h, (512,), m[1].weight, m[1].bias)
+    print(json.dumps({k: bool(torch.equal(torch.nn.functional.layer_norm(h[:k], (512,), m[1].weight, m[1].bias)
+                                          .view(torch.int32), full[:k].view(torch.int32))) for k in json.loads(sys.argv[1])}))
+"""
+
+
+@pytest.mark.slow
+def test_layer_norm_rows_an_op_no_library_logs(tmp_path):
+    """A norm's tokens are independent rows; ATen's own kernel has the profiler's word only: nothing NAMED, said so."""
+    script = REPO / "tests" / "data" / "scripts" / "layer_norm_train.py"
+    proc = _forensics(["kernel", "--device", "cpu", "--site", "aten.native_layer_norm.default", "--steps", "0",
+                       "--rows", "1,5", "-q", "--out", str(tmp_path / "ln"), "--", sys.executable, str(script)], tmp_path)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "ln" / "replay" / "sweep" / "sweep.json").read_text())
+    table = data["tables"]["base"]
+    assert [r["rows"] for r in table["rows"]] == [1, 5, 64]
+    assert all(r["implementation"].startswith("- (nothing NAMED") for r in table["rows"])
+    assert any("have the profiler's word only" in n for n in table["notes"]) and "note: site " in proc.stdout
+    plain = subprocess.run([sys.executable, "-c", LAYER_NORM_CHECK, "[1, 5, 64]"], capture_output=True, text=True,
+                           timeout=600, env=_env())
+    equal = {int(k): v for k, v in json.loads(plain.stdout).items()}
+    assert {r["rows"]: r["equal"] for r in table["rows"]} == equal
+    assert table["verdict"] == ("BATCH-INVARIANT" if all(equal.values()) else "VARIANT")

@@ -66,6 +66,8 @@ def print_summary(res: Any, console: Any, quiet: bool = False) -> None:
         console.print(f"skipped row counts: {', '.join(res.skipped_rows)}", soft_wrap=True, markup=False)
     for t in res.tables.values():
         if quiet:
+            for n in t.notes:
+                console.print(f"note: {n}", soft_wrap=True, markup=False)
             console.print(f"verdict ({t.setting}): {t.verdict_line}", soft_wrap=True, markup=False)
         else:
             print_table(t, console)

@@ -70,9 +70,10 @@ class Table:
     verdict_line: str
     first_varying: int | None
     evidence: str
+    notes: list[str] = field(default_factory=list)  # what the replay capture's analysis says is missing
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "site": self.site, "what": self.what, "full_rows": self.full_rows,
+        return {"notes": self.notes, "op": self.op, "site": self.site, "what": self.what, "full_rows": self.full_rows,
                 "setting": self.setting, "rows": [r.to_json() for r in self.rows], "verdict": self.verdict,
                 "verdict_line": self.verdict_line, "first_varying": self.first_varying, "evidence": self.evidence}
 
@@ -125,7 +126,7 @@ def _arm_evidence(kres: Any, arm: str, label: str) -> tuple[str, dict[str, str]]
     cf = an.calls
     if len(cf):
         fields.update(_call_fields(cf[(cf["arm"] == arm) & (cf["site_label"] == label)]))
-    return ("; ".join(impls) or "- (nothing NAMED in this arm)"), fields
+    return ("; ".join(impls) or "- (nothing NAMED in this arm: see the notes)"), fields
 
 
 def only_rows_differ(a: str, b: str, m: int, full: int) -> bool:
@@ -174,7 +175,11 @@ def build(plan: Any, arms: list[tuple[int, str]], results_dir: Path, kres: Any, 
                 a, b = r.fields.get(k, "-"), full.fields.get(k, "-")
                 if a != b and not (k.endswith(" problem") and only_rows_differ(a, b, r.rows, plan.full_rows)):
                     r.changed.append(k)
-    return _verdict(plan, label, rows, full, setting)
+    table = _verdict(plan, label, rows, full, setting)
+    an = getattr(kres, "analysis", None)
+    table.notes = list(dict.fromkeys(getattr(an, "missing", None) or [])) if an is not None else \
+        [getattr(kres, "analysis_error", None) or "no analysis of the replay capture"]
+    return table
 
 
 def _numel(shape: list[int]) -> int:
@@ -248,6 +253,7 @@ def markdown(t: Table) -> list[str]:
         cells += [r.fields.get(k, "-") + mark(k) for k in keys]
         cells += [r.bits, r.digests or "-"]
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    out += [""] + [f"Note: {n}" for n in t.notes]
     out += ["", "`*`: differs from the full call's (a problem that differs only by the row count is not marked).",
             "", "Verdict: " + t.verdict_line, "", f"Evidence: {t.evidence}."]
     return out
@@ -270,6 +276,8 @@ def print_table(t: Table, console: Any) -> None:
                    cell(r.implementation, "implementation"), *[cell(r.fields.get(k, "-"), k) for k in keys],
                    escape(r.bits) if r.equal is not False else f"[bold red]{escape(r.bits)}[/]")
     console.print(rt)
+    for n in t.notes:
+        console.print(f"note: {n}", soft_wrap=True, markup=False)
     console.print("* differs from the full call's (a problem that differs only by the row count is not marked)",
                   soft_wrap=True, markup=False)
     console.print(f"verdict: {t.verdict_line}", soft_wrap=True, markup=False)
