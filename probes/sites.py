@@ -106,6 +106,11 @@ class SiteProbe:
         self.profiler_started = False
         self.te_wrapped = False
         self._nvtx = None
+        self.keeper = None  # forensics kernel --rows: keeps the first occurrence's inputs (probes.keep_inputs)
+        if isinstance(cfg.extra, dict) and cfg.extra.get("keep_inputs"):
+            from probes.keep_inputs import from_config  # noqa: PLC0415
+
+            self.keeper = from_config(cfg.extra, self.out_dir)
         window.on_enter.append(self._enter)
         window.on_step.append(self._step)
         window.on_exit.append(self._exit)
@@ -185,7 +190,8 @@ class SiteProbe:
     def selected(self, site: str) -> bool:
         return self.site is None or site == self.site
 
-    def around(self, site: str, op: str, meta: dict[str, Any], inputs: list[Any], run, first_tensor: Any = None):
+    def around(self, site: str, op: str, meta: dict[str, Any], inputs: list[Any], run, first_tensor: Any = None,
+               call: tuple | None = None):
         """Run ``run()`` as occurrence N of ``site``: count, range, correlate, digest, record."""
         if not self.window.active or self.closed or not self.selected(site):
             return run()
@@ -200,6 +206,12 @@ class SiteProbe:
         if self.cfg.cuda_profiler_window and not self.profiler_started:
             self._maybe_start_profiler(first_tensor)
         label = f"{site}#{occ}"
+        if self.keeper is not None:
+            if call is not None:
+                self.keeper.keep(label, call[0], call[1], call[2], meta)
+            else:
+                self.keeper.refuse(label, op, "a call that is not an aten op (Transformer Engine's general_gemm): "
+                                   "the sweep replays aten ops only", meta)
         with self.lock:
             self.ext_id += 1
             ext = self.ext_id
@@ -410,7 +422,7 @@ def _make_mode(probe: SiteProbe):
                 meta.update(grad=grad, gemm_site=call.site if call is not None else None,
                             operands=[_short_desc(t) for t in tensors])
                 return probe.around(aten_site, str(func), meta, tensors, lambda: func(*args, **kwargs),
-                                    first_tensor=tensors[0] if tensors else None)
+                                    first_tensor=tensors[0] if tensors else None, call=(func, args, kwargs))
             if func.overloadpacket not in packets:
                 return func(*args, **kwargs)
             call = name_gemm(str(func), args, kwargs, backward_gemm(graph_task_id() != -1))
@@ -418,7 +430,7 @@ def _make_mode(probe: SiteProbe):
                 return func(*args, **kwargs)
             tensors = _operands(call, args, kwargs)
             return probe.around(call.site, call.op, call.meta(), tensors, lambda: func(*args, **kwargs),
-                                first_tensor=tensors[0] if tensors else None)
+                                first_tensor=tensors[0] if tensors else None, call=(func, args, kwargs))
 
     return GemmSiteMode()
 

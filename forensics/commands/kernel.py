@@ -45,6 +45,12 @@ def register(app: typer.Typer) -> None:
         ncu_mode: Optional[str] = typer.Option(None, "--ncu-mode", help="window (cudaProfilerStart/Stop, default) or nvtx (site ranges)"),
         dry_run: bool = typer.Option(False, "--dry-run", help="print every pass's exact argv and env additions; run nothing"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display, no table"),
+        rows: Optional[str] = typer.Option(
+            None, "--rows", help="batch-invariance sweep: keep the site's inputs at its first occurrence and replay "
+                                 "the op on the first m rows for each m (1,2,3,8 or auto), each in a fresh process "
+                                 "under the instruments; table and verdict (docs/batch-invariance.md)"),
+        keep_budget: Optional[int] = typer.Option(None, "--keep-budget", help="with --rows: the most bytes of "
+                                                  "input tensors kept (default 268435456); over it: refused"),
         from_report: Optional[Path] = typer.Option(
             None, "--from", help="take the site from a `forensics diff --json` or Megatron compare_traces.py report "
                                  "(refused for a RECEIVER, CONTROL-FLOW or unproven first divergence)"),
@@ -104,6 +110,18 @@ def register(app: typer.Typer) -> None:
                            "(a real capture of the CPU backend)", err=True)
                 raise typer.Exit(EXIT_UNAVAILABLE)
             cmd = lib.default_command(dev)
+        if rows is not None and not dry_run:  # the batch-invariance sweep (forensics.sweep)
+            from forensics.sweep.cli import run_and_print
+
+            if opts["toggles"] or from_report is not None:
+                _usage("--rows replays one site per row count: --toggle and --from do not apply "
+                       "(a knob's effect on batch invariance: forensics knob NAME --site SITE --rows ... --values V -- CMD)")
+
+            raise typer.Exit(run_and_print("forensics kernel", opts["site"], cmd, rows, quiet=quiet,
+                                           steps=opts["steps"], ranks=ranks or cfg.get("ranks", "0"), device=dev,
+                                           instruments=opts["instruments"], out=opts["out"],
+                                           timeout_s=opts["timeout_s"], tools=tools,
+                                           **({"budget_bytes": keep_budget} if keep_budget else {})))
         if dry_run:
             where = Path(opts["out"] or lib.DEFAULT_OUT).resolve()
             try:

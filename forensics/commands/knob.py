@@ -43,6 +43,9 @@ def register(app: typer.Typer) -> None:
                                    "backend of the dynamic arms (auto: cuda when a GPU is present, else cpu)"),
         uncatalogued: bool = typer.Option(False, "--uncatalogued", help="scan NAME as given even when it is one typo "
                                           "away from a catalogued knob (otherwise: exit 2 with a did-you-mean)"),
+        rows: str | None = typer.Option(None, "--rows", help="with --values and '-- CMD': does the knob make the site "
+                                        "batch-invariant? the forensics kernel --rows sweep (1,2,3,8 or auto) as run "
+                                        "and under each value (docs/batch-invariance.md)"),
     ) -> None:
         from forensics.knobs import check_knob_name, scan  # noqa: PLC0415
         from forensics.knobs.catalog import load_catalog, lookup  # noqa: PLC0415
@@ -86,6 +89,15 @@ def register(app: typer.Typer) -> None:
             report.notes.append(f"note: {name} is read at {entry.read_at}: set it in the launching environment; "
                                 "assigning os.environ later in a script can be too late (give '-- CMD' to check a script)")
         code = EXIT_OK
+        if rows is not None and value_list:  # the batch-invariance sweep per value (forensics.sweep.knob)
+            from forensics.sweep.knob import run_and_print  # noqa: PLC0415
+
+            render(report)
+            raise typer.Exit(run_and_print(name, str(parsed_site), value_list, list(command or []), rows,
+                                           out=str(out) if out else None, steps=steps,
+                                           device=None if device == "auto" else device))
+        if rows is not None:
+            _usage("--rows needs --site, --values V1,V2 and the command after '--'")
         if value_list:
             try:
                 report.dynamic = run_dynamic(name, str(parsed_site), value_list, list(command or []),

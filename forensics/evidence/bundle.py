@@ -615,6 +615,10 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
     with doing(f"analysing the capture {capture_dir}"):
         bundle, ev = collect(capture_dir, site)
     bundle.sections = list(sections or [])
+    from forensics.sweep.bundle import sweep_parts  # noqa: PLC0415  (kernel --rows: the batch-invariance table)
+
+    sweep_sections, sweep_members = sweep_parts(ev.capture.root if ev.capture is not None else None)
+    bundle.sections += sweep_sections
     with doing("redacting secrets from every member of the bundle"):
         raw = _raw_members(ev, bundle)
         red = _learn_secrets(ev, bundle, raw)
@@ -640,6 +644,8 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
         members["repro.py"] = red.text(_repro(ev, bundle)).encode()
         for name, text in raw.items():
             members[_unique_name(red.text(name), set(members))] = _redact_lines(text, red).encode()
+        for name, data in sweep_members.items():  # tensor bytes as kept; text redacted like every member
+            members[_unique_name(name, set(members))] = data if name.endswith(".pt") else red.text(data.decode()).encode()
     top = _UNSAFE_TOP.sub("_", red.text(f"forensics-bundle-{bundle.capture}-{bundle.site or 'all'}"))[:100]
     with doing("checking the bundle for surviving secrets"):
         _verify(members, red, top)
@@ -730,7 +736,7 @@ def _verify(members: dict[str, bytes], red: Redactor, top: str) -> None:
     problems = [f"the top folder name ({what})" for what in red.leaks(top)]
     for name, data in members.items():
         problems += [f"the member name {name!r} ({what})" for what in red.leaks(name)]
-        if name.endswith(".png"):
+        if name.endswith((".png", ".pt")):  # image / tensor bytes (kernel --rows' kept inputs): no text to read
             continue
         text = data.decode("utf-8", errors="replace")
         problems += [f"{name} ({what})" for what in red.leaks(text)]
