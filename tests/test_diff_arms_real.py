@@ -55,7 +55,7 @@ def _flow(tmp: Path, a: tuple[list[str], dict], b: tuple[list[str], dict]) -> tu
 
 def test_thread_count_knob_becomes_a_toggle_and_compare_names_both_sides(tmp_path):
     diff_out, nxt, out = _flow(tmp_path, ([], {"OMP_NUM_THREADS": "1"}), ([], {"OMP_NUM_THREADS": "2"}))
-    assert "env.OMP_NUM_THREADS differs" in diff_out
+    assert "knob differs: OMP_NUM_THREADS A='1' B='2'" in diff_out
     assert "--env OMP_NUM_THREADS=1 --toggle OMP_NUM_THREADS=2 -- python conv.py" in nxt
     assert "a2 (replica) vs a1: IDENTICAL" in out  # run A's setting twice, though the shell said 3 threads
     line = next(ln for ln in out.splitlines() if ln.startswith("toggle OMP_NUM_THREADS=2:"))

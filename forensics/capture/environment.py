@@ -20,7 +20,7 @@ from forensics.redact import redact_obj as _redact_obj
 RELEVANT_PREFIXES = (
     "CUDA_", "CUBLAS", "CUDNN", "NVTE_", "NCCL_", "TORCH", "PYTORCH_", "NVIDIA_",
     "OMP_", "KMP_", "GOMP_", "MKL_", "ATEN_", "ONEDNN_", "DNNL_", "MKLDNN_", "OPENBLAS_",
-    "HIPBLASLT_", "ROCBLAS_", "MIOPEN_", "HIP_",
+    "HIPBLASLT_", "ROCBLAS_", "MIOPEN_", "HIP_", "VLLM_", "SGLANG_",
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_", "SLURM_",
     "FORENSICS_", "PYTHONHASHSEED", "NVTX_", "LD_LIBRARY_PATH", "LD_PRELOAD", "CUPTI_", "TRITON_",
 )
