@@ -28,6 +28,20 @@ VALUES = {
 }
 
 
+#: The JSON kind of each value, and those checked whatever the field's own kind (out of any range).
+KIND = {"text": str, "float": float, "list": list, "object": dict, "bool": bool, "null": type(None), "negative": int,
+        "mixed": list, "int64+1": int}  # 2**63 is a valid unsigned 64-bit digest
+ALWAYS = ("inf", "-inf", "nan", "1e20", "30digits", "deep")
+
+
+def _wrong_type(name: str, old: object) -> bool:
+    """Whether value ``name`` is of another JSON kind than ``old`` (or out of every range)."""
+    if name in ALWAYS:
+        return True
+    kind = KIND[name]
+    return type(old) is not kind
+
+
 def _put(doc: object, path: list, literal: str) -> str:
     """``doc`` as JSON text with the value at ``path`` replaced by the JSON ``literal``."""
     holder = doc
@@ -87,3 +101,112 @@ def test_kineto_kernel_event_fields(field, kineto_doc, tmp_path):
     same_type = {"args": "object"}.get(field)
     for name in ("inf", "-inf", "nan", "int64+1", "30digits", "list", "object", "bool", "mixed"):
         assert name == same_type or outcomes[name] == "refused", (field, name, outcomes)
+
+
+# --------------------------------------------------------------------------- traces through `forensics diff`
+def _cli(argv: list[str]) -> tuple[object, str, str]:
+    from tests.test_fuzz_commands import _run
+
+    return _run(argv)
+
+
+def _verdict_lines(stdout: str) -> list[str]:
+    """What a diff concluded: per rank the kind and op of the first divergence, the pattern and the site."""
+    import re
+
+    out = []
+    for x in stdout.splitlines():
+        m = re.match(r"rank (\d+): .*?first divergence: (\S+) (?:\(.*?\) )?(\S+)", x)
+        if m:
+            out.append(" ".join(m.groups()))
+        elif x.startswith(("rank ", "pattern:", "site:")):
+            out.append(x)
+    return out
+
+
+def _warnings(stdout: str) -> set[str]:
+    return {x.strip() for x in stdout.splitlines() if "warning" in x or "partial" in x or "comparability" in x}
+
+
+def _diff_campaign(a: Path, b: Path, target: Path, fields: list[tuple[str, list]], tmp_path: Path) -> dict:
+    """Mutate ``target`` (a JSONL file inside ``b``) field by field; diff a vs the damaged b.
+
+    Returns ``{outcome: count}``; fails on a traceback, an exit other than 0/1/3, a refusal that
+    is not one line naming the file, or a changed verdict with no new warning."""
+    code0, out0, err0 = _cli(["diff", str(a), str(b)])
+    assert code0 in (0, 1), err0
+    lines = target.read_text().splitlines()
+    counts: dict[str, int] = {}
+    for line_index, path in fields:
+        obj = json.loads(lines[line_index])
+        try:
+            _put(obj, path, "0")
+        except (KeyError, IndexError):
+            continue
+        for name, literal in VALUES.items():
+            work = tmp_path / "work"
+            if work.exists():
+                import shutil
+
+                shutil.rmtree(work)
+            import shutil
+
+            shutil.copytree(b, work)
+            damaged = work / target.relative_to(b)
+            text = list(lines)
+            text[line_index] = _put(obj, path, literal)
+            damaged.write_text("\n".join(text) + "\n")
+            code, out, err = _cli(["diff", str(a), str(work)])
+            where = f"{target.name} line {line_index + 1} {path} = {name}"
+            old = obj
+            for p in path:
+                old = old[p]
+            assert "Traceback" not in out + err and code in (0, 1, 3), f"{where}: exit {code}\n{err}"
+            if code == 3:
+                assert len(err.strip().splitlines()) == 1 and damaged.name in err, f"{where}: {err}"
+                counts["refused"] = counts.get("refused", 0) + 1
+                continue
+            if _verdict_lines(out.replace(str(work), str(b))) == _verdict_lines(out0) and code == code0:
+                counts["same"] = counts.get("same", 0) + 1
+                continue
+            if not _wrong_type(name, old):  # another value of the field's own type: another valid input
+                counts["changed: a valid value"] = counts.get("changed: a valid value", 0) + 1
+                continue
+            new = _warnings(out.replace(str(work), str(b))) - _warnings(out0)
+            assert new, f"{where}: the verdict changed and nothing says so\n{out0}\n---\n{out}"
+            counts["changed, with a warning"] = counts.get("changed, with a warning", 0) + 1
+    return counts
+
+
+#: Counts of outcome per campaign, printed at the end of the module (pytest -s shows them).
+CAMPAIGN: dict[str, dict[str, int]] = {}
+
+
+@pytest.fixture(scope="module")
+def debugmode_runs(tmp_path_factory) -> dict[str, Path]:
+    """Two real DebugMode dumps of tests/test_traces_debugmode.py's workload (1 vs 4 threads)."""
+    pytest.importorskip("torch.utils._debug_mode", reason="this torch has no DebugMode")
+    from tests.test_traces_debugmode import _start
+
+    base = tmp_path_factory.mktemp("dm")
+    procs = {k: _start(t, base / k) for k, t in (("a", 1), ("b", 4))}
+    for k, p in procs.items():
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    return {k: base / k for k in procs}
+
+
+def test_debugmode_dump_fields(debugmode_runs, tmp_path):
+    """Header and call fields of a real dump (line 3: the forward GEMM, the intact diff's ORIGIN)."""
+    a = debugmode_runs["a"] / "debugmode.rank0.jsonl"
+    b = tmp_path / "b"
+    b.mkdir()
+    import shutil
+
+    shutil.copy(debugmode_runs["b"] / "debugmode.rank0.jsonl", b)
+    fields = [(0, [k]) for k in ("rank", "step", "hash_fn", "argv", "torch", "features")] + [(0, ["argv", 0])]
+    fields += [(2, [k]) for k in ("i", "op", "type", "depth", "args", "out", "hash", "input_hash", "record")]
+    fields += [(2, ["record", "phase"]), (2, ["record", "operands"]), (2, ["hash", 0]), (2, ["input_hash", 0, 0, 0])]
+    counts = _diff_campaign(a, b, b / "debugmode.rank0.jsonl", fields, tmp_path / "w")
+    CAMPAIGN["debugmode"] = counts
+    assert counts.get("refused", 0) > 200, counts
