@@ -210,3 +210,44 @@ def test_debugmode_dump_fields(debugmode_runs, tmp_path):
     counts = _diff_campaign(a, b, b / "debugmode.rank0.jsonl", fields, tmp_path / "w")
     CAMPAIGN["debugmode"] = counts
     assert counts.get("refused", 0) > 200, counts
+
+
+@pytest.fixture(scope="module")
+def native_runs(tmp_path_factory) -> dict[str, Path]:
+    """Two real traces by `forensics trace` of a CPU loop at 1 and 2 threads (an ORIGIN at aten.sum)."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+
+    base = tmp_path_factory.mktemp("nt")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    script = str(REPO / "tests" / "data" / "scripts" / "optrace_threads.py")
+    procs = {k: subprocess.Popen([sys.executable, "-m", "forensics", "trace", "--steps", "all", "--out", str(base / k),
+                                  "--", sys.executable, script, "--threads", t, "--steps", "2"], cwd=REPO, env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for k, t in (("a", "1"), ("b", "2"))}
+    for p in procs.values():
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    return {k: base / k for k in procs}
+
+
+def test_native_trace_fields(native_runs, tmp_path):
+    """Header, one record (the intact diff's ORIGIN, aten.sum) and its tensor entries, the footer."""
+    import shutil
+
+    b = tmp_path / "b"
+    shutil.copytree(native_runs["b"], b)
+    target = b / "rank0" / "trace.jsonl"
+    lines = target.read_text().splitlines()
+    origin = next(i for i, x in enumerate(lines) if '"aten.sum.default:1"' in x)
+    header = ("rank", "world_size", "argv", "script_argv", "versions", "env", "steps", "ranks", "max_records", "hash",
+              "ordered", "compiled", "generators", "storage_events", "program", "packages", "chunked_ops")
+    fields = [(0, [k]) for k in header] + [(0, ["argv", 0]), (0, ["versions", "torch"])]
+    fields += [(origin, [k]) for k in ("seq", "id", "op", "kind", "step", "phase", "in", "out")]
+    fields += [(origin, [side, 0, k]) for side in ("in", "out") for k in ("s", "t", "n", "o")]
+    fields += [(len(lines) - 1, [k]) for k in ("records", "dropped", "last_step", "seeds", "stopped", "compiled_graphs")]
+    counts = _diff_campaign(native_runs["a"], b, target, fields, tmp_path / "w")
+    CAMPAIGN["native"] = counts
+    assert counts.get("refused", 0) > 400, counts
