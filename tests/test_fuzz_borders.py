@@ -251,3 +251,55 @@ def test_native_trace_fields(native_runs, tmp_path):
     counts = _diff_campaign(native_runs["a"], b, target, fields, tmp_path / "w")
     CAMPAIGN["native"] = counts
     assert counts.get("refused", 0) > 400, counts
+
+
+# --------------------------------------------------------------------------- nsys SQLite: NULLs and types per column
+NSYS = CORPUS / "nsys" / "extrap_concurrent_profile1.sqlite"  # kernels, runtime calls and NVTX ranges
+
+
+def _unconstrained(src: Path, dst: Path, table: str, column: str, literal: str) -> None:
+    """A copy of ``src`` whose ``table`` lost its NOT NULL constraints (CREATE TABLE AS), one value set."""
+    import shutil
+    import sqlite3
+
+    shutil.copy(src, dst)
+    con = sqlite3.connect(dst)
+    for (view,) in con.execute("SELECT name FROM sqlite_master WHERE type='view'").fetchall():
+        con.execute(f"DROP VIEW {view}")
+    con.execute(f"CREATE TABLE _t AS SELECT * FROM {table}")
+    con.execute(f"DROP TABLE {table}")
+    con.execute(f"ALTER TABLE _t RENAME TO {table}")
+    con.execute(f'UPDATE {table} SET "{column}" = {literal} WHERE rowid = (SELECT min(rowid) FROM {table})')
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("table", ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"])
+def test_nsys_columns_null_and_wrong_types(table, tmp_path):
+    """Every used column of a real export's kernel, runtime and NVTX tables set to NULL, a real, a
+    text, a blob and a 20-digit number (stored as a real): refused naming the file, or read."""
+    if not NSYS.is_file():
+        pytest.skip(f"real corpus not found at {CORPUS}")
+    from parsers import nsys
+
+    columns = {"CUPTI_ACTIVITY_KIND_KERNEL": nsys.KERNEL_REQUIRED, "CUPTI_ACTIVITY_KIND_RUNTIME": nsys.RUNTIME_REQUIRED,
+               "NVTX_EVENTS": nsys.NVTX_REQUIRED}[table]
+    counts: dict[str, int] = {}
+    for column in columns:
+        for literal in ("NULL", "1.5", "'x'", "x'00ff'", "99999999999999999999"):
+            p = tmp_path / f"{column}.sqlite"
+            _unconstrained(NSYS, p, table, column, literal)
+            outcome, message = "read", ""
+            try:
+                nsys.read_kernels(p)
+                nsys.read_ranges(p)
+                nsys.read_runtime(p)
+            except BadInput as e:
+                message = str(e)
+                assert "\n" not in message and str(p) in message, message
+                outcome = "refused"
+            if literal == "NULL" and column in nsys.NOT_NULL[table]:
+                assert outcome == "refused" and column in message, (column, outcome, message)
+            counts[outcome] = counts.get(outcome, 0) + 1
+            p.unlink()
+    CAMPAIGN[f"nsys {table}"] = counts
