@@ -38,6 +38,8 @@ MANIFEST_SCHEMA = 1
 FILE_PATTERNS: list[tuple[str, str]] = file_patterns()
 _RANK_DIR = re.compile(r"^rank[-_]?(\d+)$")
 _PID = re.compile(r"\.(\d+)\.log$")
+#: Ranks and process ids read from names (rank folders, log names) are bounded like the manifest's.
+MAX_RANK, MAX_PID = (1 << 31) - 1, (1 << 63) - 1
 
 #: Instruments the two-instrument rule can use, for "what is missing" messages.
 COUNTING_INSTRUMENTS = ("cupti", "kineto", "nsys", "ncu", "cublaslt")
@@ -204,8 +206,8 @@ _FILE_KEYS: dict[str, tuple[Any, str]] = {
     "path": (lambda v: isinstance(v, str) and bool(v) and "\x00" not in v, "a path (text)"),
     "instrument": (lambda v: v is None or isinstance(v, str), "an instrument name"),
     "arm": (lambda v: isinstance(v, str) and bool(v), "an arm name"),
-    "rank": (lambda v: v is None or (_is_int(v) and v >= 0), "a rank (integer >= 0)"),
-    "pid": (lambda v: v is None or (_is_int(v) and v >= 0), "a process id (integer)"),
+    "rank": (lambda v: v is None or (_is_int(v) and 0 <= v <= MAX_RANK), "a rank (integer 0..2**31-1)"),
+    "pid": (lambda v: v is None or (_is_int(v) and 0 <= v <= MAX_PID), "a process id (integer 0..2**63-1)"),
 }
 
 
@@ -408,12 +410,16 @@ def _discover_arm(cap: Capture, arm_dir: Path) -> None:
             m = _RANK_DIR.match(part)
             if m:
                 rank = int(m.group(1))
+                if rank > MAX_RANK:
+                    raise BadInput(Path(dirpath), f"rank folder {part[:40]!r}: rank beyond 2**31-1")
         for name in sorted(filenames):
             instrument = classify(name)
             if instrument is None:
                 continue
             regular_file(Path(dirpath) / name, "instrument file")  # a FIFO would hang its reader
             pid_m = _PID.search(name)
+            if pid_m and int(pid_m.group(1)) > MAX_PID:
+                raise BadInput(Path(dirpath) / name, "the process id in this name is beyond 2**63-1")
             cap.files.append(
                 InstrumentFile(instrument, Path(dirpath) / name, arm_dir.name,
                                rank if rank is not None else 0, int(pid_m.group(1)) if pid_m else None)

@@ -228,7 +228,7 @@ def _environment(ev: Evidence) -> dict[str, dict[str, Any]]:
         entry = next((a for a in ev.manifest.get("arms", []) if a.get("name") == arm), {})
         versions = entry.get("versions") or {}
         out[arm] = {k: (versions.get(k) or env.get(k) or manifest_env.get(k)) for k in ENV_KEYS}
-    return redact_obj(out)
+    return {arm: redact_obj(v) for arm, v in out.items()}  # an arm's name is a folder, not a secret's name
 
 
 # --------------------------------------------------------------------------- raw records

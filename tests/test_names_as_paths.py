@@ -1,0 +1,92 @@
+"""Names that become paths or keys (issue 28): rank folders, log names' process ids, arm names.
+
+A toggle of a knob named like a secret (``--toggle NVTE_API_TOKEN=...``) once made an arm
+``t1-nvte_api_token`` whose name the bundle's redaction took for a secret's name: ``bundle``
+exited 70 and wrote nothing. A 30-digit rank folder died in analyze and compare (exit 70).
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from forensics.capture.passes import toggle_arm_name
+from forensics.cli import main
+from forensics.redact import is_secret_key
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "tests" / "fixtures" / "cpu" / "conv1d-threads"  # real CPU capture: a1, a2, t1-omp_num_threads
+TRAIN = REPO / "examples" / "cpu-backend" / "train.py"
+SECRET = "tok-7f3a9c2e51d04b8a"
+
+
+def _copy(tmp_path: Path) -> Path:
+    cap = tmp_path / "cap"
+    shutil.copytree(FIXTURE, cap, ignore=shutil.ignore_patterns("analysis"))
+    return cap
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_secret_named_toggle_makes_an_arm_name_that_is_not_a_secret_name():
+    assert toggle_arm_name(1, "NVTE_API_TOKEN") == "t1-redacted-knob"
+    assert not is_secret_key(toggle_arm_name(1, "NVTE_API_TOKEN"))
+    assert toggle_arm_name(2, "OMP_NUM_THREADS") == "t2-omp_num_threads"
+
+
+def test_bundle_of_a_capture_whose_arm_name_holds_a_secret_word(tmp_path, capsys):
+    """A capture made before the rename (its toggle arm is named after NVTE_API_TOKEN): the bundle is
+    written, the toggled value is redacted, the arm is still there (it was exit 70, nothing written)."""
+    cap = _copy(tmp_path)
+    (cap / "t1-omp_num_threads").rename(cap / "t1-nvte_api_token")
+    text = (cap / "manifest.yaml").read_text()
+    text = text.replace("t1-omp_num_threads", "t1-nvte_api_token").replace("OMP_NUM_THREADS: '2'",
+                                                                          f"NVTE_API_TOKEN: '{SECRET}'")
+    (cap / "manifest.yaml").write_text(text)
+    out = tmp_path / "b.tar.gz"
+    code, stdout, err = _run(["bundle", str(cap), "-o", str(out)], capsys)
+    assert code == 0, err
+    with tarfile.open(out) as tar:
+        data = b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
+    assert SECRET.encode() not in data
+    assert b"t1-nvte_api_token" in data  # the arm is reported, under its own name
+
+
+@pytest.mark.slow
+def test_kernel_toggle_of_a_secret_named_knob_then_bundle_for_real(tmp_path, capsys, monkeypatch):
+    """`forensics kernel --toggle NVTE_API_TOKEN=...` on the CPU backend, then `forensics bundle`."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    cap = tmp_path / "cap"
+    code, out, err = _run(["kernel", "--device", "cpu", "--site", "aten.convolution.default", "--steps", "0",
+                           "--arms", "1", "--toggle", f"NVTE_API_TOKEN={SECRET}", "--out", str(cap), "-q",
+                           "--timeout", "300", "--", sys.executable, str(TRAIN), "--model", "conv1d", "--steps", "2"],
+                          capsys)
+    assert code in (0, 1), err
+    assert (cap / "t1-redacted-knob").is_dir() and not any("token" in p.name for p in cap.iterdir())
+    bundle = tmp_path / "b.tar.gz"
+    code, out, err = _run(["bundle", str(cap), "-o", str(bundle)], capsys)
+    assert code == 0, err
+    with tarfile.open(bundle) as tar:
+        names = [m.name for m in tar.getmembers()]
+        data = b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
+    assert SECRET.encode() not in data and any(n.endswith("evidence.json") for n in names)
+    assert b"t1-redacted-knob" in data
+
+
+@pytest.mark.parametrize("command", ["analyze", "compare"])
+def test_a_rank_folder_past_any_rank_is_one_line(command, tmp_path, capsys):
+    cap = _copy(tmp_path)
+    big = "rank" + "1" * 30
+    (cap / "a2" / "rank0").rename(cap / "a2" / big)
+    (cap / "manifest.yaml").write_text((cap / "manifest.yaml").read_text().replace("a2/rank0/", f"a2/{big}/"))
+    code, out, err = _run([command, str(cap), "--out" if command == "analyze" else "--json",
+                           str(tmp_path / ("an" if command == "analyze" else "c.json"))], capsys)
+    assert code == 3, err
+    assert err.count("\n") == 1 and err.startswith("forensics: bad input: ") and big in err
