@@ -90,3 +90,22 @@ def test_a_rank_folder_past_any_rank_is_one_line(command, tmp_path, capsys):
                            str(tmp_path / ("an" if command == "analyze" else "c.json"))], capsys)
     assert code == 3, err
     assert err.count("\n") == 1 and err.startswith("forensics: bad input: ") and big in err
+
+
+# --------------------------------------------------------------------------- compare says what an arm lost
+def test_compare_and_its_json_name_the_site_records_an_arm_dropped(tmp_path, capsys):
+    """The real CPU capture, its a2 site probe's summary set to 3 dropped records: analyze and bundle
+    said so; compare (text and --json) said nothing."""
+    import json
+
+    cap = _copy(tmp_path)
+    sites = cap / "a2" / "rank0" / "sites.jsonl"
+    sites.write_text(sites.read_text().replace('"dropped": 0', '"dropped": 3'))
+    code, out, err = _run(["compare", str(cap), "--json", str(tmp_path / "c.json")], capsys)
+    assert code in (0, 1), err
+    lost = [x for x in out.splitlines() if x.startswith("lost: ")]
+    assert len(lost) == 1 and "arm a2 rank 0" in lost[0] and "dropped 3" in lost[0] and str(sites) in lost[0], out
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert [(x["arm"], x["rank"], x["instrument"]) for x in doc["losses"]] == [("a2", 0, "sites")]
+    code, out, err = _run(["compare", str(_copy(tmp_path / "intact"))], capsys)
+    assert "lost: " not in out
