@@ -1,4 +1,6 @@
-"""Names that become paths or keys (issue 28): rank folders, log names' process ids, arm names.
+"""Issue 28's arm-name case and quieter gaps: names that become paths or keys (rank folders, log
+names' process ids, arm names), compare naming what an arm lost, a disk-full `analyze --out`, a
+directory named like an instrument file.
 
 A toggle of a knob named like a secret (``--toggle NVTE_API_TOKEN=...``) once made an arm
 ``t1-nvte_api_token`` whose name the bundle's redaction took for a secret's name: ``bundle``
@@ -109,3 +111,31 @@ def test_compare_and_its_json_name_the_site_records_an_arm_dropped(tmp_path, cap
     assert [(x["arm"], x["rank"], x["instrument"]) for x in doc["losses"]] == [("a2", 0, "sites")]
     code, out, err = _run(["compare", str(_copy(tmp_path / "intact"))], capsys)
     assert "lost: " not in out
+
+
+# --------------------------------------------------------------------------- disk full
+def test_disk_full_analyze_out_leaves_no_claimed_folder(tmp_path):
+    """A real ENOSPC (a full 64 KiB tmpfs in a private mount namespace): the claim marker could not
+    be written; it was left behind empty, the message named no file, and the rerun after freeing
+    space wrote to ``an-2`` (the folder read as another run's)."""
+    import subprocess
+
+    from tests.test_trace_command import _can_mount_tmpfs
+
+    if not _can_mount_tmpfs():
+        pytest.skip("needs `unshare -Urm` and a tmpfs mount (user namespaces)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    cli = f"{sys.executable} -m forensics analyze {FIXTURE} -q --out {mnt}/an"
+    script = (f"mount -t tmpfs -o size=64k tmpfs {mnt} && head -c 70000 /dev/zero > {mnt}/filler 2>/dev/null; "
+              f"{cli}; echo rc1=$?; ls -A {mnt}/an; rm {mnt}/filler; {cli}; echo rc2=$?; ls {mnt}")
+    import os
+
+    proc = subprocess.run(["unshare", "-Urm", "sh", "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    out, err = proc.stdout, proc.stderr
+    assert "rc1=4" in out and "rc2=0" in out, out + err
+    first = [x for x in err.splitlines() if "No space left on device" in x]
+    assert len(first) == 1 and f"{mnt}/an/" in first[0], err  # names the file it could not write
+    assert ".forensics-claim" not in out  # no claim left in the empty folder
+    assert f"wrote {mnt}/an/analysis.json" in out and "an-2" not in out, out
