@@ -139,3 +139,17 @@ def test_disk_full_analyze_out_leaves_no_claimed_folder(tmp_path):
     assert len(first) == 1 and f"{mnt}/an/" in first[0], err  # names the file it could not write
     assert ".forensics-claim" not in out  # no claim left in the empty folder
     assert f"wrote {mnt}/an/analysis.json" in out and "an-2" not in out, out
+
+
+# --------------------------------------------------------------------------- a directory named like an instrument file
+@pytest.mark.parametrize("name", ["cupti.jsonl", "mkl.123.log"])
+def test_a_directory_named_like_an_instrument_file_is_bad_input(name, tmp_path, capsys):
+    """docs/errors.md: exit 3 for a directory that is not what the command reads (it was skipped
+    silently: the real CPU capture analysed as if it were not there, exit 0 or 1)."""
+    cap = _copy(tmp_path)
+    (cap / "a2" / "rank0" / name).mkdir()
+    code, out, err = _run(["analyze", str(cap), "-q", "--out", str(tmp_path / "an")], capsys)
+    assert code == 3 and err.strip().splitlines() == [
+        f"forensics: bad input: {cap / 'a2' / 'rank0' / name}: is a directory, not a "
+        f"{'cupti' if name.startswith('cupti') else 'mkl'} file"], err
+    assert not (tmp_path / "an").exists()

@@ -404,6 +404,9 @@ def _discover_arm(cap: Capture, arm_dir: Path) -> None:
 
     for dirpath, dirnames, filenames in os.walk(arm_dir):
         dirnames.sort()
+        named = next((d for d in dirnames if classify(d) is not None), None)
+        if named is not None:  # docs/errors.md: a directory that is not what the command reads is bad input
+            raise BadInput(Path(dirpath) / named, f"is a directory, not a {classify(named)} file")
         rel = Path(dirpath).relative_to(arm_dir)
         rank = None
         for part in rel.parts:
