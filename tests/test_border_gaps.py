@@ -153,3 +153,14 @@ def test_a_directory_named_like_an_instrument_file_is_bad_input(name, tmp_path, 
         f"forensics: bad input: {cap / 'a2' / 'rank0' / name}: is a directory, not a "
         f"{'cupti' if name.startswith('cupti') else 'mkl'} file"], err
     assert not (tmp_path / "an").exists()
+
+
+# --------------------------------------------------------------------------- knob JSON: a bundle section's typed border
+@pytest.mark.parametrize("body", ['{"title": [1], "markdown": "x"}', '{"title": "t", "markdown": "x", "data": NaN}'])
+def test_a_knob_section_of_wrong_types_is_one_line(body, tmp_path, capsys):
+    section = tmp_path / "knob.section.json"
+    section.write_text(body)
+    code, out, err = _run(["bundle", str(FIXTURE), "-o", str(tmp_path / "b.tar.gz"), "--section", str(section)], capsys)
+    lines = err.strip().splitlines()
+    assert code == 3 and len(lines) == 1 and str(section) in lines[0], err
+    assert not (tmp_path / "b.tar.gz").exists()

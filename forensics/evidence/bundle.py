@@ -509,6 +509,14 @@ def read_section(path: str | Path) -> dict[str, Any]:
     data = read_json(path, what="section file")
     if not isinstance(data, dict) or not isinstance(data.get("markdown"), str):
         raise BadInput(path, 'a bundle section is a JSON object {"title", "markdown", "data"}')
+    import msgspec  # noqa: PLC0415
+
+    from forensics.knobs.report import BundleSection  # noqa: PLC0415 - the format's owner declares its schema
+
+    try:
+        msgspec.convert(data, BundleSection)
+    except msgspec.ValidationError as e:
+        raise BadInput(path, f"bundle section: {str(e).replace('`', '')}") from None
     return data
 
 
