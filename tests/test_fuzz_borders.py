@@ -429,3 +429,45 @@ def test_synthetic_capture_cupti_records(tmp_path):
     counts = _capture_campaign(base, rel, fields, ("analyze", "compare"), tmp_path / "w", CAPTURE_VALUES)
     CAMPAIGN["synthetic cupti.jsonl"] = counts
     assert counts.get("refused", 0) > 50, counts
+
+
+# --------------------------------------------------------------------------- ncu CSV
+@pytest.mark.parametrize("page", ["raw", "details"])
+def test_ncu_csv_id_columns(page, tmp_path):
+    """Real ncu 2022.3 exports of Extra-P's ex-gpu: each id column of the first launch row (and the
+    fixed columns before it) set to text, a real, a huge or a negative number, nothing: refused
+    naming the file and the line, or read with the same launch count."""
+    import csv
+    import io
+
+    src = CORPUS / "ncu" / f"ncu_extrap_ex-gpu.s10_{page}_by_ncu2022.3.csv"
+    if not src.is_file():
+        pytest.skip(f"real corpus not found at {CORPUS}")
+    from parsers.ncu import NCU_INT_COLUMNS, read_csv
+
+    rows = list(csv.reader(io.StringIO(src.read_text())))
+    hi = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
+    di = next(i for i in range(hi + 1, len(rows)) if rows[i] and rows[i][0].strip().isdigit())
+    header = rows[hi]
+    intact = len(read_csv(src))
+    counts: dict[str, int] = {}
+    for col in [c for c in header[:12] if c] + ["launch__device_id"]:
+        if col not in header:
+            continue
+        for value in ("x", "1.5", "1e400", "inf", "nan", "", "9" * 30, "-5"):
+            changed = [list(r) for r in rows]
+            changed[di][header.index(col)] = value
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL).writerows(changed)
+            p = tmp_path / "x.csv"
+            p.write_text(buf.getvalue())
+            try:
+                got = len(read_csv(p))
+                outcome = "same count" if got == intact else "other count"
+            except BadInput as e:
+                assert "\n" not in str(e) and str(p) in str(e), str(e)
+                outcome = "refused"
+            if col in NCU_INT_COLUMNS and value in ("x", "1.5", "9" * 30, "1e400", "inf", "nan"):
+                assert outcome == "refused", (col, value, outcome)
+            counts[outcome] = counts.get(outcome, 0) + 1
+    CAMPAIGN[f"ncu csv {page} (reader)"] = counts
