@@ -90,6 +90,11 @@ def _check_digest(d: Any, path: Path, line: int, where: str) -> None:
         h = d.get(key)  # a 64-bit digest: signed or unsigned
         if h is not None and not (isinstance(h, int) and not isinstance(h, bool) and -_INT64 <= h < 2 * _INT64):
             raise BadInput(path, f"{where}.{key} must be a 64-bit integer, not {_kind(h)}", line)
+    if d.get("hash") is not None or d.get("ohash") is not None:  # a tensor's digest: its shape, dtype, numel say which
+        for key in ("shape", "dtype", "numel"):
+            if d.get(key) is None:
+                raise BadInput(path, f"{where}.{key} is {'null' if key in d else 'missing'} in a digest that "
+                               "carries a hash", line)
     shape = d.get("shape")
     if shape is not None:
         if not isinstance(shape, list) or not all(_nonneg_int(x) for x in shape):
