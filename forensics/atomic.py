@@ -173,8 +173,13 @@ def claim_dir(path: str | os.PathLike[str]) -> bool:
         return False
     except OSError as e:
         raise CannotWrite(path, e) from None
-    with os.fdopen(fd, "w") as fh:
-        fh.write(f"claimed by forensics, pid {os.getpid()}\n")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"claimed by forensics, pid {os.getpid()}\n")
+    except OSError as e:  # disk full: no claim left behind (a rerun would take the folder for another run's)
+        with contextlib.suppress(OSError):
+            os.unlink(path / CLAIM_MARKER)
+        raise CannotWrite(path / CLAIM_MARKER, e) from None
     return True
 
 

@@ -63,9 +63,23 @@ def _check_fields(obj: dict, ints: tuple[str, ...], strs: tuple[str, ...], path:
             raise BadInput(path, f"{where}{key} must be text, not {_kind(v)}", line)
 
 
-def check_cupti_record(obj: dict, path: Path, line: int) -> None:
-    """BadInput when a field CUPTI readers use has the wrong type."""
+#: CUPTI JSONL: fields a record of a kind cannot be without (CUPTI fills them in every activity record
+#: of that kind); null or absent there would untie a launch from its call or its site, unsaid.
+_KERNEL_REQUIRED = ("correlation_id", "start", "end", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                    "block_z")
+CUPTI_REQUIRED = {
+    "CONCURRENT_KERNEL": _KERNEL_REQUIRED, "KERNEL": _KERNEL_REQUIRED,
+    "RUNTIME": ("correlation_id", "start"), "DRIVER": ("correlation_id", "start"),
+    "EXTERNAL_CORRELATION": ("correlation_id", "external_id"),
+}
+
+
+def check_cupti_record(obj: dict, path: Path, line: int, kind: str | None = None) -> None:
+    """BadInput when a field CUPTI readers use has the wrong type, or a record of ``kind`` lacks one it needs."""
     _check_fields(obj, CUPTI_INTS, CUPTI_STRS, path, line)
+    for key in CUPTI_REQUIRED.get(kind or "", ()):
+        if obj.get(key) is None:
+            raise BadInput(path, f"{kind} record: {key} is {'null' if key in obj else 'missing'}", line)
 
 
 def _check_digest(d: Any, path: Path, line: int, where: str) -> None:
@@ -76,6 +90,11 @@ def _check_digest(d: Any, path: Path, line: int, where: str) -> None:
         h = d.get(key)  # a 64-bit digest: signed or unsigned
         if h is not None and not (isinstance(h, int) and not isinstance(h, bool) and -_INT64 <= h < 2 * _INT64):
             raise BadInput(path, f"{where}.{key} must be a 64-bit integer, not {_kind(h)}", line)
+    if d.get("hash") is not None or d.get("ohash") is not None:  # a tensor's digest: its shape, dtype, numel say which
+        for key in ("shape", "dtype", "numel"):
+            if d.get(key) is None:
+                raise BadInput(path, f"{where}.{key} is {'null' if key in d else 'missing'} in a digest that "
+                               "carries a hash", line)
     shape = d.get("shape")
     if shape is not None:
         if not isinstance(shape, list) or not all(_nonneg_int(x) for x in shape):

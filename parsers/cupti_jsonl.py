@@ -63,7 +63,7 @@ def _load(path: str | PathLike[str]):
         kind = _kind_name(obj)
         if kind is None:
             raise BadInput(f.path, f"not a {WHAT}: record has neither kind_name nor kind", number)
-        check_cupti_record(obj, f.path, number)  # wrong-typed values are bad input (forensics faults)
+        check_cupti_record(obj, f.path, number, kind)  # wrong-typed values are bad input (forensics faults)
         rec = dict(obj)
         rec["kind_name"] = kind
         rec["line"] = number

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import pandas as pd
 
 from forensics.errors import BadInput
@@ -38,6 +39,80 @@ MEMSET_CATS = ("gpu_memset", "Memset")
 #: name, its metrics in ``args``; no correlation, grid or block. Counted as launches only in a trace
 #: with no ``kernel`` events (each auto-range is one kernel launch; both kinds would count one twice).
 RANGE_PROFILER_CATS = ("cuda_profiler_range",)
+
+
+# --------------------------------------------------------------------------- the border: typed events
+#: A time in µs that still fits int64 ns after * 1000 (a ts of 1e20 or 2**63 µs does not).
+_US_LIMIT = (1 << 63) // 1000 - 1
+_Us = Annotated[int, msgspec.Meta(ge=-_US_LIMIT, le=_US_LIMIT)] | Annotated[float, msgspec.Meta(ge=-_US_LIMIT, le=_US_LIMIT)]
+_I64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+#: A dimension of a CUDA grid or block (x < 2**31, y and z < 2**16: one bound for all three).
+_Dim = Annotated[int, msgspec.Meta(ge=0, le=(1 << 31) - 1)]
+
+
+class KinetoEvent(msgspec.Struct):
+    """The fields of one trace event this reader uses, typed (others pass through untouched).
+
+    pid/tid are integers or text (2021 traces: ``"25738"``, ``"stream 7"``, ``"Spans"``); ts/dur
+    are µs within int64 ns; a flow id is an integer or text (Chrome's format allows both).
+    """
+
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: _I64 | str | None = None
+    tid: _I64 | str | None = None
+    ts: _Us | None = None
+    dur: _Us | None = None
+    id: _I64 | str | None = None
+    bp: str | None = None
+    args: dict[str, Any] | None = None
+
+
+class KinetoIds(msgspec.Struct):
+    """The ids and counts in a kernel, runtime, op or memcpy event's args that become columns."""
+
+    correlation: _I64 | None = None
+    device: _I64 | None = None
+    stream: _I64 | None = None
+    cbid: _I64 | None = None
+    bytes: _I64 | None = None
+    external_id: _I64 | None = msgspec.field(default=None, name="External id")
+    external_id_2021: _I64 | None = msgspec.field(default=None, name="external id")
+    sequence_number: _I64 | None = msgspec.field(default=None, name="Sequence number")
+    fwd_thread_id: _I64 | None = msgspec.field(default=None, name="Fwd thread id")
+    record_function_id: _I64 | None = msgspec.field(default=None, name="Record function id")
+    registers_per_thread: _I64 | None = msgspec.field(default=None, name="registers per thread")
+    shared_memory: _I64 | None = msgspec.field(default=None, name="shared memory")
+
+
+class KinetoKernelArgs(KinetoIds):
+    """A kernel event's args: grid and block are three dimensions (an op event's ``grid`` is Inductor's text)."""
+
+    grid: Annotated[list[_Dim], msgspec.Meta(min_length=3, max_length=3)] | None = None
+    block: Annotated[list[_Dim], msgspec.Meta(min_length=3, max_length=3)] | None = None
+
+
+def _check_events(events: list, path: Path) -> None:
+    """BadInput ``traceEvents[i].field: ...`` for the first event whose used fields have a wrong type or range."""
+    try:
+        typed = msgspec.convert(events, list[KinetoEvent])
+    except msgspec.ValidationError as e:
+        raise BadInput(path, f"bad Kineto event: {_where(e, 'traceEvents')}") from None
+    used = KERNEL_CATS + RUNTIME_CATS + CPU_OP_CATS + MEMCPY_CATS + MEMSET_CATS
+    for i, e in enumerate(typed):
+        if e.args and e.cat in used:
+            try:
+                msgspec.convert(e.args, KinetoKernelArgs if e.cat in KERNEL_CATS else KinetoIds)
+            except msgspec.ValidationError as err:
+                raise BadInput(path, f"bad Kineto event: {_where(err, f'traceEvents[{i}].args')}") from None
+
+
+def _where(e: msgspec.ValidationError, prefix: str) -> str:
+    """msgspec's ``Expected `int`, got `str` - at `$[3].ts``` as ``traceEvents[3].ts: expected int, got str``."""
+    text = str(e)
+    what, _, at = text.partition(" - at `$")
+    return f"{prefix}{at.rstrip('`')}: {what[:1].lower()}{what[1:].replace('`', '')}" if at else f"{prefix}: {text}"
 
 
 @dataclass
@@ -105,6 +180,7 @@ def _events(doc: Any, path: Path) -> tuple[list[dict], dict]:
     bad = next((i for i, e in enumerate(events) if not isinstance(e, dict)), None)
     if bad is not None:
         raise BadInput(path, f"not a Chrome/Kineto trace: traceEvents[{bad}] is not an object")
+    _check_events(events, path)
     return events, meta
 
 

@@ -393,6 +393,23 @@ _FIXED_DETAILS_END = ("Section Name", "Metric Name", "Metric Unit", "Metric Valu
 _SAME_IN_A_LAUNCH = ("Process ID", "Kernel Name")
 
 
+#: The typed border of an ``ncu --csv`` export: columns (and the one metric) that become integer ids.
+#: Each holds a whole number within int64, or nothing (empty, ``n/a``); anything else is a damaged row.
+NCU_INT_COLUMNS = ("ID", "Process ID", "Context", "Stream", "launch__device_id")
+
+
+def _check_ints(path: Path, cells: dict[str, str], line: int) -> None:
+    for col in NCU_INT_COLUMNS:
+        text = cells.get(col)
+        if text is None or not text.strip() or text.strip().lower() == "n/a":
+            continue
+        v = parse_number(text)
+        if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 53:
+            v = int(v)
+        if not isinstance(v, int) or isinstance(v, bool) or not -(1 << 63) <= v < (1 << 63):
+            raise BadInput(path, f"{col} {text[:40]!r} is not a 64-bit integer (a damaged export?)", line)
+
+
 def _check_id(path: Path, value: str, line: int) -> None:
     """ncu numbers launches 0, 1, 2...: an ID that is no such number is a damaged row."""
     if not value.strip().isdigit():
@@ -430,6 +447,7 @@ def read_csv(path: str | PathLike[str], pattern: str | re.Pattern | None = None)
             metric = r[idx["Metric Name"]]
             _check_id(path, launch_id, line)
             fixed = {h: r[idx[h]] for h in fixed_cols}
+            _check_ints(path, {**fixed, metric: r[idx["Metric Value"]]}, line)
             if launch_id not in launches:
                 launches[launch_id] = (fixed, {})
             elif launch_id != previous:
@@ -465,6 +483,7 @@ def read_csv(path: str | PathLike[str], pattern: str | re.Pattern | None = None)
                 raise BadInput(path, f"row has {widths[line]} cells, the header {width} (a damaged export?)", line)
             _check_id(path, r[id_col], line)
             fixed = {header[i]: r[i] for i in fixed_cols}
+            _check_ints(path, {h: r[i] for i, h in enumerate(header) if h in NCU_INT_COLUMNS}, line)
             metrics = {header[i]: (units[i], parse_number(r[i])) for i in metric_cols}
             out.append(_launch_row(fixed, metrics, matches))
         page = "raw"

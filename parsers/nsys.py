@@ -34,6 +34,17 @@ KERNEL_REQUIRED = (
 )
 RUNTIME_REQUIRED = ("start", "end", "globalTid", "correlationId", "nameId")
 NVTX_REQUIRED = ("start", "end", "eventType", "text", "globalTid", "textId", "domainId")
+#: The typed border of an export: per table, the columns nsys declares NOT NULL (read from the
+#: real exports of ../shared/corpus/nsys, nsys 2021-2023: ``PRAGMA table_info``) that the reader
+#: uses. An export built without those constraints can hold NULL there: bad input naming the
+#: table, the column and the row, never a failed cast (the other used columns are nullable there:
+#: correlationId, globalPid, globalTid, mangledName, an NVTX end, text, textId, domainId).
+NOT_NULL = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "deviceId", "streamId", "demangledName", "shortName",
+                                   "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"),
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "nameId"),
+    "NVTX_EVENTS": ("start", "eventType"),
+}
 #: NVTX_EVENTS.eventType values (nsys report scripts, exporter docs).
 NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
 #: Serialized GlobalId masks: pid in bits 24..47, tid in bits 0..23.
@@ -114,6 +125,19 @@ def _open_export(path: str | PathLike[str], need_kernels: bool) -> tuple[sqlite3
             path, f"no {KERNEL_TABLE} table: not an nsys export, or one recorded without CUDA tracing (-t cuda)"
         )
     return conn, tables
+
+
+def _check_not_null(conn, path: Path, table: str, present: list[str]) -> None:
+    """BadInput naming table, column and rowid when a column of :data:`NOT_NULL` holds NULL."""
+    for col in NOT_NULL.get(table, ()):
+        if col not in present:
+            continue
+        try:
+            row = conn.execute(f'SELECT rowid FROM {table} WHERE "{col}" IS NULL LIMIT 1').fetchone()
+        except sqlite3.DatabaseError as e:
+            raise BadInput(path, f"corrupt or truncated SQLite file: {e}") from None
+        if row is not None:
+            raise BadInput(path, f"{table} row {row[0]}: {col} is NULL (nsys writes it NOT NULL): a damaged export")
 
 
 def _query(conn, path: Path, sql: str, ints: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -325,9 +349,10 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
     conn, tables = _open_export(path, need_kernels=True)
     with closing(conn):
         kcols = _require(conn, path, KERNEL_TABLE, KERNEL_REQUIRED)
+        _check_not_null(conn, path, KERNEL_TABLE, kcols)
         has_runtime = RUNTIME_TABLE in tables
         if has_runtime:
-            _require(conn, path, RUNTIME_TABLE, RUNTIME_REQUIRED)
+            _check_not_null(conn, path, RUNTIME_TABLE, _require(conn, path, RUNTIME_TABLE, RUNTIME_REQUIRED))
         df = _query(conn, path, kernels_sql(has_runtime),
                     ints=KERNEL_REQUIRED + ("mangledName", "launch_ns", "launch_tid", "api_id"))
         if "mangledName" not in kcols:
@@ -375,6 +400,7 @@ def read_runtime(path: str | PathLike[str]) -> pd.DataFrame:
         if RUNTIME_TABLE not in tables:
             return pd.DataFrame({c: pd.Series(dtype="Int64" if c != "name" else "string") for c in cols})
         rcols = _require(conn, path, RUNTIME_TABLE, RUNTIME_REQUIRED)
+        _check_not_null(conn, path, RUNTIME_TABLE, rcols)
         ec = "r.eventClass" if "eventClass" in rcols else "NULL"
         rv = "r.returnValue" if "returnValue" in rcols else "NULL"
         df = _query(
@@ -403,6 +429,7 @@ def read_ranges(path: str | PathLike[str]) -> pd.DataFrame:
         if NVTX_TABLE not in tables:
             return conform(empty_frame(RANGE_COLUMNS), RANGE_COLUMNS)
         ncols = _require(conn, path, NVTX_TABLE, NVTX_REQUIRED)
+        _check_not_null(conn, path, NVTX_TABLE, ncols)
         opt = {c: (f"e.{c}" if c in ncols else "NULL") for c in ("rangeId", "endGlobalTid", "category", "color")}
         df = _query(
             conn, path,

@@ -315,6 +315,20 @@ def test_kernel_config_not_utf8_is_one_line(tmp_path, capsys):
                                                                     "(byte 0xff at offset 32)"]
 
 
+@pytest.mark.parametrize("body,want", [
+    (b"site: gemm:NT:acc0:grad1\ncommand: python tr\x00ain.py\n",
+     ":2: not valid YAML: character U+0000 is not allowed in YAML"),  # was two stderr lines
+    (b'site: gemm:NT:acc0:grad1\ncommand: python "train.py --steps 2\n',
+     ": command: No closing quotation"),  # was exit 70 (shlex's ValueError)
+])
+def test_kernel_config_nul_byte_or_unbalanced_quote_is_one_line(tmp_path, capsys, body, want):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_bytes(body)
+    code, out, err = _run(["kernel", "--config", str(cfg), "--dry-run", "--", "python", "train.py"], capsys)
+    lines = err.strip().splitlines()
+    assert code == EXIT_BAD_INPUT and len(lines) == 1 and lines[0].startswith(f"forensics: bad input: {cfg}{want}"), err
+
+
 @pytest.mark.parametrize("kind", ["fifo", "missing", "not json", "a list"])
 def test_bad_section_files_are_one_line(cap, tmp_path, capsys, kind):
     section = tmp_path / "knob.section.json"

@@ -140,7 +140,7 @@ def test_library_run_never_overwrites_and_redacts(tmp_path, monkeypatch):
     assert isinstance(res, KernelResult)
     assert res.capture_dir == (tmp_path / "cap-2").resolve()
     assert (out / "manifest.yaml").read_text() == "schema: 1\nprecious: true\n"
-    assert [(p.name, p.status) for p in res.passes] == [("a1", "ok"), ("t1-nccl_api_key", "ok")]
+    assert [(p.name, p.status) for p in res.passes] == [("a1", "ok"), ("t1-redacted-knob", "ok")]  # a secret-named knob
     text = (res.capture_dir / "manifest.yaml").read_text()
     assert "ghp_" not in text and "sk-" not in text and "<redacted>" in text
     man = yaml.safe_load(text)

@@ -40,6 +40,8 @@ MANIFEST_SCHEMA = 1
 FILE_PATTERNS: list[tuple[str, str]] = file_patterns()
 _RANK_DIR = re.compile(r"^rank[-_]?(\d+)$")
 _PID = re.compile(r"\.(\d+)\.log$")
+#: Ranks and process ids read from names (rank folders, log names) are bounded like the manifest's.
+MAX_RANK, MAX_PID = (1 << 31) - 1, (1 << 63) - 1
 
 #: Instruments the two-instrument rule can use, for "what is missing" messages.
 COUNTING_INSTRUMENTS = ("cupti", "kineto", "nsys", "ncu", "cublaslt")
@@ -216,8 +218,8 @@ _FILE_KEYS: dict[str, tuple[Any, str]] = {
     "path": (lambda v: isinstance(v, str) and bool(v) and "\x00" not in v, "a path (text)"),
     "instrument": (lambda v: v is None or isinstance(v, str), "an instrument name"),
     "arm": (lambda v: isinstance(v, str) and bool(v), "an arm name"),
-    "rank": (lambda v: v is None or (_is_int(v) and v >= 0), "a rank (integer >= 0)"),
-    "pid": (lambda v: v is None or (_is_int(v) and v >= 0), "a process id (integer)"),
+    "rank": (lambda v: v is None or (_is_int(v) and 0 <= v <= MAX_RANK), "a rank (integer 0..2**31-1)"),
+    "pid": (lambda v: v is None or (_is_int(v) and 0 <= v <= MAX_PID), "a process id (integer 0..2**63-1)"),
 }
 
 
@@ -491,12 +493,17 @@ def _discover_arm(cap: Capture, arm_dir: Path, budget: list[int | None]) -> None
         cap.unread.extend({"path": str(Path(dirpath) / d), "why": "an earlier output folder of forensics analyze",
                            "metadata": True} for d in outputs)
         dirnames[:] = sorted(d for d in dirnames if d not in outputs)
+        named = next((d for d in dirnames if classify(d) is not None), None)
+        if named is not None:  # docs/errors.md: a directory that is not what the command reads is bad input
+            raise BadInput(Path(dirpath) / named, f"is a directory, not a {classify(named)} file")
         rel = Path(dirpath).relative_to(arm_dir)
         rank = None
         for part in rel.parts:
             m = _RANK_DIR.match(part)
             if m:
                 rank = int(m.group(1))
+                if rank > MAX_RANK:
+                    raise BadInput(Path(dirpath), f"rank folder {part[:40]!r}: rank beyond 2**31-1")
         for name in sorted(filenames):
             _add_file(cap, Path(dirpath) / name, arm_dir.name, rank if rank is not None else 0, budget)
 
@@ -525,6 +532,8 @@ def _add_file(cap: Capture, path: Path, arm: str, rank: int, budget: list[int | 
         r_why = r.why
     cap.recognised[str(path)] = r_why
     pid_m = _PID.search(path.name)
+    if pid_m and int(pid_m.group(1)) > MAX_PID:
+        raise BadInput(path, "the process id in this name is beyond 2**63-1")
     cap.files.append(InstrumentFile(instrument, path, arm, rank, int(pid_m.group(1)) if pid_m else None))
 
 

@@ -80,11 +80,19 @@ def load_run_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise BadInput(path, "no such run config file")
     from forensics.inputs import read_utf8  # noqa: PLC0415 - strict UTF-8, size-bounded, no FIFO
 
+    text = read_utf8(path, 1 << 20, "run config")
     try:
-        data = yaml.safe_load(read_utf8(path, 1 << 20, "run config"))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise BadInput(path, f"not valid YAML: {getattr(e, 'problem', e)}", None if mark is None else mark.line + 1)
+        line = None if mark is None else mark.line + 1
+        if isinstance(e, yaml.reader.ReaderError):  # a NUL or another control character: its own words, one line
+            line = text.count("\n", 0, e.position) + 1
+            char = f"U+{e.character:04X}" if isinstance(e.character, int) else repr(e.character)
+            why = f"character {char} is not allowed in YAML ({e.reason})"
+        else:
+            why = str(getattr(e, "problem", None) or e).splitlines()[0]
+        raise BadInput(path, f"not valid YAML: {why}", line) from None
     if data is None:
         raise BadInput(path, "empty run config")
     if not isinstance(data, dict):
@@ -100,7 +108,10 @@ def load_run_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     if isinstance(data.get("command"), str):
         import shlex  # noqa: PLC0415
 
-        data["command"] = shlex.split(data["command"])
+        try:
+            data["command"] = shlex.split(data["command"])
+        except ValueError as e:  # an unbalanced quote
+            raise BadInput(path, f"command: {e} in {data['command'][:80]!r}") from None
     if "env_arms" in data and not isinstance(data["env_arms"], dict):
         raise BadInput(path, "env_arms must map arm names to {VAR: value}")
     for key in ("steps", "ranks"):

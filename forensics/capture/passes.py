@@ -178,8 +178,12 @@ def parse_toggle(text: str) -> tuple[str, str]:
 
 
 def toggle_arm_name(index: int, name: str) -> str:
-    """Folder name of the index-th toggle arm (1-based): ``t1-cublas_workspace_config``."""
-    return f"t{index}-{name.lower()}"
+    """Folder name of the index-th toggle arm (1-based): ``t1-cublas_workspace_config``; a knob named
+    like a secret (``NVTE_API_TOKEN``) gives ``t1-redacted-knob``
+    (an arm's name is a folder and a key of reports, and a bundle redacts the values of secret names)."""
+    from forensics.redact import is_secret_key  # noqa: PLC0415
+
+    return f"t{index}-redacted-knob" if is_secret_key(name) else f"t{index}-{name.lower()}"
 
 
 def ncu_nvtx_include(site: str) -> str:

@@ -42,6 +42,10 @@ def register(app: typer.Typer) -> None:
         with doing("comparing the arms occurrence by occurrence"):
             comparison = compare_arms(ev, site=site, force=force)
         typer.echo(f"baseline arm: {comparison.baseline}")
+        losses = list(getattr(ev.analysis, "losses", None) or [])
+        for x in losses:  # what a reader lost (records a probe dropped): every comparison of that arm rests on less
+            typer.echo(f"lost: arm {x.get('arm')} rank {x.get('rank')} ({x.get('instrument')}): {x.get('loss')} "
+                       f"[{x.get('file')}]")
         from forensics.capture.exits import arm_crash, crash_word
         from forensics.judge.verdicts import arm_entries
 
@@ -73,7 +77,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"toggle {r.summary()}")
         if json_out is not None:
             payload = {"comparison": comparison.to_dict(), "discriminator": table.to_dict(),
-                       "toggles": toggles.to_dict()}
+                       "toggles": toggles.to_dict(), "losses": losses}
             with doing(f"writing {json_out}"):
                 write_atomic(json_out, json.dumps(payload, indent=1, default=str) + "\n", what="--json file", hint="choose another --json")
             typer.echo(f"wrote {json_out}")

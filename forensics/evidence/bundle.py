@@ -250,7 +250,7 @@ def _environment(ev: Evidence) -> dict[str, dict[str, Any]]:
         if cpu:  # the CPU backend: the device is the CPU, its capability what the arm's own process reported
             out[arm]["device"] = out[arm]["device"] or "cpu"
             out[arm]["capability"] = out[arm]["capability"] or _cpu_capability(ev, arm)
-    return redact_obj(out)
+    return {arm: redact_obj(v) for arm, v in out.items()}  # an arm's name is a folder, not a secret's name
 
 
 def _cpu_capability(ev: Evidence, arm: str) -> str | None:
@@ -600,6 +600,14 @@ def read_section(path: str | Path) -> dict[str, Any]:
         return section
     if not isinstance(data, dict) or not isinstance(data.get("markdown"), str):
         raise BadInput(path, 'a bundle section is a JSON object {"title", "markdown", "data"}')
+    import msgspec  # noqa: PLC0415
+
+    from forensics.knobs.report import BundleSection  # noqa: PLC0415 - the format's owner declares its schema
+
+    try:
+        msgspec.convert(data, BundleSection)
+    except msgspec.ValidationError as e:
+        raise BadInput(path, f"bundle section: {str(e).replace('`', '')}") from None
     return data
 
 

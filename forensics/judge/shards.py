@@ -44,7 +44,7 @@ def _header_pid_ranks(cap: Capture) -> dict[tuple[str, int], set[int]]:
         for line in head:
             try:
                 obj = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # a peek: the site reader says what is wrong with the line
                 continue
             pid = obj.get("pid") if isinstance(obj, dict) else None
             if isinstance(pid, int) and not isinstance(pid, bool) and f.rank is not None:

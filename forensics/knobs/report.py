@@ -5,6 +5,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
 from rich.console import Console
 
 from forensics.console import make_console
@@ -213,6 +214,14 @@ def _render_scope(v: ScopeVerdict, console: Console, roots: list[str], name: str
         _say(console, "  overall: UNKNOWN until the components above are scanned -- a reader can hide in what was not scanned")
     for note in v.notes:
         _say(console, f"  note: {note}")
+
+
+class BundleSection(msgspec.Struct):
+    """The typed border of a section file (``forensics bundle --section``): what :func:`bundle_section` writes."""
+
+    markdown: str
+    title: str | None = None
+    data: Any = None
 
 
 def bundle_section(report: KnobReport) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 #: Fields whose difference makes the runs different experiments (warning) vs expected (info).
 WARNING_FIELDS = ("argv", "seeds", "world_size", "schema_version", "versions.python", "steps", "hash", "compiled",
-                  "generators", "storage_events")
+                  "generators", "storage_events", "tensor_text_unread")
 #: Fields (and prefixes) that identify the program actually run: a difference is NOT COMPARABLE.
 PROGRAM_FIELDS = ("program.sha256", "versions.torch")
 PROGRAM_PREFIXES = ("packages.", "program.sources.", "program.modules.", "program.packages.")

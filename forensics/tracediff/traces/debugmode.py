@@ -33,7 +33,9 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from forensics.errors import BadInput, Unavailable
 from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
@@ -285,6 +287,50 @@ def _tensors(tree: Any, text: str | None, fns: list[str] | None) -> list[TensorD
     return [_digest(leaf, m, fns) for leaf, m in zip(leaves, meta)]
 
 
+def _text_unread(path: Path) -> int:
+    """Calls whose args/out text names another number of tensors than their hashes hold: the reader
+    then compares those tensors without shape and dtype (a tolerance: run_info says how many, and
+    diff warns when two runs differ in it)."""
+    n = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        f.readline()
+        for line in f:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            fns = None
+            for key, text_key in (("hash", "out"), ("input_hash", "args")):
+                if key in obj and not isinstance(obj.get(text_key), (str, type(None))):
+                    continue
+                leaves = _leaves(obj.get(key), fns) if key in obj else []
+                if leaves and len(_tensor_meta(obj.get(text_key))) != len(leaves):
+                    n += 1
+                    break
+    return n
+
+
+def _hashed(obj: dict, key: str, text_key: str, fns: list[str] | None, path: Path, line: int) -> list[TensorDigest]:
+    """:func:`_tensors` of one call's hash tree, refusing a tree that cannot be the tensors' hashes:
+    none at all for the tensors the call's text names (``hash: []``), or a ``hash_tensor`` value
+    that is not an integer (a full digest read from 1.5 or "inf" would compare as if it were one)."""
+    digests = _tensors(obj[key], obj.get(text_key), fns)
+    named = len(_tensor_meta(obj.get(text_key)))
+    if not digests and named and (obj[key] is None or isinstance(obj[key], (list, dict)) and not obj[key]):
+        raise BadInput(path, f"{key}: {json.dumps(obj[key])}, but {text_key} names {named} tensor(s)", line)
+    n = len(fns) if fns else None
+    for leaf in _leaves(obj[key], n):
+        vals = list(leaf) if isinstance(leaf, tuple) else [leaf]
+        if fns and len(fns) == len(vals):
+            bad = next((v for v, f in zip(vals, fns) if f == "hash_tensor" and not (
+                isinstance(v, int) and -(1 << 63) <= v < (1 << 64))), None)
+            if bad is not None:
+                raise BadInput(path, f"{key}: a hash_tensor digest must be a 64-bit integer, not {bad!r}", line)
+    return digests
+
+
 def _unhashed(text: str | None) -> list[TensorDigest]:
     return [TensorDigest(shape=s, dtype=d, evidence="metadata") for d, s in _tensor_meta(text)]
 
@@ -313,6 +359,71 @@ def _record(rank: int, seq: int, name: str, counts: Counter, *, step: int | None
                        inputs=inputs, outputs=outputs, source=source, extra=extra)
 
 
+# --------------------------------------------------------------------------- the border: typed lines
+_Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+
+
+class DumpHeader(msgspec.Struct):
+    """The first line of a :func:`dump` file (fields the reader uses, typed; others pass through)."""
+
+    forensics_debugmode: int
+    torch: str | None = None
+    rank: Annotated[int, msgspec.Meta(ge=0, le=(1 << 31) - 1)] | None = None
+    step: _Count | None = None
+    hash_fn: str | list[str] | None = None
+    argv: list[str] | None = None
+    features: dict[str, bool] | None = None
+
+
+class CallRecord(msgspec.Struct):
+    """The record hook's fields: autograd phase, and a GEMM's operand [shape, strides] pairs."""
+
+    phase: str | None = None
+    operands: list[Annotated[list[list[int]], msgspec.Meta(min_length=2, max_length=2)]] | None = None
+
+
+class DumpCall(msgspec.Struct):
+    """One call line of a :func:`dump` file; the hash trees are checked by :func:`_check_hashes`."""
+
+    i: _Count
+    op: str
+    type: str | None = None
+    depth: int | None = None
+    args: str | None = None
+    out: str | None = None
+    record: CallRecord | None = None
+    pre_hashes: dict[str, Any] | None = None
+    post_hashes: dict[str, Any] | None = None
+
+
+def _typed(obj: dict, schema: type, path: Path, line: int) -> None:
+    """BadInput naming the line and the field when ``obj`` breaks ``schema``."""
+    try:
+        msgspec.convert(obj, schema)
+    except msgspec.ValidationError as e:
+        what, _, at = str(e).partition(" - at `$")
+        field = at.rstrip("`").lstrip(".") or "the line"
+        raise BadInput(path, f"{field}: {what[:1].lower()}{what[1:].replace('`', '')}", line) from None
+
+
+def _check_hashes(tree: Any, key: str, path: Path, line: int, n_fns: int) -> None:
+    """A hash tree holds lists, objects, null and hash values (numbers; "nan"/"inf"/"-inf" for a norm);
+    one tensor's values under several hash functions are all there (a null among them would make
+    the others read as another tensor's)."""
+    stack = [tree]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            if n_fns > 1 and len(v) == n_fns and None in v and any(_is_num(x) for x in v) \
+                    and all(x is None or _is_num(x) for x in v):
+                raise BadInput(path, f"{key}: null among one tensor's {n_fns} hash values {json.dumps(v)}", line)
+            stack.extend(v)
+        elif v is not None and not _is_num(v):
+            raise BadInput(path, f"{key}: {v!r} is not a hash value (a number, or 'nan'/'inf' for a norm)", line)
+
+
 # --------------------------------------------------------------------------- reading
 
 def _first_line(path: Path) -> str:
@@ -332,6 +443,19 @@ def _rank_of(path: Path, default: int = 0) -> int:
     return int(m.group(1)) if m else default
 
 
+def _line_json(line: str, path: Path, no: int) -> Any:
+    """Strict JSON (no NaN/Infinity: the dump writes a non-finite norm as text), nesting bounded."""
+    from forensics.inputs import loads_json  # noqa: PLC0415
+
+    try:
+        return loads_json(line, path, no)
+    except BadInput as e:
+        if e.message.startswith(("truncated JSON", "malformed JSON", "trailing data")):
+            what = "truncated line" if not line.endswith("\n") else "corrupt line"
+            raise BadInput(path, f"{what}: not JSON ({e.message})", no) from None
+        raise
+
+
 def read_structured(path: Path) -> tuple[dict[str, Any], list[TraceRecord]]:
     """Header and records of a :func:`dump` file; BadInput with file:line on anything malformed."""
     path = Path(path)
@@ -346,11 +470,7 @@ def read_structured(path: Path) -> tuple[dict[str, Any], list[TraceRecord]]:
     for no, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            what = "truncated line" if not line.endswith("\n") else "corrupt line"
-            raise BadInput(path, f"{what}: not JSON ({e.msg})", no) from None
+        obj = _line_json(line, path, no)
         if not isinstance(obj, dict):
             raise BadInput(path, "corrupt line: not a JSON object", no)
         if header is None:
@@ -358,12 +478,17 @@ def read_structured(path: Path) -> tuple[dict[str, Any], list[TraceRecord]]:
                 raise BadInput(path, f"foreign file: first line is not a {HEADER_KEY} header", no)
             if obj[HEADER_KEY] != VERSION:
                 raise BadInput(path, f"{HEADER_KEY} version {obj[HEADER_KEY]!r}; this reader reads version {VERSION}", no)
+            _typed(obj, DumpHeader, path, no)
             header = obj
             continue
         if HEADER_KEY in obj:
             raise BadInput(path, "second header (two dumps concatenated?)", no)
         if not isinstance(obj.get("op"), str) or not isinstance(obj.get("i"), int):
             raise BadInput(path, "call line lacks 'op' or 'i'", no)
+        _typed(obj, DumpCall, path, no)
+        n_fns = len(header["hash_fn"]) if isinstance(header.get("hash_fn"), list) else 1
+        for key in ("hash", "input_hash", "pre_hashes", "post_hashes"):
+            _check_hashes(obj.get(key), key, path, no, n_fns)
         if records and obj["i"] <= records[-1].seq:
             raise BadInput(path, f"call index {obj['i']} does not increase", no)
         fns = header.get("hash_fn")
@@ -376,8 +501,8 @@ def read_structured(path: Path) -> tuple[dict[str, Any], list[TraceRecord]]:
             inputs = [_digest(v, (None, None), fns) for v in (obj.get("pre_hashes") or {}).values()] or [NOT_OBSERVED]
             outputs = [_digest(v, (None, None), fns) for v in (obj.get("post_hashes") or {}).values()]
         else:
-            outputs = _tensors(obj["hash"], obj.get("out"), fns) if "hash" in obj else _unhashed(obj.get("out"))
-            inputs = _tensors(obj["input_hash"], obj.get("args"), fns) if "input_hash" in obj else [NOT_OBSERVED]
+            outputs = _hashed(obj, "hash", "out", fns, path, no) if "hash" in obj else _unhashed(obj.get("out"))
+            inputs = _hashed(obj, "input_hash", "args", fns, path, no) if "input_hash" in obj else [NOT_OBSERVED]
         hashed += "hash" in obj or "post_hashes" in obj
         name = obj["op"] if obj.get("type") != "_OpCall" else op_name(obj["op"])
         records.append(_record(int(header.get("rank") or 0), obj["i"], name, counts, step=header.get("step"),
@@ -610,11 +735,12 @@ def run_info(path: Path) -> dict[str, Any]:
         info.update({"producer": "torch.utils._debug_mode.DebugMode.save_logs", "lacks": list(SAVE_LOGS_LACKS)})
     elif _is_structured(first):
         with open(first, encoding="utf-8") as f:
-            try:
-                header = json.loads(f.readline())
-            except json.JSONDecodeError:
-                raise BadInput(first, "header is not JSON", 1) from None
+            header = _line_json(f.readline(), first, 1)
+        if not isinstance(header, dict):
+            raise BadInput(first, "header is not a JSON object", 1)
+        _typed(header, DumpHeader, first, 1)
         info.update({"argv": header.get("argv"), "torch": header.get("torch"), "hash_fn": header.get("hash_fn")})
+        info["tensor_text_unread"] = sum(_text_unread(f) for f in files.values() if _is_structured(f))
     return info
 
 

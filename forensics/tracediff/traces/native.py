@@ -19,7 +19,9 @@ import re
 import reprlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from forensics.errors import BadInput
 from forensics.tracediff.traces import (
@@ -46,6 +48,62 @@ SCHEMA = "forensics.optrace"
 SCHEMA_VERSION = 1
 FILE_NAME = "trace.jsonl"
 _RANK_DIR = re.compile(r"^rank(\d+)$")
+
+# --------------------------------------------------------------------------- the border: typed header and footer
+_Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+_Rank = Annotated[int, msgspec.Meta(ge=0, le=(1 << 31) - 1)]
+
+
+class Header(msgspec.Struct):
+    """The first line of a rank file (probes/optrace.py writes it; docs/trace-format.md): the fields
+    the differ uses, typed. Records are checked by hand on the hot path (:func:`_check_record`)."""
+
+    type: str
+    schema: str
+    version: int
+    rank: _Rank | None = None
+    world_size: _Count | None = None
+    argv: list[str] | None = None
+    script_argv: list[str] | None = None
+    pid: _Count | None = None
+    versions: dict[str, str | None] | None = None
+    env: dict[str, str | None] | None = None
+    steps: str | None = None
+    ranks: str | list[_Rank] | None = None
+    max_records: _Count | None = None
+    hash: str | None = None
+    chunks: str | None = None
+    chunked_ops: list[str] | None = None
+    ordered: dict[str, Any] | None = None
+    compiled: str | None = None
+    generators: str | None = None
+    storage_events: list[str] | None = None
+    program: dict[str, Any] | None = None
+    packages: dict[str, Any] | None = None
+
+
+class Footer(msgspec.Struct):
+    """The last line of a complete rank file."""
+
+    type: str
+    records: _Count | None = None
+    dropped: _Count | None = None
+    unwritten: _Count | None = None
+    last_step: _Count | None = None
+    seeds: dict[str, Any] | None = None
+    stopped: str | dict[str, Any] | None = None
+    compiled_graphs: _Count | None = None
+    packages: dict[str, Any] | None = None
+    sources: dict[str, Any] | None = None
+
+
+def _typed(obj: dict, schema: type, path: Path, line: int | None, what: str) -> None:
+    try:
+        msgspec.convert(obj, schema)
+    except msgspec.ValidationError as e:
+        text, _, at = str(e).partition(" - at `$")
+        field = at.rstrip("`").lstrip(".") or what
+        raise BadInput(path, f"{what} {field}: {text[:1].lower()}{text[1:].replace('`', '')}", line) from None
 
 
 
@@ -87,6 +145,7 @@ def read_header(path: Path) -> dict[str, Any]:
         raise BadInput(path, f"foreign schema: first line is not a {SCHEMA} header", 1)
     if header.get("version") != SCHEMA_VERSION:
         raise BadInput(path, f"{SCHEMA} version {_brief(header.get('version'))}; this reader reads version {SCHEMA_VERSION}", 1)
+    _typed(header, Header, path, 1, "header")
     return header
 
 
@@ -120,7 +179,10 @@ def read_footer(path: Path) -> dict[str, Any] | None:
         obj = _loads(lines[-1])
     except _JSONError:
         return None
-    return obj if isinstance(obj, dict) and obj.get("type") == "footer" else None
+    if not (isinstance(obj, dict) and obj.get("type") == "footer"):
+        return None
+    _typed(obj, Footer, Path(path), None, "footer")
+    return obj
 
 
 def stream_end_of(path: Path) -> StreamEnd:
@@ -148,6 +210,8 @@ def stream_end_of(path: Path) -> StreamEnd:
 
 
 _new = object.__new__
+#: Entries that are not tensors and carry no shape (compare.EXACT_ENTRIES).
+_SHAPELESS = frozenset({"args", "generator"})
 
 
 def _bad_tensor(path: Path, line: int, what: str) -> BadInput:
@@ -166,10 +230,14 @@ def _entry_ok(obj: Any, _int: type = int, _str: type = str, _list: type = list, 
         for d in shape:
             if d.__class__ is not _int or d < 0:
                 return False
+    elif get("t") not in _SHAPELESS and (get("h") is not None or get("o") is not None):
+        return False  # a tensor's digest without its shape: the tracer writes none
     numel = get("n")
     if numel is not None and (numel.__class__ is not _int or numel < 0 or (shape is not None and _prod(shape) != numel)):
         return False
-    for key in ("h", "o", "t", "g"):
+    if get("t").__class__ is not _str:  # every entry names its dtype (or args, generator)
+        return False
+    for key in ("h", "o", "g"):
         v = get(key)
         if v is not None and v.__class__ is not _str:
             return False
@@ -211,12 +279,15 @@ def _check_entry(obj: Any, path: Path, line: int) -> None:
     if shape is not None:
         if shape.__class__ is not list or any(d.__class__ is not int or d < 0 for d in shape):
             raise _bad_tensor(path, line, f"shape 's' must be a list of non-negative integers, got {_brief(shape)}")
+    elif obj.get("t") not in _SHAPELESS and (digest is not None or ordered is not None):
+        raise _bad_tensor(path, line, f"shape 's' missing in a {_brief(obj.get('t'))} entry that carries a digest "
+                                      "(only 'args' and 'generator' entries have none)")
     if numel is not None:
         if numel.__class__ is not int or numel < 0:
             raise _bad_tensor(path, line, f"numel 'n' must be a non-negative integer, got {_brief(numel)}")
         if shape is not None and math.prod(shape) != numel:
             raise _bad_tensor(path, line, f"numel {numel} does not match shape {shape}")
-    if dtype is not None and dtype.__class__ is not str:
+    if dtype.__class__ is not str:
         raise _bad_tensor(path, line, f"dtype 't' must be a string, got {_brief(dtype)}")
     if digest is not None and digest.__class__ is not str:
         raise _bad_tensor(path, line, f"digest 'h' must be a string, got {_brief(digest)}")
@@ -398,9 +469,9 @@ def iter_records(path: Path, rank: int | None = None, end: StreamEnd | None = No
                 raise BadInput(path, f"seq {_brief(seq)} is not increasing (previous {last_seq})", line_no)
             check(obj, path, line_no)
             last_seq = seq
-            raw_in, raw_out = obj.get("in") or [], obj.get("out") or []
+            raw_in, raw_out = obj.get("in", _NONE), obj.get("out", _NONE)
             if raw_in.__class__ is not list or raw_out.__class__ is not list:
-                raise BadInput(path, "'in' and 'out' must be lists", line_no)
+                raw_in, raw_out = _in_out(raw_in, raw_out, path, line_no)
             where = (path, line_no)
             ins = lazy_new(lazy_cls)
             ins._raw, ins._where = raw_in, where
@@ -421,15 +492,29 @@ def iter_records(path: Path, rank: int | None = None, end: StreamEnd | None = No
         end.reason = f"truncated at record {n_records} (no footer): partial"
 
 
+_NONE: list = []
+
+
+def _in_out(raw_in: Any, raw_out: Any, path: Path, line_no: int) -> tuple[list, list]:
+    """A record's 'in' and 'out': lists (absent: none recorded); null, 0 or text are bad input."""
+    for key, v in (("in", raw_in), ("out", raw_out)):
+        if v.__class__ is not list:
+            raise BadInput(path, f"record '{key}' must be a list, got {_brief(v)}", line_no)
+    return raw_in, raw_out
+
+
 def record_from_line(raw: bytes, path: Path, line_no: int, rank: int) -> TraceRecord:
     """One record line (already read by the columnar path) as a record, with the reader's checks."""
     obj = _loads(raw)
     if obj.__class__ is not dict:
         raise BadInput(path, "corrupt line: not a JSON object", line_no)
     _check_record(obj, path, line_no)
+    raw_in, raw_out = obj.get("in", _NONE), obj.get("out", _NONE)
+    if raw_in.__class__ is not list or raw_out.__class__ is not list:
+        raw_in, raw_out = _in_out(raw_in, raw_out, path, line_no)
     ins, outs = list.__new__(LazyTensors), list.__new__(LazyTensors)
-    ins._raw, ins._where = obj.get("in") or [], (path, line_no)
-    outs._raw, outs._where = obj.get("out") or [], (path, line_no)
+    ins._raw, ins._where = raw_in, (path, line_no)
+    outs._raw, outs._where = raw_out, (path, line_no)
     rec = _new(TraceRecord)
     rec.__dict__ = {
         "rank": rank, "seq": obj["seq"], "identity": obj["id"], "name": obj["op"], "kind": obj.get("kind", "op"),
