@@ -174,7 +174,7 @@ SAVE_LOGS_FORMAT = "torch.utils._debug_mode.DebugMode.logs"
 SAVE_LOGS_VERSION = 1
 
 
-def _typed(value: Any) -> dict[str, Any]:
+def _serialised(value: Any) -> dict[str, Any]:
     """A value as upstream's ``_serialize_debug_value`` writes it (strict JSON, types kept)."""
     import math  # noqa: PLC0415
 
@@ -185,11 +185,11 @@ def _typed(value: Any) -> dict[str, Any]:
             return {"type": "nonfinite_float", "value": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
         return {"type": "scalar", "value": value}
     if isinstance(value, (tuple, list)):
-        return {"type": type(value).__name__, "items": [_typed(v) for v in value]}
+        return {"type": type(value).__name__, "items": [_serialised(v) for v in value]}
     if isinstance(value, dict):
-        return {"type": "dict", "items": [[str(k), _typed(v)] for k, v in value.items()]}
+        return {"type": "dict", "items": [[str(k), _serialised(v)] for k, v in value.items()]}
     if hasattr(value, "item"):  # a 0-dim tensor a custom hash function returned
-        return _typed(value.item())
+        return _serialised(value.item())
     raise TypeError(f"DebugMode log value of type {type(value).__name__} cannot be saved")
 
 
@@ -210,7 +210,7 @@ def save_logs(debug_mode: Any, path: str | Path) -> Path:
     calls = []
     for call in logs:
         row: dict[str, Any] = {"call_depth": call.call_depth,
-                               "log": _typed(call.log) if getattr(call, "log", None) is not None else None,
+                               "log": _serialised(call.log) if getattr(call, "log", None) is not None else None,
                                "output_str": getattr(call, "output_str", None),
                                "stack_trace": getattr(call, "stack_trace", None),
                                "fwd_stack_trace": getattr(call, "fwd_stack_trace", None)}
@@ -222,8 +222,8 @@ def save_logs(debug_mode: Any, path: str | Path) -> Path:
                         "kwargs_str": call.kwargs_str or ""})
         elif kind == "_TritonKernelCall":
             row.update({"type": "triton_kernel", "kernel_name": call.kernel_name, "kwargs_str": call.kwargs_str or "",
-                        "pre_hashes": None if call.pre_hashes is None else _typed(call.pre_hashes),
-                        "post_hashes": None if call.post_hashes is None else _typed(call.post_hashes)})
+                        "pre_hashes": None if call.pre_hashes is None else _serialised(call.pre_hashes),
+                        "post_hashes": None if call.post_hashes is None else _serialised(call.post_hashes)})
         else:
             row.update({"type": "annotate", "tag": call.render([]), "header": kind})
         calls.append(row)
@@ -323,11 +323,13 @@ def _hashed(obj: dict, key: str, text_key: str, fns: list[str] | None, path: Pat
     n = len(fns) if fns else None
     for leaf in _leaves(obj[key], n):
         vals = list(leaf) if isinstance(leaf, tuple) else [leaf]
-        if fns and len(fns) == len(vals):
-            bad = next((v for v, f in zip(vals, fns) if f == "hash_tensor" and not (
-                isinstance(v, int) and -(1 << 63) <= v < (1 << 64))), None)
-            if bad is not None:
-                raise BadInput(path, f"{key}: a hash_tensor digest must be a 64-bit integer, not {bad!r}", line)
+        # the names _digest gives: the header's hash functions, else an integer is a hash_tensor value
+        names = fns if fns and len(fns) == len(vals) else [
+            "hash_tensor" if isinstance(v, int) else "norm" for v in vals]
+        bad = next((v for v, f in zip(vals, names) if f == "hash_tensor" and not (
+            isinstance(v, int) and -(1 << 63) <= v < (1 << 64))), None)
+        if bad is not None:
+            raise BadInput(path, f"{key}: a hash_tensor digest must be a 64-bit integer, not {bad!r}", line)
     return digests
 
 
@@ -409,11 +411,15 @@ def _typed(obj: dict, schema: type, path: Path, line: int) -> None:
 def _check_hashes(tree: Any, key: str, path: Path, line: int, n_fns: int) -> None:
     """A hash tree holds lists, objects, null and hash values (numbers; "nan"/"inf"/"-inf" for a norm);
     one tensor's values under several hash functions are all there (a null among them would make
-    the others read as another tensor's)."""
+    the others read as another tensor's). Objects hold keyword arguments: an op's output (``hash``)
+    is a tensor, or a list or tuple of them, never an object (``{"a": 1}`` would read as a digest 1)."""
     stack = [tree]
     while stack:
         v = stack.pop()
         if isinstance(v, dict):
+            if key == "hash":
+                raise BadInput(path, f"{key}: an op's output hashes are a value or a list, not an object "
+                                     f"{json.dumps(v)[:80]}", line)
             stack.extend(v.values())
         elif isinstance(v, list):
             if n_fns > 1 and len(v) == n_fns and None in v and any(_is_num(x) for x in v) \
