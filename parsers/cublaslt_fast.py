@@ -211,8 +211,11 @@ class _Templated:
 
 # --- vectorised path: numpy finds lines, headers and pointers; each template is parsed once ----
 
-#: Bytes per chunk of the vectorised path (whole lines; the last one is cut at a newline).
-FAST_CHUNK_BYTES = 64 << 20
+#: Bytes per chunk of the vectorised path (whole lines; the last one is cut at a newline). Three
+#: buffers and two chunk-sized work arrays live at once, so this bounds the reader's working memory
+#: (~5 chunks) whatever the file's size: 8 MiB read a 64 MiB log with 411 MiB peak RSS and 1.72 s
+#: CPU, 64 MiB chunks with 691 MiB and 2.1 s (benchmarks/bench_cublaslt.py, docs/scale.md).
+FAST_CHUNK_BYTES = 8 << 20
 _PAD = 64  # zero bytes after a chunk, so fixed-offset header probes never index past its end
 _HEX = np.zeros(256, dtype=bool)
 _HEX[list(b"0123456789abcdefABCDEF")] = True
