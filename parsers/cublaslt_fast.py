@@ -600,10 +600,16 @@ def _concat_columns(parts: list[pd.DataFrame], contract: dict[str, str]) -> pd.D
     """
     if len(parts) <= 1:
         return _concat(parts, contract)
+    # each part's columns as arrays (no copy); deleting a column from a DataFrame copied the rest of
+    # its block each time (0.69 s of 2.06 s CPU on a 64 MiB log, 8 MiB chunks)
+    arrays = [{col: p[col].array for col in contract} for p in parts]
+    parts.clear()
     columns: dict[str, Any] = {}
     for col in contract:
-        columns[col] = pd.concat([p[col] for p in parts], ignore_index=True).array
-        for p in parts:
-            del p[col]
-    parts.clear()
+        chunks = [a.pop(col) for a in arrays]
+        if all(type(c) is type(chunks[0]) and c.dtype == chunks[0].dtype for c in chunks):
+            columns[col] = type(chunks[0])._concat_same_type(chunks)
+        else:  # parts typed differently: pandas finds the common dtype
+            columns[col] = pd.concat([pd.Series(c, copy=False) for c in chunks], ignore_index=True).array
+        del chunks
     return pd.DataFrame(columns, copy=False)
