@@ -9,7 +9,9 @@ figure (a loaded machine slows both).
 
     python benchmarks/bench_loop.py [--repeat 2] [--steps 3] [--profile DIR]
 
-The table gives each step's wall seconds and its ratio to the plain runs it stands for: a trace
+The table gives each step's wall and CPU seconds (user + system of the command and every process it
+waited for: on a shared, loaded machine wall time moves with the neighbours, CPU time far less)
+and their ratios to the plain runs it stands for: a trace
 to one plain run, ``kernel`` to one plain run per arm (its passes, parsed from its own ``pass aN:``
 lines, and the rest: start-up, planning, analysis). ``start-up`` is ``forensics --help`` (the
 interpreter, the CLI's imports). ``--profile DIR`` also writes ``python -X importtime`` of the
@@ -25,6 +27,7 @@ import argparse
 import os
 import platform
 import re
+import resource
 import shlex
 import shutil
 import statistics
@@ -62,11 +65,20 @@ def forensics_cmd() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "forensics"]
 
 
-def run(argv: list[str], cwd: Path, ok: tuple[int, ...] = (0,), env: dict | None = None) -> tuple[float, str]:
-    """Wall seconds and stdout+stderr of one command; an exit status outside ``ok`` is an error."""
-    t = time.perf_counter()
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run(argv: list[str], cwd: Path, ok: tuple[int, ...] = (0,), env: dict | None = None) -> tuple[tuple[float, float], str]:
+    """(wall, CPU) seconds and stdout+stderr of one command; an exit status outside ``ok`` is an error.
+
+    CPU is user + system time of the command and every process it waited for (its passes): on a
+    shared, loaded machine it moves far less than wall time.
+    """
+    t, c = time.perf_counter(), _children_cpu()
     p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t
+    wall = (time.perf_counter() - t, _children_cpu() - c)
     if p.returncode not in ok:
         raise SystemExit(f"error: {shlex.join(argv)} exited {p.returncode}:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     return wall, p.stdout + p.stderr
@@ -79,9 +91,9 @@ def next_command(diff_out: str) -> list[str]:
     raise SystemExit(f"error: diff printed no next: line:\n{diff_out}")
 
 
-def one_loop(work: Path, program: list[str], threads: tuple[int, int], fx: list[str]) -> dict[str, float]:
-    """One pass of the loop in ``work``: each step's wall seconds (and kernel's passes)."""
-    t: dict[str, float] = {}
+def one_loop(work: Path, program: list[str], threads: tuple[int, int], fx: list[str]) -> dict[str, tuple[float, float]]:
+    """One pass of the loop in ``work``: each step's (wall, CPU) seconds (kernel's passes: wall only, from its lines)."""
+    t: dict[str, tuple[float, float]] = {}
     for arm, n in zip("AB", threads):
         t[f"trace {arm}"], _ = run(fx + ["trace", "--out", f"run{arm}", "--"] + program + ["--threads", str(n)], work)
     t["diff"], out = run(fx + ["diff", "runA", "runB"], work, ok=(1,))
@@ -92,10 +104,10 @@ def one_loop(work: Path, program: list[str], threads: tuple[int, int], fx: list[
     passes = [(m[1], int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4])) for m in _PASS.finditer(out)]
     if not passes:
         raise SystemExit(f"error: kernel printed no 'pass aN: ok' lines:\n{out}")
-    t["kernel arms"] = len(passes)
+    t["kernel arms"] = (len(passes), len(passes))
     for name, s in passes:
-        t[f"  pass {name} (whole seconds)"] = s
-    t["  rest of kernel (start-up, planning, analysis)"] = t["kernel"] - sum(s for _, s in passes)
+        t[f"  pass {name} (wall, whole seconds)"] = (s, float("nan"))
+    t["  rest of kernel (start-up, planning, analysis)"] = (t["kernel"][0] - sum(s for _, s in passes), float("nan"))
     cap = "forensics-capture"
     t["analyze"], _ = run(fx + ["analyze", cap], work)
     t["compare"], _ = run(fx + ["compare", cap], work, ok=(0, 1))
@@ -109,10 +121,9 @@ def profile(out: Path, work: Path, fx: list[str], kernel_argv: list[str]) -> Non
     p = subprocess.run([sys.executable, "-X", "importtime", "-c", "import forensics.cli"],
                        capture_output=True, text=True, cwd=work)
     (out / "importtime.txt").write_text(p.stderr)
-    cli = "import sys; from forensics.cli import main; sys.argv[0] = 'forensics'; sys.exit(main())"
     for name, argv in (("kernel", kernel_argv + ["--out", "prof-capture"]), ("analyze", ["analyze", "prof-capture"])):
         prof = out / f"{name}.pstats"
-        subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), "-c", cli] + argv,
+        subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "forensics"] + argv,
                        capture_output=True, text=True, cwd=work)
         report = subprocess.run([sys.executable, "-c",
                                  "import pstats, sys; pstats.Stats(sys.argv[1]).sort_stats('cumulative').print_stats(40)",
@@ -137,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"program       {shlex.join(['python', str(PROGRAM.relative_to(ROOT))])} --threads {a} / {b}")
     print(f"before        {load()}")
     base = Path(tempfile.mkdtemp(prefix="bench-loop-"))
-    plain: list[float] = []
-    startup: list[float] = []
-    loops: list[dict[str, float]] = []
+    plain: list[tuple[float, float]] = []
+    startup: list[tuple[float, float]] = []
+    loops: list[dict[str, tuple[float, float]]] = []
     try:
         for i in range(args.repeat):
             for n in (a, b):
@@ -157,25 +168,31 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(base, ignore_errors=True)
 
-    p = statistics.median(plain)
-    med = {k: statistics.median(lp[k] for lp in loops) for k in loops[0]}
-    arms = int(med.pop("kernel arms"))
+    def median(xs: list[tuple[float, float]], i: int) -> float:
+        return statistics.median(x[i] for x in xs)
+
+    p, pc = median(plain, 0), median(plain, 1)
+    med = {k: (median([lp[k] for lp in loops], 0), median([lp[k] for lp in loops], 1)) for k in loops[0]}
+    arms = int(med.pop("kernel arms")[0])
     unit = {"trace A": 1, "trace B": 1, "kernel": arms}
     print(f"after         {load()}")
-    print(f"plain run     {p:7.2f} s (median of {len(plain)}: {', '.join(f'{x:.2f}' for x in plain)})")
-    print(f"start-up      {statistics.median(startup):7.2f} s (forensics --help: interpreter and CLI imports)")
+    print(f"plain run     {p:7.2f} s wall (median of {len(plain)}: {', '.join(f'{x:.2f}' for x, _ in plain)}),"
+          f" {pc:.2f} s CPU ({', '.join(f'{c:.2f}' for _, c in plain)})")
+    print(f"start-up      {median(startup, 0):7.2f} s wall, {median(startup, 1):.2f} s CPU (forensics --help: interpreter and CLI imports)")
     print()
-    print(f"{'step':48s} {'seconds':>8s} {'x plain':>8s}")
-    for k, v in med.items():
-        ratio = f"{v / (p * unit[k]):8.2f}" if k in unit else f"{v / p:8.2f}"
-        print(f"{k:48s} {v:8.2f} {ratio}")
+    print(f"{'step':48s} {'wall s':>8s} {'x plain':>8s} {'CPU s':>8s} {'x plain':>8s}")
+    for k, (w, c) in med.items():
+        u = unit.get(k, 1)
+        cpu = "" if c != c else f" {c:8.2f} {c / (pc * u):8.2f}"
+        print(f"{k:48s} {w:8.2f} {w / (p * u):8.2f}{cpu}")
     steps = ("trace A", "trace B", "diff", "kernel", "analyze", "compare", "bundle")
-    total = sum(med[k] for k in steps)
+    total, total_c = sum(med[k][0] for k in steps), sum(med[k][1] for k in steps)
     runs = 2 + arms
-    print(f"{'whole loop':48s} {total:8.2f} {total / (p * runs):8.2f}  (over {runs} plain runs: 2 traced, {arms} kernel arms)")
-    print(f"kernel alone: {med['kernel'] / (p * arms):.2f}x its {arms} plain runs (target <= 2x:"
-          f" {'met' if med['kernel'] <= 2 * p * arms else 'NOT met'}); whole loop {total / (p * runs):.2f}x (target <= 2x:"
-          f" {'met' if total <= 2 * p * runs else 'NOT met'})")
+    print(f"{'whole loop':48s} {total:8.2f} {total / (p * runs):8.2f} {total_c:8.2f} {total_c / (pc * runs):8.2f}"
+          f"  (over {runs} plain runs: 2 traced, {arms} kernel arms)")
+    for what, w, c, n in (("kernel alone", med["kernel"][0], med["kernel"][1], arms), ("whole loop", total, total_c, runs)):
+        print(f"{what}: {w / (p * n):.2f}x its {n} plain runs by wall, {c / (pc * n):.2f}x by CPU"
+              f" (target <= 2x: {'met' if w <= 2 * p * n else 'NOT met'} by wall, {'met' if c <= 2 * pc * n else 'NOT met'} by CPU)")
     return 0
 
 
