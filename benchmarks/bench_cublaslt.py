@@ -158,7 +158,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-line", action="store_true", help="also time the per-line path (slow: minutes per GiB)")
     args = ap.parse_args(argv)
 
+    import logging
+
     from parsers.cublaslt import read_log
+
+    fell_back: list[str] = []
+
+    class _Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            fell_back.append(record.getMessage())
+
+    logging.getLogger("parsers.cublaslt").addHandler(_Catch())
+    logging.getLogger("parsers.cublaslt").setLevel(logging.INFO)
+    base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # interpreter + imports
 
     DATA.mkdir(parents=True, exist_ok=True)
     path = DATA / f"cublaslt_synthetic_v{GENERATOR_VERSION}_{args.size_mb}mb.log"
@@ -179,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: parser saw {parsed} cuBLASLt lines, grep counted {grep_count}", file=sys.stderr)
         return 1
 
+    frames_mb = sum(f.memory_usage(deep=True).sum() for f in (log.calls, log.heuristics, log.api, log.info,
+                                                             log.hints, log.errors)) / (1 << 20)
     grep_mbs, parse_mbs = size_mb / grep_s, size_mb / parse_s
     ratio, cpu_ratio = grep_s / parse_s, grep_cpu / parse_cpu if parse_cpu else float("nan")
     print(f"file          {size_mb:,.0f} MiB, {grep_count:,} lines, {len(log.calls):,} matmul calls")
@@ -186,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"grep -c       {grep_s:8.2f} s wall {grep_mbs:9.1f} MiB/s   {grep_cpu:8.2f} s CPU")
     print(f"read_log      {parse_s:8.2f} s wall {parse_mbs:9.1f} MiB/s   {parse_cpu:8.2f} s CPU"
           f"  ({parsed / parse_s:,.0f} lines/s, peak RSS {peak_mb:,.0f} MiB)")
+    print(f"memory        peak RSS {peak_mb / size_mb:.2f}x the file: imports {base_mb:,.0f} MiB + the frames returned"
+          f" {frames_mb:,.0f} MiB ({frames_mb / size_mb:.2f}x the file) + working memory {peak_mb - base_mb - frames_mb:,.0f} MiB")
+    print(f"path          {'fell back to the per-line path: ' + fell_back[0] if fell_back else 'vectorised (no fallback)'}")
     print(f"ratio         {ratio:.3f} of grep's throughput by wall time, {cpu_ratio:.3f} by CPU time"
           f" (target >= 0.333: {'met' if ratio >= 1 / 3 else 'NOT met'})")
     if args.per_line:

@@ -168,16 +168,18 @@ def main() -> None:
     args = p.parse_args()
     if args._run:
         method, a, b = args._run
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         result = METHODS[method](Path(a), Path(b))
-        dt = time.perf_counter() - t
+        dt, cpu = time.perf_counter() - t, time.process_time() - c
         rss = peak_rss_mb()
-        print(json.dumps({"method": method, "seconds": dt, "peak_rss_mb": rss, **result}))
+        print(json.dumps({"method": method, "seconds": dt, "cpu_seconds": cpu, "peak_rss_mb": rss, **result}))
         return
     import os
 
     load = os.getloadavg()
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} CPUs")
+    model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                  if ln.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
+    print(f"cpu: {model}; load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {os.cpu_count()} CPUs")
     args.dir.mkdir(parents=True, exist_ok=True)
     for n in args.records:
         a, b = args.dir / f"a{n}.jsonl", args.dir / f"b{n}.jsonl"
@@ -194,14 +196,15 @@ def main() -> None:
             if "failed" in r:
                 print(f"  {m:10s} FAILED ({r['failed']})")
                 continue
-            print(f"  {m:10s} {r['seconds']:8.1f} s  {n / r['seconds'] / 1e3:8.0f} k records/s  "
+            print(f"  {m:10s} {r['seconds']:8.1f} s  {r['cpu_seconds']:8.1f} s CPU (all threads)  {n / r['seconds'] / 1e3:8.0f} k records/s  "
                   f"peak RSS {r['peak_rss_mb']:7.0f} MB  first divergence {r['identity']} {r['verdict']}")
         done = {m: r for m, r in results.items() if "failed" not in r}
         assert len({(r["identity"], r["verdict"]) for r in done.values()}) == 1, "methods disagree"
         for other in ("pandas", "walk", "read_json"):
             if other in done and "differ" in done:
                 print(f"  differ / {other} time ratio: {done['differ']['seconds'] / done[other]['seconds']:.2f}"
-                      + (" (target < 0.5)" if other == "pandas" else ""))
+                      + (" (target < 0.5)" if other == "pandas" else "")
+                      + f"; CPU time ratio {done['differ']['cpu_seconds'] / done[other]['cpu_seconds']:.2f}")
         if not args.keep:
             a.unlink()
             b.unlink()

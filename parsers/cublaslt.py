@@ -14,6 +14,7 @@ logs vectorised and gives the same frames (tests/test_cublaslt_fastpath.py). doc
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -149,6 +150,8 @@ _INT_COLUMNS = {c for c, t in CALL_COLUMNS.items() if t == "Int64"} | {"rows", "
 ROWS_PER_CHUNK = 100_000
 #: Logs smaller than this are read by the per-line path (same frames; less setup).
 FAST_MIN_BYTES = 1 << 20
+#: Says (at INFO) when and why the vectorised reader handed a file to the per-line path.
+_log = logging.getLogger("parsers.cublaslt")
 
 
 @dataclass
@@ -525,8 +528,8 @@ def read_log(path: str | PathLike[str], tolerate_truncated_tail: bool = False) -
             return fast.fast_read(path, tolerate_truncated_tail)
         except fast.Final as e:
             raise e.error from None
-        except (fast.Fallback, BadInput):
-            pass  # the per-line path reads the file again: the exact error, or the odd file
+        except (fast.Fallback, BadInput) as e:  # the per-line path reads the file again: the exact error, or the odd file
+            _log.info("%s: the vectorised reader fell back to the per-line path: %s", path, e)
         return read_log_per_line(path, tolerate_truncated_tail)
     finally:
         if gc_was_enabled:

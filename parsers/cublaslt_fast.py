@@ -211,8 +211,11 @@ class _Templated:
 
 # --- vectorised path: numpy finds lines, headers and pointers; each template is parsed once ----
 
-#: Bytes per chunk of the vectorised path (whole lines; the last one is cut at a newline).
-FAST_CHUNK_BYTES = 64 << 20
+#: Bytes per chunk of the vectorised path (whole lines; the last one is cut at a newline). Three
+#: buffers and two chunk-sized work arrays live at once, so this bounds the reader's working memory
+#: (~5 chunks) whatever the file's size: 8 MiB read a 64 MiB log with 411 MiB peak RSS and 1.72 s
+#: CPU, 64 MiB chunks with 691 MiB and 2.1 s (benchmarks/bench_cublaslt.py, docs/scale.md).
+FAST_CHUNK_BYTES = 8 << 20
 _PAD = 64  # zero bytes after a chunk, so fixed-offset header probes never index past its end
 _HEX = np.zeros(256, dtype=bool)
 _HEX[list(b"0123456789abcdefABCDEF")] = True
@@ -597,10 +600,16 @@ def _concat_columns(parts: list[pd.DataFrame], contract: dict[str, str]) -> pd.D
     """
     if len(parts) <= 1:
         return _concat(parts, contract)
+    # each part's columns as arrays (no copy); deleting a column from a DataFrame copied the rest of
+    # its block each time (0.69 s of 2.06 s CPU on a 64 MiB log, 8 MiB chunks)
+    arrays = [{col: p[col].array for col in contract} for p in parts]
+    parts.clear()
     columns: dict[str, Any] = {}
     for col in contract:
-        columns[col] = pd.concat([p[col] for p in parts], ignore_index=True).array
-        for p in parts:
-            del p[col]
-    parts.clear()
+        chunks = [a.pop(col) for a in arrays]
+        if all(type(c) is type(chunks[0]) and c.dtype == chunks[0].dtype for c in chunks):
+            columns[col] = type(chunks[0])._concat_same_type(chunks)
+        else:  # parts typed differently: pandas finds the common dtype
+            columns[col] = pd.concat([pd.Series(c, copy=False) for c in chunks], ignore_index=True).array
+        del chunks
     return pd.DataFrame(columns, copy=False)

@@ -112,6 +112,20 @@ def test_read_log_uses_the_fast_path_and_falls_back(tmp_path, monkeypatch):
     assert cublaslt.read_log(crlf) == "slow"  # CRLF: the per-line path reads it
 
 
+def test_a_fallback_is_logged_with_its_reason(tmp_path, caplog):
+    p = write(tmp_path, mixed_log_lines(50))
+    with caplog.at_level("INFO", logger="parsers.cublaslt"):
+        cublaslt.read_log(p)
+    assert not caplog.records  # the vectorised path took it: nothing said
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(p.read_bytes().replace(b"\n", b"\r\n"))
+    with caplog.at_level("INFO", logger="parsers.cublaslt"):
+        log = cublaslt.read_log(crlf)
+    assert len(log.calls) == len(cublaslt.read_log_per_line(crlf).calls)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{crlf}: the vectorised reader fell back to the per-line path: NUL or CR bytes"]
+
+
 @pytest.mark.parametrize("damage", ["cut_tail", "unterminated", "bad_int", "nul", "utf8", "header", "legacy"])
 def test_damage_gives_the_per_line_error(tmp_path, damage):
     lines = mixed_log_lines(80)
