@@ -7,11 +7,15 @@ from typing import Optional
 
 import typer
 
+from forensics.output import examples
+
 from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, BadInput
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("compare")
+    @app.command("compare", epilog=examples(
+        "forensics compare tests/fixtures/cpu/conv1d-threads",
+        "forensics compare CAPTURE --site gemm:NT:acc0:grad1 --json - | jq .toggles"))
     def compare_cmd(
         capture_dir: Path = typer.Argument(..., metavar="CAPTURE_DIR", help="capture directory (has manifest.yaml)"),
         site: Optional[str] = typer.Option(None, "--site", help="site (gemm:NT:acc0:grad1) or occurrence (SITE#N)"),

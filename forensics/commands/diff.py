@@ -7,12 +7,16 @@ from pathlib import Path
 
 import typer
 
+from forensics.output import examples
+
 from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_USAGE
 
 
 def register(app: typer.Typer) -> None:
     @app.command(
         "diff",
+        epilog=examples("forensics diff runA runB", "forensics diff runA runB --json diff.json --force",
+                        "forensics diff runA runB --json - | jq .pattern"),
         help="Diff two op-level traces (directories or single rank files): per rank the first divergent "
         "record (ORIGIN / RECEIVER / INPUTS_UNKNOWN / CONTROL_FLOW), the cross-rank pattern, the site and the "
         "next command. Partial traces (killed or interrupted runs) are compared up to where they stop. "

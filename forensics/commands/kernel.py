@@ -6,6 +6,8 @@ from typing import List, Optional
 
 import typer
 
+from forensics.output import examples
+
 from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
 SHIPPED_CAPTURE = "tests/fixtures/cpu/conv1d-threads"  # a real capture of the CPU backend, in the repository
@@ -19,7 +21,11 @@ def _split(values: Optional[List[str]]) -> list[str]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("kernel", context_settings={"allow_interspersed_args": False})
+    @app.command("kernel", context_settings={"allow_interspersed_args": False}, epilog=examples(
+        "forensics kernel --site gemm:NT:acc0:grad1 --out cap -- python train.py",
+        "forensics kernel --from diff.json --out cap --force",
+        "forensics kernel --site aten.mm.default --device cpu --toggle OMP_NUM_THREADS=2 -- python train.py",
+        "forensics kernel --site aten.mm.default --rows auto -- python train.py"))
     def kernel_cmd(
         command: Optional[List[str]] = typer.Argument(None, metavar="[-- CMD ...]",
                                                       help="after '--': the training command. Without one, the bundled "

@@ -15,12 +15,17 @@ from pathlib import Path
 
 import typer
 
+from forensics.output import examples
+
 from forensics.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, Unavailable
 
 
 def register(app: typer.Typer) -> None:
     @app.command(
         "knob",
+        epilog=examples("forensics knob CUBLAS_WORKSPACE_CONFIG --site gemm:NT:acc0:grad1",
+                        "forensics knob OMP_NUM_THREADS --site aten.mm.default --json -",
+                        "forensics knob OMP_NUM_THREADS --site aten.mm.default --values 1,2 -- python train.py"),
         help="Does an environment knob reach a site? Static scope (Python reads/writers/mentions, shared "
         "libraries holding the name, the shipped catalog, verdict ON PATH / NOT ON PATH / CANNOT TELL STATICALLY / UNKNOWN for --site) "
         "and, with --values and '-- CMD', dynamic scope (one capture arm per value). "

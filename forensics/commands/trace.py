@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from forensics.output import examples
+
 from forensics.errors import EXIT_UNAVAILABLE, EXIT_USAGE, BadInput
 
 
@@ -213,6 +215,9 @@ def summarise(out: Path) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command(
         "trace",
+        epilog=examples("forensics trace --out runA -- python examples/cpu-divergence/train.py --threads 1",
+                        "forensics trace --out runA --force -- torchrun --nproc-per-node 2 train.py",
+                        "forensics diff runA runB"),
         options_metavar="[OPTIONS] -- CMD ...",
         help="Run CMD with the op-level tracer on: every ATen op per rank with input/output digests, plus "
         "collective, optimizer and backward records, into OUT/rank<R>/trace.jsonl. Then diff two runs "
