@@ -41,8 +41,13 @@ def test_static_report_and_json(tree, tmp_path, capsys):
     assert data["scope"]["verdict"] == "UNKNOWN" and data["scope"]["components_missing"]
     assert data["catalog"] is None
     # never overwrites an existing report
-    assert main(["knob", KNOB, "--path", str(tree), "--json", str(out)]) == EXIT_USAGE
-    assert "not overwriting" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["knob", KNOB, "--path", str(tree), "--json", str(out)]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == (f"forensics: {out} exists (a file); not overwriting the --json report "
+                                       "(--force replaces it, or choose another --json)\n")
+    out.write_text("stale")
+    assert main(["knob", KNOB, "--path", str(tree), "--json", str(out), "--force"]) == EXIT_OK
+    assert json.loads(out.read_text())["knob"] == KNOB
 
 
 def test_json_to_stdout_and_no_cache(tree, capsys):
