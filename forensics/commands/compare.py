@@ -39,7 +39,13 @@ def register(app: typer.Typer) -> None:
         # --force means "diff NOT COMPARABLE arms" here (older than the output rule): an existing --json
         # file is refused, exit 3, with no flag to replace it
         check_output(json_out, force=False, flag="--json", what="--json file", force_flag=None)
-        echo = (lambda *a, **k: None) if is_stdout(json_out) else typer.echo  # '-': the JSON alone on stdout
+        from forensics.console import echo_plain, make_console
+
+        console = make_console()
+
+        def echo(line: str) -> None:  # '-': the JSON alone on stdout; a terminal wraps between words only
+            if not is_stdout(json_out):
+                echo_plain(console, line)
         with doing(f"analysing the capture {capture_dir}"):
             ev = load_evidence(capture_dir)
         if ev.sites.empty:

@@ -52,8 +52,10 @@ def register(app: typer.Typer) -> None:
             report = diff_paths(run_a, run_b, fmt=fmt, rank=rank, window=window)
         else:
             report = diff_ranks(run_a, run_b, fmt=fmt, window=window, jobs=jobs, ranks=ranks, shard=shard)
-        if not is_stdout(json_out):
-            typer.echo(format_report(report))
+        if not is_stdout(json_out):  # a terminal wraps between words only (never inside '--' or a path)
+            from forensics.console import echo_plain, make_console  # noqa: PLC0415
+
+            echo_plain(make_console(), format_report(report))
         if json_out is not None:  # whole or nothing (forensics.atomic); '-': the JSON alone on stdout
             if write_json(json_out, report.to_json(), force=force) is not None:
                 typer.echo(f"report: {json_out}")
