@@ -15,6 +15,9 @@ from rich.console import Console
 
 #: Width used off a terminal: wide enough that rich never wraps a line or a table row.
 PLAIN_WIDTH = 100_000
+#: Off a terminal a table is fitted to this many columns (a log read in a pager or a CI page); its
+#: lines are still never wrapped, so one holding a path or a long kernel name may be longer.
+PIPED_TABLE_WIDTH = 100
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -66,21 +69,29 @@ def print_fitted_table(console: Console, title: str, columns: list[str], rows: l
             t.add_row(*r)
         return t
 
-    width = console.width
+    width = PIPED_TABLE_WIDTH if console.width >= PLAIN_WIDTH else console.width
     if table_width(columns, rows) <= width:
         console.print(table(columns, rows))
         return "table"
     constant = [i for i in range(len(columns)) if len(rows) > 1 and len({r[i] for r in rows}) == 1]
+    console.print(title, soft_wrap=False)
+    # the widest constant columns first, only as many as it takes to fit (at least two columns kept)
+    by_width = sorted(constant, key=lambda i: -max(_cell_len(rows[0][i]), _cell_len(columns[i])))
+    for n in range(1, len(by_width) + 1):
+        drop = set(by_width[:n])
+        keep = [i for i in range(len(columns)) if i not in drop]
+        kept_cols, kept_rows = [columns[i] for i in keep], [[r[i] for i in keep] for r in rows]
+        if len(keep) > 1 and table_width(kept_cols, kept_rows) <= width:
+            for i in sorted(drop):
+                console.print(f"{columns[i]}: {rows[0][i]} (every row)", soft_wrap=False)
+            t = table(kept_cols, kept_rows)
+            t.title = None
+            console.print(t)
+            return "dropped"
     keep = [i for i in range(len(columns)) if i not in constant]
     kept_cols, kept_rows = [columns[i] for i in keep], [[r[i] for i in keep] for r in rows]
-    console.print(title, soft_wrap=False)
     for i in constant:
         console.print(f"{columns[i]}: {rows[0][i]} (every row)", soft_wrap=False)
-    if constant and len(keep) > 1 and table_width(kept_cols, kept_rows) <= width:
-        t = table(kept_cols, kept_rows)
-        t.title = None
-        console.print(t)
-        return "dropped"
     for r in kept_rows:  # "key: value" items packed on lines; a long value goes under its key
         lines: list[str] = []
         for col, cell in zip(kept_cols, r):

@@ -101,6 +101,8 @@ def test_real_80_column_terminal_splits_no_identifier(command, tmp_path):
                            env=dict(os.environ, PYTHONPATH=str(REPO))).stdout
     lines = shown.splitlines()
     assert all(len(line) <= 80 for line in lines)
+    if command == "analyze":  # piped: plain lines of at most 100 columns, but for one naming a path
+        assert all(len(line) <= 100 or "/" in line for line in piped.splitlines()), piped
     for token in TOKENS:
         want = sum(line.count(token) for line in piped.splitlines())
         assert sum(line.count(token) for line in lines) == want, (token, shown)

@@ -24,8 +24,8 @@ def _short(name: object, width: int = 70) -> str:
 def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60) -> None:
     console = console or make_console()
     cap = an.capture
-    console.print(f"[bold]capture[/bold] {escape(str(cap.manifest.get('single_file') or cap.root))}  arms: {', '.join(cap.arms) or '-'}  "
-                  f"instruments: {', '.join(sorted(cap.instruments())) or '-'}")
+    console.print(f"[bold]capture[/bold] {escape(str(cap.manifest.get('single_file') or cap.root))}")  # a path: its own line
+    console.print(f"arms: {', '.join(cap.arms) or '-'}  instruments: {', '.join(sorted(cap.instruments())) or '-'}")
     for line in an.missing:
         console.print(f"[yellow]missing:[/yellow] {escape(str(line))}")
     for line in an.notes:  # a log's own words carry brackets ([Error][cublasLtMatmul...]): never markup
