@@ -69,11 +69,11 @@ def check_output(path: str | os.PathLike[str] | None, *, force: bool, flag: str,
     p = Path(path)
     if not exists(p) or (directory and _is_empty_dir(p)):
         return
+    if directory and not (p.is_dir() and not p.is_symlink()):  # never replaced, even with --force
+        raise OutputExists(f"{p} exists and is not a folder; {flag} takes a folder for the {what} "
+                           f"(choose another {flag})")
     if not force:
         raise _refusal(p, flag, what, force_flag)
-    if directory and not (p.is_dir() and not p.is_symlink()):
-        raise OutputExists(f"{p} exists and is not a folder; --force replaces only an earlier forensics output "
-                           f"folder (choose another {flag})")
     if p.is_dir() and not p.is_symlink():
         if not directory:
             raise OutputExists(f"{p} is a directory; --force replaces a file, never a folder (choose another {flag})")

@@ -76,7 +76,8 @@ def test_out_that_is_a_file_is_bad_input(tmp_path, capsys):
     f.write_text("x")
     assert main(["kernel", "--site", SITE, "--out", str(f), "-q", "--", "true"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"forensics: bad input: {f}: exists and is not a directory; --out takes a capture directory"]
+    assert err == [f"forensics: {f} exists and is not a folder; --out takes a folder for the capture "
+                   "(choose another --out)"]
     assert f.read_text() == "x"
 
 

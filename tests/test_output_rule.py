@@ -32,7 +32,7 @@ def test_force_never_replaces_a_folder_of_the_users_or_a_file_for_a_folder(tmp_p
         check_output(mine, force=True, flag="--out", what="capture", directory=True)
     note = tmp_path / "note.txt"
     note.write_text("x")
-    with pytest.raises(OutputExists, match="is not a folder"):
+    with pytest.raises(OutputExists, match="is not a folder; --out takes a folder"):
         check_output(note, force=True, flag="--out", what="capture", directory=True)
     with pytest.raises(OutputExists, match="is a directory"):
         check_output(mine, force=True, flag="--json", what="--json report")
