@@ -40,7 +40,8 @@ def register(app: typer.Typer) -> None:
                                              "instead of the tables); an existing file is refused unless --force"),
         force: bool = typer.Option(False, "--force", help=FORCE_HELP),
         no_cache: bool = typer.Option(False, "--no-cache", help="rescan every file (ignore and do not update the cache)"),
-        out: Path | None = typer.Option(None, "--out", help="capture directory for the dynamic arms (never overwritten)"),
+        out: Path | None = typer.Option(None, "--out", help="capture directory for the dynamic arms (an existing one "
+                                        "is refused unless --force; default forensics-capture, -2, -3...)"),
         steps: str = typer.Option("1-2", "--steps", help="step window of the dynamic capture"),
         jobs: int | None = typer.Option(None, "--jobs", help="worker processes for the static scan (default: CPU count, max 8)"),
         device: str = typer.Option("auto", "--device", help="code path of the site: cuda, cpu or auto (cuda when Transformer Engine "
@@ -75,9 +76,11 @@ def register(app: typer.Typer) -> None:
             _usage("dynamic scope (--values) needs --site")
         if device not in (*DEVICES, "auto"):
             _usage(f"--device {device!r}: choose cuda, cpu or auto")
-        from forensics.output import check_output, is_stdout, write_json  # noqa: PLC0415
+        from forensics.output import check_output, is_stdout, replacing, write_json  # noqa: PLC0415
 
         check_output(json_out, force=force, flag="--json", what="--json report")  # exit 3 before any scan
+        if value_list:
+            check_output(out, force=force, flag="--out", what="capture", directory=True)
 
         result = scan(name, [str(p) for p in path] if path else None, use_cache=not no_cache, workers=jobs)
         entry = lookup(name)
@@ -99,16 +102,19 @@ def register(app: typer.Typer) -> None:
             from forensics.sweep.knob import run_and_print  # noqa: PLC0415
 
             render(report)
-            raise typer.Exit(run_and_print(name, str(parsed_site), value_list, list(command or []), rows,
-                                           out=str(out) if out else None, steps=steps,
-                                           device=None if device == "auto" else device))
+            with replacing(out, force=force, flag="--out", what="capture"):
+                code = run_and_print(name, str(parsed_site), value_list, list(command or []), rows,
+                                     out=str(out) if out else None, steps=steps,
+                                     device=None if device == "auto" else device)
+            raise typer.Exit(code)
         if rows is not None:
             _usage("--rows needs --site, --values V1,V2 and the command after '--'")
         if value_list:
             try:
-                report.dynamic = run_dynamic(name, str(parsed_site), value_list, list(command or []),
-                                             out=str(out) if out else None, steps=steps,
-                                             device=None if device == "auto" else device)
+                with replacing(out, force=force, flag="--out", what="capture"):
+                    report.dynamic = run_dynamic(name, str(parsed_site), value_list, list(command or []),
+                                                 out=str(out) if out else None, steps=steps,
+                                                 device=None if device == "auto" else device)
             except Unavailable as e:
                 report.dynamic_unavailable = str(e)
                 code = EXIT_UNAVAILABLE
