@@ -25,6 +25,7 @@ from forensics.errors import (
     BadSite,
     ForensicsError,
 )
+from forensics.output import examples
 
 COMMAND_MODULES = ("analyze", "kernel", "trace", "diff", "knob", "bundle", "compare")
 
@@ -38,6 +39,26 @@ app = typer.Typer(
     # '<bool>' metavars on flags).
     rich_markup_mode=None,
 )
+
+
+
+def _version(value: bool) -> None:
+    if value:
+        from forensics import __version__  # noqa: PLC0415
+
+        typer.echo(f"forensics {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback(epilog="Outputs, every command: --json - writes the JSON report to stdout; an output path you "
+              "name that exists is refused (exit 3) unless --force replaces it (docs/errors.md).\n\n"
+              + examples("forensics analyze tests/fixtures/cpu/conv1d-threads", "forensics --version"))
+def _main_options(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
+    """Options of ``forensics`` itself (the commands' own options follow the command name)."""
+
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"forensics.commands.{_name}").register(app)

@@ -1,7 +1,8 @@
 """The one place where commands get a rich Console.
 
-On a terminal, rich may wrap table cells to the window (never splitting a path: cells use
-``overflow="fold"`` only for long tokens). Off a terminal (a pipe, a log file, CI) every line is
+On a terminal, rich wraps lines to the window between words, never inside one, and tables are
+fitted to the window by :func:`print_fitted_table` (constant columns said once, else one
+``key: value`` line per cell), so ``aten.convolution.default#1`` is never split at any width. Off a terminal (a pipe, a log file, CI) every line is
 printed whole: no hard wrap at 80 columns, no colour codes, no markup-driven wrapping, so that
 ``grep`` and log readers see each message on one line.
 """
@@ -14,6 +15,9 @@ from rich.console import Console
 
 #: Width used off a terminal: wide enough that rich never wraps a line or a table row.
 PLAIN_WIDTH = 100_000
+#: Off a terminal a table is fitted to this many columns (a log read in a pager or a CI page); its
+#: lines are still never wrapped, so one holding a path or a long kernel name may be longer.
+PIPED_TABLE_WIDTH = 100
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -27,6 +31,83 @@ def make_console(stderr: bool = False) -> Console:
     """A Console for stdout (or stderr) that prints plain unwrapped lines when not on a terminal."""
     stream = sys.stderr if stderr else sys.stdout
     if is_terminal(stream):
-        return Console(stderr=stderr, soft_wrap=True)
+        return Console(stderr=stderr, soft_wrap=False)  # wrapped between words, never inside one
     return Console(file=stream, width=PLAIN_WIDTH, soft_wrap=True, no_color=True, color_system=None,
                    highlight=False, emoji=False, force_terminal=False)
+
+
+def _cell_len(cell: str) -> int:
+    from rich.text import Text  # noqa: PLC0415
+
+    return max((Text.from_markup(line).cell_len for line in cell.split("\n")), default=0)
+
+
+def table_width(columns: list[str], rows: list[list[str]]) -> int:
+    """Width of a rich box table of these cells printed whole: each column its widest cell plus
+    one space each side, and one rule between and around columns."""
+    widths = [max([_cell_len(c)] + [_cell_len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    return sum(w + 2 for w in widths) + len(columns) + 1
+
+
+def print_fitted_table(console: Console, title: str, columns: list[str], rows: list[list[str]]) -> str:
+    """Print a table whose cells are never split inside a token; returns the layout used.
+
+    ``table``: it fits the console's width as it is. ``dropped``: columns holding one value in
+    every row are said once above the table (``rank: 0 (every row)``) and the rest fits.
+    ``vertical``: it still would not fit (a narrow terminal): constant columns said once, then
+    per row its ``key: value`` items packed on lines, the row's first line unindented and the
+    rest under it; an item wider than a line wraps only between words.
+    Cells may carry rich markup (a verdict's style); text in them is escaped by the caller.
+    """
+    from rich.table import Table  # noqa: PLC0415
+
+    def table(cols: list[str], body: list[list[str]]) -> Table:
+        t = Table(title=title, show_lines=False)
+        for col in cols:
+            t.add_column(col, overflow="fold")  # only a token wider than the whole terminal is folded
+        for r in body:
+            t.add_row(*r)
+        return t
+
+    width = PIPED_TABLE_WIDTH if console.width >= PLAIN_WIDTH else console.width
+    if table_width(columns, rows) <= width:
+        console.print(table(columns, rows))
+        return "table"
+    constant = [i for i in range(len(columns)) if len(rows) > 1 and len({r[i] for r in rows}) == 1]
+    console.print(title, soft_wrap=False)
+    # the widest constant columns first, only as many as it takes to fit (at least two columns kept)
+    by_width = sorted(constant, key=lambda i: -max(_cell_len(rows[0][i]), _cell_len(columns[i])))
+    for n in range(1, len(by_width) + 1):
+        drop = set(by_width[:n])
+        keep = [i for i in range(len(columns)) if i not in drop]
+        kept_cols, kept_rows = [columns[i] for i in keep], [[r[i] for i in keep] for r in rows]
+        if len(keep) > 1 and table_width(kept_cols, kept_rows) <= width:
+            for i in sorted(drop):
+                console.print(f"{columns[i]}: {rows[0][i]} (every row)", soft_wrap=False)
+            t = table(kept_cols, kept_rows)
+            t.title = None
+            console.print(t)
+            return "dropped"
+    keep = [i for i in range(len(columns)) if i not in constant]
+    kept_cols, kept_rows = [columns[i] for i in keep], [[r[i] for i in keep] for r in rows]
+    for i in constant:
+        console.print(f"{columns[i]}: {rows[0][i]} (every row)", soft_wrap=False)
+    for r in kept_rows:  # "key: value" items packed on lines; a long value goes under its key
+        lines: list[str] = []
+        for col, cell in zip(kept_cols, r):
+            item = f"{col}: {cell}"
+            if lines and _cell_len(lines[-1]) + 2 + _cell_len(item) <= width:
+                lines[-1] += "  " + item
+            elif lines and 2 + _cell_len(item) > width:
+                lines += [f"  {col}:", f"    {cell}"]
+            else:
+                lines.append(("  " if lines else "") + item)
+        for line in lines:
+            console.print(line, soft_wrap=False)
+    return "vertical"
+
+
+def echo_plain(console: Console, text: str) -> None:
+    """Print plain text (no markup, no highlighting): on a terminal wrapped between words, never
+    inside one (a path, ``--``, ``aten.convolution.default#1``); off one, each line whole."""
+    console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=False)

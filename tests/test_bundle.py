@@ -182,7 +182,17 @@ def test_cli_site_not_in_capture_is_one_line(bundle, tmp_path, capsys):
 def test_cli_existing_output_is_one_line(bundle, capsys):
     code = main(["bundle", str(bundle["cap"]), "-o", str(bundle["path"])])
     err = capsys.readouterr().err.strip()
-    assert code == EXIT_BAD_INPUT and len(err.splitlines()) == 1 and "never overwrites" in err
+    assert code == EXIT_BAD_INPUT and len(err.splitlines()) == 1
+    assert err == (f"forensics: {bundle['path']} exists (a file); not overwriting the bundle "
+                   "(--force replaces it, or choose another -o)")
+
+
+def test_cli_force_replaces_the_bundle_whole(bundle, tmp_path, capsys):
+    path = tmp_path / "evidence.tar.gz"
+    path.write_bytes(b"stale")
+    assert main(["bundle", str(bundle["cap"]), "-o", str(path), "--force"]) == 0
+    assert tarfile.is_tarfile(path) and f"wrote {path}" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["evidence.tar.gz"]  # no temporary file left
 
 
 def test_capture_without_site_records(tmp_path):

@@ -216,7 +216,23 @@ def test_cli_exit_codes_and_json_report(tmp_path):
     for key in ("identity", "name", "verdict", "seq", "step", "inputs_matched", "evidence", "site", "warnings"):
         assert key in fd
     assert rep["schema"] == "forensics.diff" and rep["site"] == "aten.sum.default" and rep["pattern"] == "single_rank"
-    assert main(["diff", str(a), str(b), "--json", str(out)]) == 2  # never overwrites
+    before = out.read_bytes()
+    assert main(["diff", str(a), str(b), "--json", str(out)]) == 3  # refused before any trace is read
+    assert out.read_bytes() == before
+    assert main(["diff", str(a), str(b), "--json", str(out), "--force"]) == 1  # replaced, whole
+    assert json.loads(out.read_text()) == rep
+
+
+def test_json_dash_is_stdout(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    recs_b = base_records()
+    recs_b[3]["out"] = [tensor("s2", shape=())]
+    a = write_trace(tmp_path / "a", {0: base_records()})
+    b = write_trace(tmp_path / "b", {0: recs_b})
+    capsys.readouterr()
+    assert main(["diff", str(a), str(b), "--json", "-"]) == 1
+    rep = json.loads(capsys.readouterr().out)  # the JSON alone: no text report around it
+    assert rep["schema"] == "forensics.diff" and not (tmp_path / "-").exists()
 
 
 @pytest.mark.parametrize("content,needle", [

@@ -166,16 +166,38 @@ def test_a_full_disk_leaves_no_partial_output(capture, tmp_path, crash_dir, comm
 
 
 # --------------------------------------------------------------------------- never overwrite, claims
-def test_analyze_never_overwrites_an_earlier_analysis(capture, tmp_path, capsys):
+def test_analyze_out_refuses_an_earlier_analysis_unless_force(capture, tmp_path, capsys):
     out = tmp_path / "an"
     assert main(["analyze", str(capture), "-q", "--out", str(out)]) in (0, 1)
-    first = (out / "report.md").read_bytes()
     (out / "report.md").write_text("my notes\n")  # the user edited it
-    assert main(["analyze", str(capture), "-q", "--out", str(out)]) in (0, 1)
+    capsys.readouterr()
+    assert main(["analyze", str(capture), "-q", "--out", str(out)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"forensics: {out} exists (a directory); not overwriting the analysis folder "
+                   "(--force replaces it, or choose another --out)"]
+    assert (out / "report.md").read_text() == "my notes\n" and not (tmp_path / "an-2").exists()  # no silent -2
+    assert main(["analyze", str(capture), "-q", "--out", str(out), "--force"]) in (0, 1)
+    assert (out / "report.md").read_text() != "my notes\n" and "wrote" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["an"]  # the earlier output set aside is gone
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "thesis.tex").write_text("x")
+    assert main(["analyze", str(capture), "-q", "--out", str(other), "--force"]) == EXIT_BAD_INPUT
+    assert "holds no earlier forensics output" in capsys.readouterr().err
+    assert (other / "thesis.tex").read_text() == "x"
+
+
+def test_analyze_default_location_is_never_overwritten(capture, tmp_path, capsys):
+    import shutil
+
+    cap = tmp_path / "cap"
+    shutil.copytree(capture, cap)
+    assert main(["analyze", str(cap), "-q"]) in (0, 1)
+    first = (cap / "analysis" / "report.md").read_bytes()
+    assert main(["analyze", str(cap), "-q"]) in (0, 1)
     text = capsys.readouterr().out
-    assert (out / "report.md").read_text() == "my notes\n"
-    assert (tmp_path / "an-2" / "report.md").read_bytes() == first
-    assert f"note: {out} already holds earlier output; wrote {tmp_path / 'an-2'} instead" in text
+    assert (cap / "analysis" / "report.md").read_bytes() == first
+    assert f"note: {cap / 'analysis'} already holds earlier output; wrote {cap / 'analysis-2'} instead" in text
 
 
 def _claim(args):

@@ -76,7 +76,8 @@ def test_out_that_is_a_file_is_bad_input(tmp_path, capsys):
     f.write_text("x")
     assert main(["kernel", "--site", SITE, "--out", str(f), "-q", "--", "true"]) == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"forensics: bad input: {f}: exists and is not a directory; --out takes a capture directory"]
+    assert err == [f"forensics: {f} exists and is not a folder; --out takes a folder for the capture "
+                   "(choose another --out)"]
     assert f.read_text() == "x"
 
 
@@ -159,3 +160,19 @@ def test_library_skips_ncu_and_nsys_without_gpu(tmp_path, capsys):
     ncu = next(a for a in man["arms"] if a["name"] == "ncu")
     assert ncu == {"name": "ncu", "role": "pass", "of": "a1", "env": {}, "status": "skipped", "rc": None,
                    "seconds": 0.0, "reason": "no CUDA device (test)"}
+
+
+def test_cli_existing_out_is_refused_before_anything_runs_unless_force(tmp_path, capsys):
+    out = tmp_path / "cap"
+    out.mkdir()
+    (out / "manifest.yaml").write_text("schema: 1\nprecious: true\n")  # an earlier capture
+    marker = tmp_path / "ran"
+    argv = ["kernel", "--device", "cpu", "--site", "aten.mm.default", "--arms", "1", "--instruments",
+            "torch_profiler", "-q", "--out", str(out), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    assert main(argv) == 3
+    assert capsys.readouterr().err == (f"forensics: {out} exists (a directory); not overwriting the capture "
+                                       "(--force replaces it, or choose another --out)\n")
+    assert not marker.exists() and not (tmp_path / "cap-2").exists()  # nothing ran, no silent -2
+    assert main(argv[:-4] + ["--force"] + argv[-4:]) in (0, 1)
+    assert marker.exists() and "precious" not in (out / "manifest.yaml").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cap", "ran"]  # the earlier capture set aside is gone

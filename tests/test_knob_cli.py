@@ -5,6 +5,7 @@ Trees and scripts here are SYNTHETIC (written by the test).
 from __future__ import annotations
 
 import json
+import sys
 import shutil
 from pathlib import Path
 
@@ -41,8 +42,13 @@ def test_static_report_and_json(tree, tmp_path, capsys):
     assert data["scope"]["verdict"] == "UNKNOWN" and data["scope"]["components_missing"]
     assert data["catalog"] is None
     # never overwrites an existing report
-    assert main(["knob", KNOB, "--path", str(tree), "--json", str(out)]) == EXIT_USAGE
-    assert "not overwriting" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["knob", KNOB, "--path", str(tree), "--json", str(out)]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == (f"forensics: {out} exists (a file); not overwriting the --json report "
+                                       "(--force replaces it, or choose another --json)\n")
+    out.write_text("stale")
+    assert main(["knob", KNOB, "--path", str(tree), "--json", str(out), "--force"]) == EXIT_OK
+    assert json.loads(out.read_text())["knob"] == KNOB
 
 
 def test_json_to_stdout_and_no_cache(tree, capsys):
@@ -178,3 +184,16 @@ def test_cache_names_the_files_of_the_tree_it_scanned(tree, tmp_path):
     files = {f.file for r in again.python for f in r.findings} | {r.file for r in again.python}
     assert len(files) == 2 and all(f.startswith(str(tree.resolve())) for f in files), files
     assert {r.file for r in again.python} == {r.file for r in first.python}
+
+
+def test_existing_out_of_the_dynamic_arms_is_refused_before_anything_runs(tree, tmp_path, capsys):
+    out = tmp_path / "cap"
+    out.mkdir()
+    (out / "manifest.yaml").write_text("earlier\n")
+    marker = tmp_path / "ran"
+    code = main(["knob", KNOB, "--site", "aten.mm.default", "--path", str(tree), "--values", "0,1", "--out", str(out),
+                 "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+    assert code == EXIT_BAD_INPUT and not marker.exists()
+    assert capsys.readouterr().err == (f"forensics: {out} exists (a directory); not overwriting the capture "
+                                       "(--force replaces it, or choose another --out)\n")
+    assert (out / "manifest.yaml").read_text() == "earlier\n"

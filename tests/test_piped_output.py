@@ -110,3 +110,13 @@ def test_help_usage_is_conventional(command, tmp_path):
     assert "{" not in usage and "<bool>" not in r.stdout and "[]" not in usage
     if command in ("trace", "kernel", "knob"):
         assert "-- CMD ..." in usage
+    examples = r.stdout.split("Examples:\n\n", 1)[1].splitlines()
+    assert examples and all(line.startswith("    forensics ") for line in examples), r.stdout  # never rewrapped
+    assert any(line.startswith(f"    forensics {command} ") for line in examples)
+
+
+def test_version(tmp_path):
+    from forensics import __version__
+
+    r = _run(["--version"], tmp_path)
+    assert r.returncode == 0 and r.stdout == f"forensics {__version__}\n" and r.stderr == ""

@@ -90,3 +90,33 @@ def test_merge_refuses_a_report_of_other_traces(runs, tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text(json.dumps(rep, default=str))
     with pytest.raises(BadInput, match="a report of another trace"):
         merge_reports(*runs, tmp_path / "x.json")
+
+
+def test_1024_ranks_print_summary_and_divergent_ranks_first_in_a_screenful(tmp_path: Path) -> None:
+    """The text report at scale: the counts, pattern, site and next command first, one line per
+    divergent rank, the clean ranks folded into one line (the JSON report keeps every rank)."""
+    from forensics.tracediff.diff import format_report
+
+    origins, receivers = set(range(5, 1024, 97)), set(range(50, 1024, 101))
+    a, b = build_traces(tmp_path / "A", tmp_path / "B", 1024, SOURCES, origins, receivers)
+    report = diff_ranks(a, b, jobs=1, progress=False)
+    lines = format_report(report).splitlines()
+    assert len(lines) <= 40, len(lines)  # was 5,094 lines, the divergent ranks among the clean ones
+    assert lines[1] == (f"summary: 1024 ranks compared: {len(origins | receivers)} diverged ({len(origins)} ORIGIN, "
+                        f"{len(receivers)} RECEIVER), {1024 - len(origins | receivers)} no divergence")
+    assert lines[2].startswith("pattern: subset") and lines[3].startswith("site: gemm:NT:acc0:grad1#1 (rank 5,")
+    assert lines[4].startswith("next: forensics kernel")
+    ranked = [int(x.split(":")[0].split()[1]) for x in lines if x.startswith("rank ")]
+    assert ranked == sorted(origins | receivers)  # every divergent rank, no clean one
+    assert f"{1024 - len(origins | receivers)} ranks: no divergence (every rank not listed above)" in lines
+    assert any(x.startswith("  artifact passed over on ") for x in lines)
+    assert len(report.to_json()["ranks"]) == 1024
+
+
+def test_few_ranks_keep_one_paragraph_per_rank(runs) -> None:
+    from forensics.tracediff.diff import FOLD_RANKS, format_report
+
+    report = diff_ranks(*runs, ranks="0-9", progress=False)
+    assert len(report.ranks) <= FOLD_RANKS
+    ranked = [x for x in format_report(report).splitlines() if x.startswith("rank ")]
+    assert len(ranked) == 10 and ranked[2].startswith("rank 2:") and "ORIGIN" in ranked[2]

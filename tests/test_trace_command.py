@@ -94,8 +94,18 @@ def test_failing_script_leaves_no_config_and_a_leftover_config_blocks_nothing(tm
     assert main(["trace", "--out", str(out), "--", sys.executable, str(LOOP), "--steps", "2"]) == 0
     (out / "other.txt").write_text("x")
     capsys.readouterr()
-    assert main(["trace", "--out", str(out), "--", sys.executable, str(LOOP), "--steps", "2"]) == 2
-    assert "exists and is not empty" in capsys.readouterr().err
+    assert main(["trace", "--out", str(out), "--", sys.executable, str(LOOP), "--steps", "2"]) == 3
+    assert capsys.readouterr().err == (f"forensics: {out} exists (a directory); not overwriting the trace "
+                                       "(--force replaces it, or choose another --out)\n")
+    assert (out / "other.txt").read_text() == "x"  # refused before the command started
+    assert main(["trace", "--out", str(out), "--force", "--", sys.executable, str(LOOP), "--steps", "2"]) == 0
+    assert not (out / "other.txt").exists() and (out / "rank0" / "trace.jsonl").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # the earlier trace set aside is gone
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("x")
+    assert main(["trace", "--out", str(mine), "--force", "--", sys.executable, str(LOOP), "--steps", "2"]) == 3
+    assert "holds no earlier forensics output" in capsys.readouterr().err and (mine / "notes.txt").exists()
 
 
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])

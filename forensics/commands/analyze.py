@@ -6,17 +6,24 @@ from typing import Optional
 
 import typer
 
+from forensics.output import FORCE_HELP, examples
+
 from forensics.errors import EXIT_NOT_NAMED, EXIT_OK
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("analyze")
+    @app.command("analyze", epilog=examples(
+        "forensics analyze tests/fixtures/cpu/conv1d-threads",
+        "forensics analyze CAPTURE --site aten.convolution.default#1 --out res --force",
+        "forensics analyze nsys-export.sqlite -q"))
     def analyze_cmd(
         capture_dir: Path = typer.Argument(..., metavar="PATH", help="a capture directory (manifest.yaml), a folder of "
                                            "instrument files, or one instrument file (docs/capture-format.md)"),
         site: Optional[str] = typer.Option(None, "--site", help="only this site (gemm:NT:acc0:grad1) or occurrence (SITE#N)"),
-        out: Optional[Path] = typer.Option(None, "--out", help="where analysis.json and report.md go (default "
-                                           "PATH/analysis, or the file's folder/analysis; DIR-2, DIR-3... when DIR holds anything: never overwritten)"),
+        out: Optional[Path] = typer.Option(None, "--out", help="where analysis.json and report.md go; an existing "
+                                           "one is refused unless --force (default PATH/analysis, or the file's folder/analysis: "
+                                           "never overwritten, analysis-2, -3... with a note)"),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
         keep_going: bool = typer.Option(False, "--keep-going", help="skip unreadable files (listed) instead of stopping"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no table, only the verdict line"),
         jobs: int = typer.Option(0, "--jobs", "-j", help="worker processes for many ranks (0: one per core; 1: none)"),
@@ -30,7 +37,8 @@ def register(app: typer.Typer) -> None:
         """Count launches per instrument and NAME kernels that two independent instruments agree on.
 
         Exit 0: at least one kernel NAMED; 1: none NAMED; 2: bad site; 3: bad input (not a
-        capture, a corrupt file); 4: --out could not be written; 70: internal error.
+        capture, a corrupt file, --out exists without --force); 4: --out could not be written;
+        70: internal error.
         """
         from forensics.atomic import CannotWrite
         from forensics.console import make_console
@@ -42,29 +50,33 @@ def register(app: typer.Typer) -> None:
             from forensics.suggest import check_site_in_capture
 
             check_site_in_capture(capture_dir, site)
-        with doing(f"analysing the capture {capture_dir}"):
-            if merge is not None:
-                an = merge_shards(capture_dir, merge, site=site)
+        from forensics.output import replacing
+
+        with replacing(out, force=force, flag="--out", what="analysis folder"):  # refused before any file is read
+            with doing(f"analysing the capture {capture_dir}"):
+                if merge is not None:
+                    an = merge_shards(capture_dir, merge, site=site)
+                else:
+                    an = analyze_ranks(capture_dir, site=site, keep_going=keep_going, jobs=jobs, ranks=ranks, shard=shard)
+            console = make_console()
+            if not quiet:
+                with doing("printing the verdict table"):
+                    print_table(an, console)
+            target = out or (capture_dir / "analysis" if capture_dir.is_dir() else capture_dir.parent / "analysis")
+            n = an.named["kernel"].nunique() if an.any_named() else 0
+            verdict = verdict_line(an)
+            try:
+                written = write_outputs(an, target)
+            except CannotWrite as e:
+                if out is not None:  # the user asked for these files: say the verdict, then fail (exit 4)
+                    console.print(verdict, markup=False)
+                    raise
+                console.print(f"note: analysis outputs not written: {e}", markup=False)
             else:
-                an = analyze_ranks(capture_dir, site=site, keep_going=keep_going, jobs=jobs, ranks=ranks, shard=shard)
-        console = make_console()
-        if not quiet:
-            with doing("printing the verdict table"):
-                print_table(an, console)
-        target = out or (capture_dir / "analysis" if capture_dir.is_dir() else capture_dir.parent / "analysis")
-        n = an.named["kernel"].nunique() if an.any_named() else 0
-        verdict = verdict_line(an)
-        try:
-            written = write_outputs(an, target)
-        except CannotWrite as e:
-            if out is not None:  # the user asked for these files: say the verdict, then fail (exit 4)
-                console.print(verdict, markup=False)
-                raise
-            console.print(f"note: analysis outputs not written: {e}", markup=False)
-        else:
-            if written and written[0].parent != target:
-                console.print(f"note: {target} already holds earlier output; wrote {written[0].parent} instead "
-                              "(forensics never overwrites)", markup=False)
-            console.print(f"wrote {', '.join(str(p) for p in written)}", markup=False)
+                if written and written[0].parent != target:
+                    console.print(f"note: {target} already holds earlier output; wrote {written[0].parent} instead "
+                                  "(a default location is never overwritten; --out DIR --force replaces one)",
+                                  markup=False)
+                console.print(f"wrote {', '.join(str(p) for p in written)}", markup=False)
         console.print(verdict, markup=False)
         raise typer.Exit(EXIT_OK if n else EXIT_NOT_NAMED)

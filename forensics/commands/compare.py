@@ -1,21 +1,25 @@
 """`forensics compare CAPTURE_DIR [--site SITE] [--json F]`: arms, discriminator table, toggles (offline)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from forensics.output import examples
+
 from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, BadInput
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("compare")
+    @app.command("compare", epilog=examples(
+        "forensics compare tests/fixtures/cpu/conv1d-threads",
+        "forensics compare CAPTURE --site gemm:NT:acc0:grad1 --json - | jq .toggles"))
     def compare_cmd(
         capture_dir: Path = typer.Argument(..., metavar="CAPTURE_DIR", help="capture directory (has manifest.yaml)"),
         site: Optional[str] = typer.Option(None, "--site", help="site (gemm:NT:acc0:grad1) or occurrence (SITE#N)"),
-        json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON (never overwritten)"),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON ('-': to "
+                                                "stdout, instead of the text; an existing file is refused)"),
         force: bool = typer.Option(False, "--force", help="diff arms even when they are NOT COMPARABLE"),
     ) -> None:
         """Classify every site occurrence across arms and report the first divergence per rank.
@@ -23,7 +27,7 @@ def register(app: typer.Typer) -> None:
         Exit 0: no divergence between comparable arms; 1: a divergence was found; 3: bad input;
         4: --json could not be written; 70: internal error.
         """
-        from forensics.atomic import refuse_existing, write_atomic
+        from forensics.output import check_output, is_stdout, write_json
         from forensics.errors import doing
         from forensics.judge.arm_evidence import load_evidence
         from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report, toggle_text
@@ -32,8 +36,16 @@ def register(app: typer.Typer) -> None:
             from forensics.suggest import check_site_in_capture
 
             check_site_in_capture(capture_dir, site)
-        if json_out is not None:
-            refuse_existing(json_out, "--json file", "choose another --json")
+        # --force means "diff NOT COMPARABLE arms" here (older than the output rule): an existing --json
+        # file is refused, exit 3, with no flag to replace it
+        check_output(json_out, force=False, flag="--json", what="--json file", force_flag=None)
+        from forensics.console import echo_plain, make_console
+
+        console = make_console()
+
+        def echo(line: str) -> None:  # '-': the JSON alone on stdout; a terminal wraps between words only
+            if not is_stdout(json_out):
+                echo_plain(console, line)
         with doing(f"analysing the capture {capture_dir}"):
             ev = load_evidence(capture_dir)
         if ev.sites.empty:
@@ -41,44 +53,44 @@ def register(app: typer.Typer) -> None:
                                         "occurrence by occurrence (capture with `forensics kernel`)")
         with doing("comparing the arms occurrence by occurrence"):
             comparison = compare_arms(ev, site=site, force=force)
-        typer.echo(f"baseline arm: {comparison.baseline}")
+        echo(f"baseline arm: {comparison.baseline}")
         losses = list(getattr(ev.analysis, "losses", None) or [])
         for x in losses:  # what a reader lost (records a probe dropped): every comparison of that arm rests on less
-            typer.echo(f"lost: arm {x.get('arm')} rank {x.get('rank')} ({x.get('instrument')}): {x.get('loss')} "
+            echo(f"lost: arm {x.get('arm')} rank {x.get('rank')} ({x.get('instrument')}): {x.get('loss')} "
                        f"[{x.get('file')}]")
         from forensics.capture.exits import arm_crash, crash_word
         from forensics.judge.verdicts import arm_entries
 
         base_crash = arm_crash(arm_entries(ev.manifest).get(comparison.baseline))
         if base_crash:
-            typer.echo(f"  {comparison.baseline} {crash_word(base_crash)}: {base_crash} (its log: "
-                       f"passes/{comparison.baseline}.log): what it did not run is compared with nothing")
+            echo(f"  {comparison.baseline} {crash_word(base_crash)}: {base_crash} (its log: "
+                 f"passes/{comparison.baseline}.log): what it did not run is compared with nothing")
         if not comparison.pairs:
-            typer.echo("only one arm in this capture: nothing to compare it with")
+            echo("only one arm in this capture: nothing to compare it with")
         for p in comparison.pairs:
             kind = "toggle " + toggle_text(p.toggle) if p.toggle else "replica"
             if not p.comparable:
-                typer.echo(f"{p.arm} ({kind}): NOT COMPARABLE with {p.baseline}: {'; '.join(p.reasons)}"
-                           + (" (diffed anyway: --force)" if force else ""))
+                echo(f"{p.arm} ({kind}): NOT COMPARABLE with {p.baseline}: {'; '.join(p.reasons)}"
+                     + (" (diffed anyway: --force)" if force else ""))
                 if not force:
                     continue
             counts = ", ".join(f"{k} {v}" for k, v in sorted(p.counts().items())) or "no occurrence"
-            typer.echo(f"{p.arm} ({kind}) vs {p.baseline}: {counts}")
+            echo(f"{p.arm} ({kind}) vs {p.baseline}: {counts}")
             if p.crash:
-                typer.echo(f"  {p.arm} {p.crash_word}: {p.crash} (its log: passes/{p.arm}.log)")
+                echo(f"  {p.arm} {p.crash_word}: {p.crash} (its log: passes/{p.arm}.log)")
             for rank, fd in sorted(p.first_divergence.items()):
-                typer.echo(f"  rank {rank}: first divergence {fd['label']}: {fd['classification']} ({fd['role']}); "
-                           f"{fd['detail']}")
+                echo(f"  rank {rank}: first divergence {fd['label']}: {fd['classification']} ({fd['role']}); "
+                     f"{fd['detail']}")
         with doing("building the discriminator table and the toggle report"):
             table = discriminator_table(ev, site=site)
             toggles = toggle_report(ev, site=site)
-        typer.echo(f"discriminator: {table.statement}")
+        echo(f"discriminator: {table.statement}")
         for r in toggles.results:
-            typer.echo(f"toggle {r.summary()}")
+            echo(f"toggle {r.summary()}")
         if json_out is not None:
             payload = {"comparison": comparison.to_dict(), "discriminator": table.to_dict(),
                        "toggles": toggles.to_dict(), "losses": losses}
             with doing(f"writing {json_out}"):
-                write_atomic(json_out, json.dumps(payload, indent=1, default=str) + "\n", what="--json file", hint="choose another --json")
-            typer.echo(f"wrote {json_out}")
+                if write_json(json_out, payload, force=False, what="--json file") is not None:
+                    typer.echo(f"wrote {json_out}")
         raise typer.Exit(EXIT_NOT_NAMED if comparison.diverged() else EXIT_OK)

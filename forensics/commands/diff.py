@@ -1,29 +1,33 @@
 """`forensics diff A B`: the first divergent op per rank, its verdict, the pattern, the next command."""
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import typer
 
-from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_USAGE
+from forensics.output import FORCE_HELP, examples
+
+from forensics.errors import EXIT_NOT_NAMED, EXIT_OK
 
 
 def register(app: typer.Typer) -> None:
     @app.command(
         "diff",
+        epilog=examples("forensics diff runA runB", "forensics diff runA runB --json diff.json --force",
+                        "forensics diff runA runB --json - | jq .pattern"),
         help="Diff two op-level traces (directories or single rank files): per rank the first divergent "
         "record (ORIGIN / RECEIVER / INPUTS_UNKNOWN / CONTROL_FLOW), the cross-rank pattern, the site and the "
         "next command. Partial traces (killed or interrupted runs) are compared up to where they stop. "
-        "Exit 0: no divergence; 1: divergence found; 2: usage; 3: bad input.",
+        "Exit 0: no divergence; 1: divergence found; 2: usage; 3: bad input (--json exists without --force).",
     )
     def diff_cmd(
         run_a: Path = typer.Argument(..., metavar="RUN_A", help="trace of run A (directory or rank file)"),
         run_b: Path = typer.Argument(..., metavar="RUN_B", help="trace of run B (directory or rank file)"),
         fmt: str = typer.Option("auto", "--format", metavar="auto|native|megatron|debugmode|torchtitan",
                                 help="trace reader: auto detects it (two traces of different formats are refused)"),
-        json_out: Path | None = typer.Option(None, "--json", help="write the JSON report here (never overwrites)"),
+        json_out: Path | None = typer.Option(None, "--json", help="write the JSON report here ('-': to stdout, "
+                                             "instead of the text); an existing file is refused unless --force"),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
         rank: int | None = typer.Option(None, "--rank", help="compare this rank only"),
         window: int = typer.Option(16_384, "--window", min=256,
                                    help="records held per side while aligning (bounds memory; ops reordered by "
@@ -36,11 +40,10 @@ def register(app: typer.Typer) -> None:
         merge: Path | None = typer.Option(None, "--merge", help="merge the shards' --json reports found in this "
                                           "folder (or its subfolders) instead of reading the traces' records"),
     ) -> None:
-        from forensics.tracediff.diff import diff_paths, format_report  # noqa: PLC0415
+        from forensics.output import check_output, is_stdout, write_json  # noqa: PLC0415
 
-        if json_out is not None and os.path.lexists(json_out):  # a dangling link too
-            typer.echo(f"forensics diff: {json_out} exists; not overwriting it (choose another --json path)", err=True)
-            raise typer.Exit(EXIT_USAGE)
+        check_output(json_out, force=force, flag="--json", what="--json report")  # before any trace is read
+        from forensics.tracediff.diff import diff_paths, format_report  # noqa: PLC0415
         from forensics.tracediff.shards import diff_ranks, merge_reports  # noqa: PLC0415
 
         if merge is not None:
@@ -49,11 +52,11 @@ def register(app: typer.Typer) -> None:
             report = diff_paths(run_a, run_b, fmt=fmt, rank=rank, window=window)
         else:
             report = diff_ranks(run_a, run_b, fmt=fmt, window=window, jobs=jobs, ranks=ranks, shard=shard)
-        typer.echo(format_report(report))
-        if json_out is not None:
-            from forensics.atomic import write_atomic  # noqa: PLC0415 - whole or nothing, never overwrites
+        if not is_stdout(json_out):  # a terminal wraps between words only (never inside '--' or a path)
+            from forensics.console import echo_plain, make_console  # noqa: PLC0415
 
-            write_atomic(json_out, json.dumps(report.to_json(), indent=1, default=str) + "\n", what="--json report",
-                         hint="choose another --json path")
-            typer.echo(f"report: {json_out}")
+            echo_plain(make_console(), format_report(report))
+        if json_out is not None:  # whole or nothing (forensics.atomic); '-': the JSON alone on stdout
+            if write_json(json_out, report.to_json(), force=force) is not None:
+                typer.echo(f"report: {json_out}")
         raise typer.Exit(EXIT_NOT_NAMED if report.diverged else EXIT_OK)

@@ -6,6 +6,8 @@ from typing import List, Optional
 
 import typer
 
+from forensics.output import examples
+
 from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
 SHIPPED_CAPTURE = "tests/fixtures/cpu/conv1d-threads"  # a real capture of the CPU backend, in the repository
@@ -19,7 +21,11 @@ def _split(values: Optional[List[str]]) -> list[str]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("kernel", context_settings={"allow_interspersed_args": False})
+    @app.command("kernel", context_settings={"allow_interspersed_args": False}, epilog=examples(
+        "forensics kernel --site gemm:NT:acc0:grad1 --out cap -- python train.py",
+        "forensics kernel --from diff.json --out cap --force",
+        "forensics kernel --site aten.mm.default --device cpu --toggle OMP_NUM_THREADS=2 -- python train.py",
+        "forensics kernel --site aten.mm.default --rows auto -- python train.py"))
     def kernel_cmd(
         command: Optional[List[str]] = typer.Argument(None, metavar="[-- CMD ...]",
                                                       help="after '--': the training command. Without one, the bundled "
@@ -40,7 +46,10 @@ def register(app: typer.Typer) -> None:
                                                         "(c1, c2...) running this command instead, e.g. the other "
                                                         "diffed run's (repeatable)"),
         config: Optional[Path] = typer.Option(None, "--config", help="run.yaml holding any of these options (flags override)"),
-        out: Optional[Path] = typer.Option(None, "--out", help="capture directory (never overwritten: a -2, -3... suffix is added)"),
+        out: Optional[Path] = typer.Option(None, "--out", help="capture directory: an existing one is refused unless "
+                                           "--force (default forensics-capture, never overwritten: -2, -3...)"),
+        force: bool = typer.Option(False, "--force", help="replace an existing --out capture (otherwise it is refused: "
+                                   "exit 3); the earlier one is removed only when the new run ends"),
         timeout: Optional[float] = typer.Option(None, "--timeout", help="seconds per pass (default 1800)"),
         ncu_mode: Optional[str] = typer.Option(None, "--ncu-mode", help="window (cudaProfilerStart/Stop, default) or nvtx (site ranges)"),
         dry_run: bool = typer.Option(False, "--dry-run", help="print every pass's exact argv and env additions; run nothing"),
@@ -58,7 +67,8 @@ def register(app: typer.Typer) -> None:
         """Rerun the step window under the device's instruments; NAME the site's kernel (implementation on the CPU).
 
         cuda: CUPTI, cuBLASLt log, ncu, nsys. cpu: torch.profiler, oneDNN and oneMKL verbose logs.
-        Exit 0: a kernel NAMED; 1: none NAMED; 2: usage; 3: bad input; 4: nothing could run.
+        Exit 0: a kernel NAMED; 1: none NAMED; 2: usage; 3: bad input (--out exists without --force);
+        4: nothing could run.
         """
         from forensics.capture import kernel as lib
         from forensics.capture.passes import (default_instruments, describe_plan, discover_tools, parse_toggle,
@@ -93,6 +103,10 @@ def register(app: typer.Typer) -> None:
             "timeout_s": timeout if timeout is not None else float(cfg.get("timeout_s", 1800)),
             "ncu_mode": ncu_mode or cfg.get("ncu_mode", "window"),
         }
+        from forensics.output import check_output, replacing
+
+        named_out = opts["out"]  # named by --out or the config's out: refused when it exists, unless --force
+        check_output(named_out, force=force, flag="--out", what="capture", directory=True)  # before anything runs
         if not opts["site"]:
             _usage("--site is required (or site: in --config), e.g. --site gemm:NT:acc0:grad1")
         parse_site_or_occurrence(opts["site"])  # BadSite: one line, exit 2 (forensics.cli)
@@ -117,11 +131,13 @@ def register(app: typer.Typer) -> None:
                 _usage("--rows replays one site per row count: --toggle and --from do not apply "
                        "(a knob's effect on batch invariance: forensics knob NAME --site SITE --rows ... --values V -- CMD)")
 
-            raise typer.Exit(run_and_print("forensics kernel", opts["site"], cmd, rows, quiet=quiet,
-                                           steps=opts["steps"], ranks=ranks or cfg.get("ranks", "0"), device=dev,
-                                           instruments=opts["instruments"], out=opts["out"],
-                                           timeout_s=opts["timeout_s"], tools=tools,
-                                           **({"budget_bytes": keep_budget} if keep_budget else {})))
+            with replacing(named_out, force=force, flag="--out", what="capture"):
+                code = run_and_print("forensics kernel", opts["site"], cmd, rows, quiet=quiet,
+                                     steps=opts["steps"], ranks=ranks or cfg.get("ranks", "0"), device=dev,
+                                     instruments=opts["instruments"], out=opts["out"],
+                                     timeout_s=opts["timeout_s"], tools=tools,
+                                     **({"budget_bytes": keep_budget} if keep_budget else {}))
+            raise typer.Exit(code)
         if dry_run:
             where = Path(opts["out"] or lib.DEFAULT_OUT).resolve()
             try:
@@ -133,15 +149,17 @@ def register(app: typer.Typer) -> None:
             except ValueError as e:
                 _usage(str(e))
             typer.echo(describe_plan(plan))
-            typer.echo("\n(dry run: nothing was started; the capture directory gets a -2, -3... suffix if it exists)")
+            typer.echo("\n(dry run: nothing was started; an existing --out is refused unless --force, the default "
+                       "folder gets a -2, -3... suffix)")
             raise typer.Exit(EXIT_OK)
         try:
-            result = lib.run_kernel(opts["site"], cmd, steps=opts["steps"], ranks=opts["ranks"], arms=opts["arms"],
-                                    instruments=opts["instruments"], toggles=opts["toggles"],
-                                    env_arms=opts["env_arms"], out=opts["out"], timeout_s=opts["timeout_s"],
-                                    progress=not quiet, tools=tools, ncu_mode=opts["ncu_mode"],
-                                    max_records=int(cfg.get("max_records", 2_000_000)), device=dev,
-                                    base_env=base_env, arm_commands=arm_commands)
+            with replacing(named_out, force=force, flag="--out", what="capture"):
+                result = lib.run_kernel(opts["site"], cmd, steps=opts["steps"], ranks=opts["ranks"], arms=opts["arms"],
+                                        instruments=opts["instruments"], toggles=opts["toggles"],
+                                        env_arms=opts["env_arms"], out=opts["out"], timeout_s=opts["timeout_s"],
+                                        progress=not quiet, tools=tools, ncu_mode=opts["ncu_mode"],
+                                        max_records=int(cfg.get("max_records", 2_000_000)), device=dev,
+                                        base_env=base_env, arm_commands=arm_commands)
         except ValueError as e:
             _usage(str(e))
         raise typer.Exit(_report(result, quiet))

@@ -3,17 +3,17 @@
 Static scope always; dynamic scope (one arm per value through the capture path) when ``--values``
 and a command are given (on a CUDA GPU; on the CPU backend where none is present, or with ``--device cpu``).
 Exit 0: report written; 2: bad command line;
-3: bad input, including files or directories under the scanned paths that could not be read (the
+3: bad input (--json exists without --force), including files or directories under the scanned paths that could not be read (the
 report is printed first and lists them); 4: dynamic scope asked for but unavailable here (the static
 report is still printed).
 """
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import typer
+
+from forensics.output import FORCE_HELP, examples
 
 from forensics.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, Unavailable
 
@@ -21,6 +21,9 @@ from forensics.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USA
 def register(app: typer.Typer) -> None:
     @app.command(
         "knob",
+        epilog=examples("forensics knob CUBLAS_WORKSPACE_CONFIG --site gemm:NT:acc0:grad1",
+                        "forensics knob OMP_NUM_THREADS --site aten.mm.default --json -",
+                        "forensics knob OMP_NUM_THREADS --site aten.mm.default --values 1,2 -- python train.py"),
         help="Does an environment knob reach a site? Static scope (Python reads/writers/mentions, shared "
         "libraries holding the name, the shipped catalog, verdict ON PATH / NOT ON PATH / CANNOT TELL STATICALLY / UNKNOWN for --site) "
         "and, with --values and '-- CMD', dynamic scope (one capture arm per value). "
@@ -33,9 +36,12 @@ def register(app: typer.Typer) -> None:
         site: str | None = typer.Option(None, "--site", help="site (or SITE#N), e.g. gemm:NT:acc0:grad1, aten.mm.default"),
         path: list[Path] | None = typer.Option(None, "--path", help="tree or file to scan (repeatable); default: this Python's site-packages"),
         values: str | None = typer.Option(None, "--values", help="comma-separated values, one capture arm each (needs '-- CMD')"),
-        json_out: Path | None = typer.Option(None, "--json", help="write the JSON report here (never overwrites)"),
+        json_out: Path | None = typer.Option(None, "--json", help="write the JSON report here ('-': to stdout, "
+                                             "instead of the tables); an existing file is refused unless --force"),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
         no_cache: bool = typer.Option(False, "--no-cache", help="rescan every file (ignore and do not update the cache)"),
-        out: Path | None = typer.Option(None, "--out", help="capture directory for the dynamic arms (never overwritten)"),
+        out: Path | None = typer.Option(None, "--out", help="capture directory for the dynamic arms (an existing one "
+                                        "is refused unless --force; default forensics-capture, -2, -3...)"),
         steps: str = typer.Option("1-2", "--steps", help="step window of the dynamic capture"),
         jobs: int | None = typer.Option(None, "--jobs", help="worker processes for the static scan (default: CPU count, max 8)"),
         device: str = typer.Option("auto", "--device", help="code path of the site: cuda, cpu or auto (cuda when Transformer Engine "
@@ -70,8 +76,11 @@ def register(app: typer.Typer) -> None:
             _usage("dynamic scope (--values) needs --site")
         if device not in (*DEVICES, "auto"):
             _usage(f"--device {device!r}: choose cuda, cpu or auto")
-        if json_out is not None and str(json_out) != "-" and os.path.lexists(json_out):  # a dangling link too
-            _usage(f"{json_out} exists; not overwriting it (choose another --json path)")
+        from forensics.output import check_output, is_stdout, replacing, write_json  # noqa: PLC0415
+
+        check_output(json_out, force=force, flag="--json", what="--json report")  # exit 3 before any scan
+        if value_list:
+            check_output(out, force=force, flag="--out", what="capture", directory=True)
 
         result = scan(name, [str(p) for p in path] if path else None, use_cache=not no_cache, workers=jobs)
         entry = lookup(name)
@@ -93,31 +102,27 @@ def register(app: typer.Typer) -> None:
             from forensics.sweep.knob import run_and_print  # noqa: PLC0415
 
             render(report)
-            raise typer.Exit(run_and_print(name, str(parsed_site), value_list, list(command or []), rows,
-                                           out=str(out) if out else None, steps=steps,
-                                           device=None if device == "auto" else device))
+            with replacing(out, force=force, flag="--out", what="capture"):
+                code = run_and_print(name, str(parsed_site), value_list, list(command or []), rows,
+                                     out=str(out) if out else None, steps=steps,
+                                     device=None if device == "auto" else device)
+            raise typer.Exit(code)
         if rows is not None:
             _usage("--rows needs --site, --values V1,V2 and the command after '--'")
         if value_list:
             try:
-                report.dynamic = run_dynamic(name, str(parsed_site), value_list, list(command or []),
-                                             out=str(out) if out else None, steps=steps,
-                                             device=None if device == "auto" else device)
+                with replacing(out, force=force, flag="--out", what="capture"):
+                    report.dynamic = run_dynamic(name, str(parsed_site), value_list, list(command or []),
+                                                 out=str(out) if out else None, steps=steps,
+                                                 device=None if device == "auto" else device)
             except Unavailable as e:
                 report.dynamic_unavailable = str(e)
                 code = EXIT_UNAVAILABLE
             except ValueError as e:  # the capture planner refused the arguments (one line, no traceback)
                 _usage(f"dynamic scope: {e}")
-        json_to_stdout = json_out is not None and str(json_out) == "-"
-        if json_to_stdout:
-            typer.echo(json.dumps(knob_json(report), indent=1, default=str))
-        else:
+        if not is_stdout(json_out):
             render(report)
-        if json_out is not None and not json_to_stdout:
-            from forensics.atomic import write_atomic  # noqa: PLC0415 - whole or nothing, never overwrites
-
-            write_atomic(json_out, json.dumps(knob_json(report), indent=1, default=str) + "\n", what="--json report",
-                         hint="choose another --json path")
+        if json_out is not None and write_json(json_out, knob_json(report), force=force) is not None:
             typer.echo(f"report: {json_out}")
         if report.dynamic_unavailable:
             typer.echo(f"forensics knob: {report.dynamic_unavailable}", err=True)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from forensics.output import examples
+
 from forensics.errors import EXIT_UNAVAILABLE, EXIT_USAGE, BadInput
 
 
@@ -213,6 +215,9 @@ def summarise(out: Path) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command(
         "trace",
+        epilog=examples("forensics trace --out runA -- python examples/cpu-divergence/train.py --threads 1",
+                        "forensics trace --out runA --force -- torchrun --nproc-per-node 2 train.py",
+                        "forensics diff runA runB"),
         options_metavar="[OPTIONS] -- CMD ...",
         help="Run CMD with the op-level tracer on: every ATen op per rank with input/output digests, plus "
         "collective, optimizer and backward records, into OUT/rank<R>/trace.jsonl. Then diff two runs "
@@ -223,7 +228,10 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         steps: str = typer.Option("all", "--steps", help="step window: all | N | A-B | A- | A-B:K (steps advance at optimizer.step)"),
         ranks: str = typer.Option("all", "--ranks", help="ranks to trace: all | 0,3,8-15"),
-        out: Path = typer.Option(Path("forensics-trace"), "--out", help="output directory (must be absent or empty)"),
+        out: Path = typer.Option(Path("forensics-trace"), "--out", help="output directory: absent or empty, or an "
+                                 "earlier trace replaced with --force (otherwise refused: exit 3)"),
+        force: bool = typer.Option(False, "--force", help="replace an earlier trace at --out; it is removed only "
+                                   "when the new run ends"),
         max_records: int = typer.Option(2_000_000, "--max-records", min=1, help="record budget per rank; further records are counted as dropped"),
         no_chunks: bool = typer.Option(False, "--no-chunk-digests", help="skip per-chunk digests of reordering-prone ops"),
         ordered: str = typer.Option("auto", "--ordered-digests", metavar="auto|inputs|all|off",
@@ -248,8 +256,16 @@ def register(app: typer.Typer) -> None:
             typer.echo("forensics trace: torch is not importable here; the tracer needs it in the traced program",
                        err=True)
             raise typer.Exit(EXIT_UNAVAILABLE)
+        import contextlib  # noqa: PLC0415
+
+        from forensics.output import replacing  # noqa: PLC0415 - exit 3 before the command starts
+
+        # a folder holding only the config of a run that traced nothing is free (trace_command clears it)
+        free = _only_leftover_config(out)
         try:
-            code, out_dir = trace_command(command, out, steps, ranks, max_records, not no_chunks, ordered, compiled)
+            with contextlib.nullcontext() if free else replacing(out, force=force, flag="--out", what="trace"):
+                code, out_dir = trace_command(command, out, steps, ranks, max_records, not no_chunks, ordered,
+                                              compiled)
         except UsageError as e:
             typer.echo(f"forensics trace: {e}", err=True)
             raise typer.Exit(EXIT_USAGE) from None

@@ -612,14 +612,18 @@ def read_section(path: str | Path) -> dict[str, Any]:
 
 
 def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site: str | None = None,
-                 sections: list[dict[str, Any]] | None = None) -> Path:
+                 sections: list[dict[str, Any]] | None = None, overwrite: bool = False) -> Path:
     """Write the evidence bundle of ``site`` (default: the first divergent origin) to ``out_path``.
+
+    An existing ``out_path`` is refused unless ``overwrite`` (``--force``): then it is replaced
+    atomically once the new bundle is whole.
 
     ``sections``: extra report sections ``{"title", "markdown", "data"}`` (e.g. a knob scope
     report from ``forensics.knobs.report.bundle_section``), placed before the environment.
     """
     out_path = Path(out_path)
-    refuse_existing(out_path, "bundle", "choose another -o")
+    if not overwrite:
+        refuse_existing(out_path, "bundle", "--force replaces it, or choose another -o")
     with doing(f"analysing the capture {capture_dir}"):
         bundle, ev = collect(capture_dir, site)
     bundle.sections = list(sections or [])
@@ -662,19 +666,21 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
         safe = _unique_name(_safe_name(f"{top}/{name}"), {e[0] for e in entries})
         entries.append((safe, data, 0o755 if name == "repro.py" else 0o644))
     with doing(f"writing the bundle {out_path}"):
-        write_tarball(out_path, entries)
+        write_tarball(out_path, entries, overwrite=overwrite)
     return out_path
 
 
-def write_tarball(out_path: Path, entries: list[tuple[str, bytes, int]]) -> None:
-    """A .tar.gz of in-memory members, whole or not at all, never over an existing file.
+def write_tarball(out_path: Path, entries: list[tuple[str, bytes, int]], overwrite: bool = False) -> None:
+    """A .tar.gz of in-memory members, whole or not at all, never over an existing file unless
+    ``overwrite`` (then replaced by one rename once whole).
 
     Members are regular files only (no links, no devices), owned by nobody in particular
     (uid/gid 0, no user or group names), stamped with the current time; the gzip header carries
     no file name (it would otherwise be the temporary name or the output's name).
     """
     now = int(time.time())
-    with atomic_output(out_path, "wb", what="bundle", hint="choose another -o") as fh:
+    with atomic_output(out_path, "wb", overwrite=overwrite, what="bundle",
+                       hint="--force replaces it, or choose another -o") as fh:
         with gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=now) as gz, \
                 tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for name, data, mode in entries:

@@ -6,10 +6,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from forensics import instruments
-from forensics.console import make_console
+from forensics.console import make_console, print_fitted_table
 from forensics.judge.analysis import CONFLICT, NAMED, Analysis
 
 #: Files listed as "not recognised: why" on the terminal (all of them in analysis.json and report.md).
@@ -25,8 +24,8 @@ def _short(name: object, width: int = 70) -> str:
 def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60) -> None:
     console = console or make_console()
     cap = an.capture
-    console.print(f"[bold]capture[/bold] {escape(str(cap.manifest.get('single_file') or cap.root))}  arms: {', '.join(cap.arms) or '-'}  "
-                  f"instruments: {', '.join(sorted(cap.instruments())) or '-'}")
+    console.print(f"[bold]capture[/bold] {escape(str(cap.manifest.get('single_file') or cap.root))}")  # a path: its own line
+    console.print(f"arms: {', '.join(cap.arms) or '-'}  instruments: {', '.join(sorted(cap.instruments())) or '-'}")
     for line in an.missing:
         console.print(f"[yellow]missing:[/yellow] {escape(str(line))}")
     for line in an.notes:  # a log's own words carry brackets ([Error][cublasLtMatmul...]): never markup
@@ -44,22 +43,20 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
         return
     v = an.verdicts
     many = v["arm"].nunique() > 1 or v["rank"].nunique() > 1
-    t = Table(title=f"{noun[0]} counted per instrument family and the two-instrument rule", show_lines=False)
     fams = _families(an)
     cpu = noun[1] != "kernel"
     cols = (["arm", "rank"] if many else []) + ["scope", "implementation -> library" if cpu else "kernel (short name)"] + \
         [instruments.FAMILIES[f].column for f in fams] + ["verdict"]
-    for col in cols:
-        t.add_column(col, overflow="fold")
     shown = display_names(v, 100 if cpu else 48)
+    rows = []
     for r, label in zip(v.head(max_rows).itertuples(index=False), shown):
         c, src = r.counts, r.sources
-        cells = ([str(r.arm), str(r.rank)] if many else []) + [
+        rows.append(([str(r.arm), str(r.rank)] if many else []) + [
             str(r.scope), label] + [
             _fmt(c.get(f), src.get(f) if src.get(f) != f else None) for f in fams] + [
-            f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]"]
-        t.add_row(*cells)
-    console.print(t)
+            f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]"])
+    # never a token split at the terminal's width: constant columns said once, else key: value lines
+    print_fitted_table(console, f"{noun[0]} counted per instrument family and the two-instrument rule", cols, rows)
     if len(an.verdicts) > max_rows:
         console.print(f"... {len(an.verdicts) - max_rows} more rows in analysis.json")
     if not many:

@@ -463,21 +463,12 @@ def format_report(report: DiffReport) -> str:
     for d in report.comparability:
         if d.get("severity") != "not_comparable" and d["field"] not in shown:
             lines.append(f"  comparability: {d['field']} differs: A={d['a']!r} B={d['b']!r} ({d['severity']})")
+    if len(report.ranks) > FOLD_RANKS:  # at scale: summary first, divergent ranks, clean ranks folded
+        return "\n".join(lines + _folded_ranks(report))
     for r, res in sorted(report.ranks.items()):
         d = res.first_divergence
-        head = f"rank {r}: {res.records_compared} records compared"
-        if res.artifacts_total:
-            head += f", {res.artifacts_total} probe artifact(s) passed over"
-        if res.external_total:
-            head += f", {res.external_total} record(s) of outside data not judged"
-        if res.unproven_matches:
-            head += f", {res.unproven_matches} matched on weak evidence only"
-        if d is None and report.lacks:  # e.g. XOR digests only: equal values are not proven equal
-            lines.append(f"{head}; no divergence seen (not proven: this format lacks what would prove it, below)")
-        elif d is None:
-            lines.append(f"{head}; no divergence")
-        else:
-            lines.append(f"{head}; first divergence: {_divergence_line(d)}")
+        lines.append(_rank_head(r, res, report))
+        if d is not None:
             if d.verdict == CONTROL_FLOW and d.control_flow:
                 lines.append(f"    control flow: {_region_line(d.control_flow)}")
             for w in d.warnings:
@@ -508,7 +499,33 @@ def format_report(report: DiffReport) -> str:
             lines.append(f"    note: {w}")
     for w in report.warnings:
         lines.append(f"warning: {w}")
-    lines.append(f"pattern: {report.pattern}: {report.pattern_explanation}")
+    return "\n".join(lines + _summary_lines(report))
+
+
+#: Above this many ranks ``format_report`` prints the summary first, the divergent ranks, and one
+#: line per kind of clean rank (a 1024-rank diff fits a screenful; the JSON report has every rank).
+FOLD_RANKS = 16
+
+
+def _rank_head(r: int, res: RankResult, report: DiffReport) -> str:
+    """A rank's one line: records compared, what was passed over, its first divergence or none."""
+    d = res.first_divergence
+    head = f"rank {r}: {res.records_compared} records compared"
+    if res.artifacts_total:
+        head += f", {res.artifacts_total} probe artifact(s) passed over"
+    if res.external_total:
+        head += f", {res.external_total} record(s) of outside data not judged"
+    if res.unproven_matches:
+        head += f", {res.unproven_matches} matched on weak evidence only"
+    if d is None and report.lacks:  # e.g. XOR digests only: equal values are not proven equal
+        return f"{head}; no divergence seen (not proven: this format lacks what would prove it, below)"
+    if d is None:
+        return f"{head}; no divergence"
+    return f"{head}; first divergence: {_divergence_line(d)}"
+
+
+def _summary_lines(report: DiffReport) -> list[str]:
+    lines = [f"pattern: {report.pattern}: {report.pattern_explanation}"]
     if report.site:
         origin = report.ranks[report.site_rank].first_divergence if report.site_rank in report.ranks else None
         proof = "" if origin is None or origin.evidence == "proven" else f"; unproven: {origin.input_evidence}"
@@ -517,4 +534,47 @@ def format_report(report: DiffReport) -> str:
     else:
         lines.append("site: none named")
     lines.append(f"next: {report.next_command}")
-    return "\n".join(lines)
+    return lines
+
+
+def _folded_ranks(report: DiffReport) -> list[str]:
+    """Many ranks: the counts, pattern, site and next command; then each divergent rank's line;
+    then the clean ranks as one line per outcome, and what was passed over counted across ranks."""
+    from collections import Counter  # noqa: PLC0415
+
+    diverged = {r: res for r, res in sorted(report.ranks.items()) if res.first_divergence is not None}
+    clean = [r for r in sorted(report.ranks) if r not in diverged]
+    verdicts = Counter(res.first_divergence.verdict for res in diverged.values())
+    kinds = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items(), key=lambda x: (-x[1], x[0])))
+    clean_word = "no divergence seen (not proven)" if report.lacks else "no divergence"
+    lines = [f"summary: {len(report.ranks)} ranks compared: {len(diverged)} diverged"
+             + (f" ({kinds})" if kinds else "") + f", {len(clean)} {clean_word}"]
+    lines += _summary_lines(report)
+    for w in report.warnings:
+        lines.append(f"warning: {w}")
+    if diverged:
+        lines.append(f"divergent ranks ({len(diverged)}), each its first divergence "
+                     "(`--rank R` for one rank's details, --json for every rank):")
+    for r, res in diverged.items():
+        lines.append(_rank_head(r, res, report))
+        if r == report.site_rank:  # the site's rank in full: what the next command reruns
+            d = res.first_divergence
+            if d.verdict == CONTROL_FLOW and d.control_flow:
+                lines.append(f"    control flow: {_region_line(d.control_flow)}")
+            for w in d.warnings:
+                lines.append(f"    warning: {w}")
+            for src in d.input_sources:
+                lines.append(f"    input {src['input']}: {src['reading']}")
+    if clean:
+        lines.append(f"{len(clean)} ranks: {clean_word} (every rank not listed above)")
+    folds = [("artifact passed over", ((f"{a.identity} ({a.artifact})" for a in res.artifacts)
+                                       for res in report.ranks.values())),
+             ("outside data not judged", ((f"{e.identity}" for e in res.external) for res in report.ranks.values())),
+             ("note", (iter(res.warnings) for res in report.ranks.values()))]
+    for word, per_rank in folds:
+        seen = Counter(x for items in per_rank for x in set(items))
+        for text, n in sorted(seen.items(), key=lambda x: (-x[1], x[0]))[:3]:
+            lines.append(f"  {word} on {n} rank(s): {text}")
+        if len(seen) > 3:
+            lines.append(f"  ... and {len(seen) - 3} more kind(s) of {word}; the JSON report (--json) lists each rank's")
+    return lines
