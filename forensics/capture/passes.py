@@ -102,14 +102,17 @@ def find_tool(name: str, patterns: tuple[str, ...] = ()) -> str | None:
 
 
 def cuda_status(timeout_s: float = 60) -> tuple[bool, str]:
-    """(available, one-line reason): no ``/dev/nvidia*`` node means no GPU; else ``nvidia-smi -L``,
-    else torch in a subprocess (which keeps CUDA out of the ``forensics`` process itself).
+    """(available, one-line reason): no GPU device node (``/dev/nvidia0``..., or WSL's ``/dev/dxg``)
+    means no GPU; else ``nvidia-smi -L``, else torch in a subprocess (which keeps CUDA out of the
+    ``forensics`` process itself). A driver's control node alone (``/dev/nvidiactl`` on a VM with
+    the driver and no GPU) is no device: asking torch there cost ~2 s of every CPU ``kernel``.
     """
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    if not glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/nvidiactl"):
-        return False, "no CUDA device (no /dev/nvidia* device node on this machine)"
+    if not glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/dxg"):
+        why = " (/dev/nvidiactl only: a driver, no GPU)" if os.path.exists("/dev/nvidiactl") else ""
+        return False, f"no CUDA device (no /dev/nvidia<N> device node on this machine{why})"
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
