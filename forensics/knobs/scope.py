@@ -140,14 +140,19 @@ def code_path_for(site: Site | Occurrence, te_installed: bool, device: str = "cu
     return PATHS["torch_other"], None
 
 
+#: Libraries that only a CUDA code path loads: under ``--path DIR`` with no torch, they say the DIR is a CUDA install.
+_CUDA_LIBRARIES = ("libcublas*.so*", "libcublasLt*.so*", "libcudnn*.so*", "libcudart*.so*", "libnccl*.so*",
+                   "libcufft*.so*", "libcusparse*.so*", "libtransformer_engine*.so*")
+
+
 def choose_device(site: Site | Occurrence, result: StaticScan, requested: str | None) -> tuple[str, str]:
     """The device whose code path is checked, and why (``requested``: cuda | cpu | None for auto).
 
     Auto: cuda when Transformer Engine is under the scanned paths (its GEMMs and attention run on
     CUDA); cpu when the torch under them is a CPU build (libtorch_cpu without libtorch_cuda: an
     ATen op -- or a ``gemm:`` site named from an ATen GEMM -- can only run on the CPU there);
-    with no torch under them at all (``--path DIR``), cpu when this machine has no CUDA device;
-    otherwise cuda.
+    with no torch under them at all (``--path DIR``): cuda when CUDA libraries are there (cuBLAS,
+    cuDNN, NCCL, ...), else cpu when this machine has no CUDA device; otherwise cuda.
     """
     if requested in DEVICES:
         return requested, f"--device {requested}"
@@ -158,7 +163,11 @@ def choose_device(site: Site | Occurrence, result: StaticScan, requested: str | 
     has_cuda = any(fnmatch.fnmatch(b, "libtorch_cuda*.so*") for b in libs)
     if has_cpu and not has_cuda:
         return "cpu", "the torch under the scanned paths is a CPU build (libtorch_cpu, no libtorch_cuda); --device cuda checks the CUDA path"
-    if not has_cpu and not has_cuda:  # no torch under the paths (--path DIR): the machine decides
+    cuda_libs = sorted(b for b in libs if any(fnmatch.fnmatch(b, g) for g in _CUDA_LIBRARIES))
+    if not has_cpu and not has_cuda and cuda_libs:  # --path DIR holding CUDA libraries: their path is asked about
+        return "cuda", (f"CUDA libraries are under the scanned paths ({', '.join(cuda_libs[:3])}); "
+                        "--device cpu checks the CPU path")
+    if not has_cpu and not has_cuda:  # no torch and no CUDA library under the paths: the machine decides
         from forensics.capture.passes import cuda_status  # noqa: PLC0415
 
         ok, reason = cuda_status()
