@@ -68,7 +68,9 @@ def test_thread_count_reduction_is_named_as_origin(runs):
     d = rep.ranks[0].first_divergence
     assert d.verdict == ORIGIN and d.identity == "aten.sum.default:1" and d.inputs_matched
     assert d.evidence == "proven" and rep.site == "aten.sum.default" and rep.site_step == 0
-    assert rep.next_command.startswith("forensics kernel --site 'aten.sum.default#1' --ranks 0 --steps 0 -- ")
+    # the runs differ by the script's --threads argument: run B's command is an arm of the rerun
+    assert rep.next_command.startswith("forensics kernel --site 'aten.sum.default#1' --ranks 0 --steps 0 --arm-command ")
+    assert rep.next_command.split(" -- ", 1)[0].endswith("--threads 2 --empty'")
     # Independent check of the premise, on the raw files: every record before the sum has the same
     # output digests in both runs, except the uninitialised buffers and what only passed them on.
     a, b = records(runs["t1"]), records(runs["t2"])
