@@ -11,6 +11,8 @@ import pytest
 
 from forensics.cli import main
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 CAPTURE = "tests/fixtures/cpu/conv1d-threads"
 LOGS = "tests/fixtures/debugmode-save-logs"

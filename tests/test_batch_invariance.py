@@ -24,6 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "batch-invariance" / "train.py"
 BATCH = 32  # --rows auto tries 1, 2, 3, 4, 8, 16, 32 and both sides of a flip between them
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 INDEPENDENT = r"""
 import json, sys, torch
 batch, rows = int(sys.argv[1]), json.loads(sys.argv[2])

@@ -19,6 +19,8 @@ from forensics.capture.passes import toggle_arm_name
 from forensics.cli import main
 from forensics.redact import is_secret_key
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "cpu" / "conv1d-threads"  # real CPU capture: a1, a2, t1-omp_num_threads
 TRAIN = REPO / "examples" / "cpu-backend" / "train.py"

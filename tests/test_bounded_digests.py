@@ -21,6 +21,8 @@ import xxhash
 
 from probes import digests, optrace
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

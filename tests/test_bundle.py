@@ -28,6 +28,8 @@ from tests.synthetic_captures import (
     wgrad_scenario,
 )
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 SECTIONS = ["## Verdict", "## Kernel", "## Problem and algo descriptors", "## Launch counts per instrument",
             "## Arms", "## Discriminator table", "## Toggles", "## Environment", "## Plot", "## Files", "## Limits"]
 FOCUS = "gemm:NT:acc0:grad1#2"

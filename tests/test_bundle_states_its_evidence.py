@@ -19,6 +19,9 @@ import tarfile
 from pathlib import Path
 
 from forensics.cli import main
+import pytest
+
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "cpu" / "conv1d-threads"

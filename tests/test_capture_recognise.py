@@ -20,6 +20,8 @@ from forensics.cli import main
 from forensics.errors import EXIT_BAD_INPUT, BadInput
 from forensics.judge.analysis import NAMED, SINGLE, analyze
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 FIXTURES = Path(__file__).parent / "fixtures" / "cpu"
 NOT_A_LOG = "text with no instrument's line form"
 

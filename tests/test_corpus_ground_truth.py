@@ -15,7 +15,7 @@ import pytest
 from forensics.errors import BadInput
 from parsers import cublas_legacy, kineto, ncu, nsys
 
-pytestmark = pytest.mark.usefixtures("corpus")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("corpus")]
 
 
 def _counts(series) -> dict:

@@ -48,7 +48,7 @@ def _files() -> list[Path]:
 
 
 FILES = _files()
-pytestmark = pytest.mark.skipif(not FILES, reason=f"real corpus not found at {CORPUS}")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not FILES, reason=f"real corpus not found at {CORPUS}")]
 
 
 def _count(inst: reg.Instrument, path: Path):

@@ -21,6 +21,8 @@ from forensics.cli import main
 from forensics.judge.analysis import DISAGREE, NAMED, SINGLE, analyze
 from forensics.judge.verdicts import compare_arms, toggle_report
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "cpu"
 TRAIN = REPO / "examples" / "cpu-backend" / "train.py"

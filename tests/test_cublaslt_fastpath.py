@@ -27,6 +27,8 @@ RENDERED = DATA / "rendered_level5.log"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_cublaslt import synthetic_lines  # noqa: E402
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 FRAMES = ("calls", "heuristics", "api", "info", "hints", "errors")
 
 

@@ -18,6 +18,8 @@ import forensics.tracediff.diff as diff_mod
 from forensics.errors import BadInput
 from forensics.tracediff import walk
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 HEADER = {"type": "header", "schema": "forensics.optrace", "version": 1, "rank": 0, "world_size": 1,
           "argv": ["synthetic"], "ordered": {"mode": "auto", "cpu": "xxh3_64(row-major bytes)", "device": None}}
 OPS = ["aten.mm.default", "aten.add.Tensor", "aten.empty.memory_format", "aten.relu.default", "aten.t.default"]

@@ -27,6 +27,8 @@ from forensics.tracediff.diff import (
 from forensics.tracediff.from_report import site_from_report
 from forensics.tracediff.traces import RankStream, StreamEnd, TensorDigest, TraceRecord
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 
 def t(h: str, shape=(4,), ordered: str | bool = True, ev: str | None = None, dtype: str = "float32") -> dict:
     """A SYNTHETIC tensor entry: ``h`` the XOR digest, ``o`` an order-sensitive one (derived from

@@ -20,6 +20,8 @@ from forensics.tracediff.provenance import MAX_HITS, _line_offset  # noqa: E402
 from forensics.tracediff.verdicts import ORIGIN, RECEIVER  # noqa: E402
 from tests.traced import trace_in_process  # noqa: E402
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 
 def _first(tmp_path, program):
     a = trace_in_process(tmp_path / "a", lambda: program(False))

@@ -15,6 +15,8 @@ import pytest
 from forensics.tracediff.traces import TensorDigest, TraceRecord
 from forensics.tracediff.verdicts import artifact_reason
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 
 PROGRAM = textwrap.dedent("""

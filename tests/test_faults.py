@@ -21,6 +21,8 @@ from forensics.cli import main
 from forensics.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_UNAVAILABLE
 from tests.synthetic_captures import Arm, Gemm, build_capture
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

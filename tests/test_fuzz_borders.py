@@ -20,6 +20,8 @@ import pytest
 from forensics.errors import BadInput
 from tests.conftest import CORPUS, REPO
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 #: JSON literals put in place of one field's value: wrong types, non-finite, huge, NULL, deep.
 VALUES = {
     "text": '"x"', "float": "1.5", "list": "[1]", "object": '{"a": 1}', "bool": "true", "null": "null",

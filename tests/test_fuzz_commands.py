@@ -49,6 +49,8 @@ from forensics.cli import main
 from tests.conftest import CORPUS
 from tests.synthetic_captures import Arm, build_capture, wgrad_scenario
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("FORENSICS_FUZZ_SEED", "15"))
 SCALE = float(os.environ.get("FORENSICS_FUZZ_SCALE", "1"))

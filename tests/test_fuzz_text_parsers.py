@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 from forensics.errors import BadInput
 from parsers import cublas_legacy, cublaslt
 from parsers._text import TokenError, flat_pairs, format_kv, tokenize_kv
+import pytest
+
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
 
 DATA = Path(__file__).parent / "data" / "cublaslt"
 REAL_LT = (DATA / "real_lines.log").read_bytes()

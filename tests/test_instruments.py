@@ -18,6 +18,8 @@ from forensics.judge.analysis import NAMED, SINGLE, WINDOW, analyze
 from forensics.kernel_names import AUXILIARY, PRIMARY, classify_kernel, is_cublas_gemm, is_gemm_kernel
 from forensics.model import FAMILY
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 # (name, gemm, cuBLAS-launched, role) -- real names, source file in the comment
 REAL_NAMES = [
     ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN", True, True, PRIMARY),  # nsys_nvfuser_h200 (H200, cuBLAS 12.8)

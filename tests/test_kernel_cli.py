@@ -12,6 +12,8 @@ from forensics.cli import main
 from forensics.capture.kernel import KernelResult, run_kernel
 from forensics.capture.passes import Tools, cuda_status
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 SITE = "gemm:NT:acc0:grad1"
 NO_GPU = Tools(ncu=None, nsys=None, cuda=False, cuda_reason="no CUDA device (test)")
 

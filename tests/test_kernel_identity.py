@@ -20,6 +20,8 @@ from forensics.judge.analysis import CONFLICT, NAMED, analyze
 from forensics.kernel_names import CONFLICTS, CONSISTENT, UNCHECKED, check_call, classify_kernel
 from parsers import kineto, ncu, nsys
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "cpu"
 

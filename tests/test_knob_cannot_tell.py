@@ -27,7 +27,7 @@ from forensics.knobs.scope import CANNOT_TELL_STATICALLY, NOT_ON_PATH, UNKNOWN, 
 from forensics.site import parse_site
 
 GCC = shutil.which("gcc")
-pytestmark = pytest.mark.skipif(GCC is None, reason="gcc not installed: cannot build the test libraries")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(GCC is None, reason="gcc not installed: cannot build the test libraries")]
 NAME = "CUBLAS_WORKSPACE_CONFIG"
 KEY = 0x5A
 

@@ -14,6 +14,8 @@ import pytest
 from forensics.cli import main
 from forensics.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 KNOB = "MY_DET_KNOB"
 
 

@@ -30,9 +30,9 @@ _spec = importlib.util.find_spec("torch")
 TORCH_DIR = Path(_spec.origin).parent if _spec and _spec.origin else None
 LIB = TORCH_DIR / "lib" if TORCH_DIR else None
 KNOBS = ("MKL_CBWR", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "ONEDNN_VERBOSE", "DNNL_VERBOSE", "ONEDNN_MAX_CPU_ISA")
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     LIB is None or not (LIB / "libtorch_cpu.so").is_file() or any(LIB.glob("libtorch_cuda*.so")),
-    reason="needs the torch CPU wheel (lib/libtorch_cpu.so without libtorch_cuda)")
+    reason="needs the torch CPU wheel (lib/libtorch_cpu.so without libtorch_cuda)")]
 
 
 def _holds_string(lib: Path, text: str) -> bool:

@@ -24,7 +24,7 @@ from forensics.site import parse_site
 KNOBS = ("TORCH_BLAS_PREFER_CUBLASLT", "CUBLAS_WORKSPACE_CONFIG")
 _spec = importlib.util.find_spec("torch")
 TORCH_DIR = Path(_spec.origin).parent if _spec and _spec.origin else None
-pytestmark = [
+pytestmark = [pytest.mark.slow, 
     pytest.mark.skipif(TORCH_DIR is None, reason="torch is not installed"),
     pytest.mark.skipif(shutil.which("grep") is None, reason="grep not available"),
 ]

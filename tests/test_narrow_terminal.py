@@ -21,6 +21,8 @@ from rich.console import Console
 
 from forensics.console import print_fitted_table
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 CAPTURE = REPO / "tests" / "fixtures" / "cpu" / "conv1d-threads"
 TOKENS = ("aten.convolution.default#1", "aten.convolution.default#2", "aten::_slow_conv2d_forward",

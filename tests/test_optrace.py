@@ -18,6 +18,8 @@ from probes.config import ProbeConfig  # noqa: E402
 from probes.window import StepWindow, parse_steps  # noqa: E402
 from tests.traced import trace_in_process  # noqa: E402
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 
 def trace(tmp_path: Path, fn, steps: str = "all", max_records: int = 100_000, chunks: bool = True,
           optimizer_hook: bool = False, ordered: str = "auto") -> list[dict]:

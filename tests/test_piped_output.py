@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 LONG = "a-directory-name-long-enough-that-an-eighty-column-wrap-would-cut-it-in-two-" + "x" * 24
 KNOB = "MY_PIPED_KNOB_NAME"

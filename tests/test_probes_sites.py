@@ -15,6 +15,8 @@ from probes.config import ProbeConfig, bootstrap_env
 from probes.sites import SiteProbe, install, open_exclusive
 from probes.window import StepWindow, parse_steps
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

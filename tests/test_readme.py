@@ -7,6 +7,8 @@ import pytest
 
 from tests import readme_blocks as rb
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 SAMPLES = rb.parse(rb.README.read_text())
 
 

@@ -21,6 +21,8 @@ from forensics.judge.analysis import analyze
 from forensics.judge.shards import RANKS_PER_TASK, analyze_ranks, merge_shards, parse_shard, select_ranks
 from tests.many_ranks import Planted, build_capture
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 ROOT = Path(__file__).resolve().parents[1]
 RANKS = 2 * RANKS_PER_TASK + 4  # three worker tasks
 NO_MKL, CUT_MKL = {3, 17}, {5, RANKS - 1}

@@ -20,6 +20,8 @@ from forensics.tracediff.diff import diff_paths
 from forensics.tracediff.shards import RANKS_PER_TASK, diff_ranks, merge_reports
 from tests.many_ranks import TraceSources, build_traces
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "traces-cpu-divergence"
 SOURCES = TraceSources(FIX / "a.jsonl", FIX / "same.jsonl", FIX / "origin.jsonl", FIX / "a_window.jsonl",

@@ -17,6 +17,8 @@ import pytest
 
 from probes.config import ProbeConfig, bootstrap_env
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "scripts" / "tiny_train.py"
 

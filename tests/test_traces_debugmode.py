@@ -23,6 +23,8 @@ from forensics.tracediff.traces import debugmode as dm
 
 pytest.importorskip("torch.utils._debug_mode", reason="this torch has no DebugMode")
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 WORKLOAD = r"""
 import sys
 from pathlib import Path

@@ -22,6 +22,8 @@ from forensics.tracediff.traces import _debugmode_hashes as dh
 from forensics.tracediff.traces import debugmode as dm
 from forensics.tracediff.traces import detect_format
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "debugmode-save-logs"
 HASHES = REPO / "tests" / "fixtures" / "debugmode-tensor-hashes"

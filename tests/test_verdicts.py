@@ -37,6 +37,8 @@ from tests.synthetic_captures import (
     build_capture,
 )
 
+pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
+
 
 def _every_class() -> list[Gemm]:
     """SYNTHETIC: one occurrence per classification, in this execution order (arm a2 vs a1)."""
