@@ -469,12 +469,7 @@ def format_report(report: DiffReport) -> str:
         d = res.first_divergence
         lines.append(_rank_head(r, res, report))
         if d is not None:
-            if d.verdict == CONTROL_FLOW and d.control_flow:
-                lines.append(f"    control flow: {_region_line(d.control_flow)}")
-            for w in d.warnings:
-                lines.append(f"    warning: {w}")
-            for src in d.input_sources:
-                lines.append(f"    input {src['input']}: {src['reading']}")
+            lines.extend(_divergence_details(d))
         if res.control_flow_regions_total > 1:
             lines.append(f"    after it: {res.control_flow_regions_total - 1} more control-flow region(s)")
             for region in res.control_flow_regions[1:3]:
@@ -537,6 +532,17 @@ def _summary_lines(report: DiffReport) -> list[str]:
     return lines
 
 
+def _divergence_details(d: Any) -> list[str]:
+    """The lines under a rank's first divergence (a :class:`~forensics.tracediff.verdicts.Divergence`):
+    its control-flow region, warnings, input sources."""
+    lines = []
+    if d.verdict == CONTROL_FLOW and d.control_flow:
+        lines.append(f"    control flow: {_region_line(d.control_flow)}")
+    lines += [f"    warning: {w}" for w in d.warnings]
+    lines += [f"    input {src['input']}: {src['reading']}" for src in d.input_sources]
+    return lines
+
+
 def _folded_ranks(report: DiffReport) -> list[str]:
     """Many ranks: the counts, pattern, site and next command; then each divergent rank's line;
     then the clean ranks as one line per outcome, and what was passed over counted across ranks."""
@@ -558,13 +564,7 @@ def _folded_ranks(report: DiffReport) -> list[str]:
     for r, res in diverged.items():
         lines.append(_rank_head(r, res, report))
         if r == report.site_rank:  # the site's rank in full: what the next command reruns
-            d = res.first_divergence
-            if d.verdict == CONTROL_FLOW and d.control_flow:
-                lines.append(f"    control flow: {_region_line(d.control_flow)}")
-            for w in d.warnings:
-                lines.append(f"    warning: {w}")
-            for src in d.input_sources:
-                lines.append(f"    input {src['input']}: {src['reading']}")
+            lines.extend(_divergence_details(res.first_divergence))
     if clean:
         lines.append(f"{len(clean)} ranks: {clean_word} (every rank not listed above)")
     folds = [("artifact passed over", ((f"{a.identity} ({a.artifact})" for a in res.artifacts)
