@@ -64,6 +64,18 @@ def test_thread_count_knob_becomes_a_toggle_and_compare_names_both_sides(tmp_pat
     assert f"kernel differs: a1 ran {ONE}, t1-omp_num_threads ran {TWO}" in first
 
 
+def test_a_catalog_knob_is_named_by_diff_next_and_compare(tmp_path):
+    """Two runs that differ only by ONEDNN_MAX_CPU_ISA (both at 2 threads: oneDNN runs the conv)."""
+    diff_out, nxt, out = _flow(tmp_path, (["--threads", "2"], {}), (["--threads", "2"], {"ONEDNN_MAX_CPU_ISA": "SSE41"}))
+    assert "knob differs: ONEDNN_MAX_CPU_ISA A=<unset> B='SSE41'" in diff_out.splitlines()[1]  # before any verdict
+    assert "--toggle ONEDNN_MAX_CPU_ISA=SSE41 -- python conv.py --threads 2" in nxt
+    assert "a2 (replica) vs a1: IDENTICAL" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("toggle ONEDNN_MAX_CPU_ISA=SSE41:"))
+    assert "algo CHANGED" in line  # the same ATen op; oneDNN's implementation changed
+    first = next(ln for ln in out.splitlines() if "first divergence" in ln)
+    assert "implementation=jit_1x1:sse41" in first and "t1-onednn_max_cpu_isa ran" in first
+
+
 def test_script_argument_becomes_run_b_arm(tmp_path):
     diff_out, nxt, out = _flow(tmp_path, (["--threads", "1"], {}), (["--threads", "2"], {}))
     assert "argv differs" in diff_out
