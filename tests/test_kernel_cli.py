@@ -34,7 +34,8 @@ def test_dry_run_prints_every_argv_and_runs_nothing(tmp_path, capsys):
     assert f"env:  CUBLASLT_LOG_FILE={out.resolve()}/a1/cublaslt.%i.log" in text
     from probes.config import BOOTSTRAP_DIR
 
-    assert f"env:  PYTHONPATH={BOOTSTRAP_DIR}:" in text and "<probes bootstrap>" not in text  # the exact value
+    # the exact value: the bootstrap folder first, then the caller's PYTHONPATH when one is set
+    assert f"env:  PYTHONPATH={BOOTSTRAP_DIR}" in text and "<probes bootstrap>" not in text
 
 
 def test_config_file_and_flags_override(tmp_path, capsys):
