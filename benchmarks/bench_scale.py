@@ -117,7 +117,7 @@ def one_rank_seconds(capture: Path, repeats: int = 5) -> float:
 
 
 def bench_analyze(n: int, jobs: int) -> None:
-    from forensics.parallel import available_cores
+    from forensics.runtime.parallel import available_cores
     from tests.many_ranks import build_capture
 
     cores = available_cores() if jobs <= 0 else jobs
@@ -175,7 +175,7 @@ def one_rank_diff_seconds(a: Path, b: Path, repeats: int = 20) -> float:
 
 
 def bench_diff(n: int, jobs: int) -> None:
-    from forensics.parallel import available_cores
+    from forensics.runtime.parallel import available_cores
     from tests.many_ranks import TraceSources, build_traces
 
     fix = ROOT / "tests" / "fixtures" / "traces-cpu-divergence"

@@ -67,7 +67,7 @@ class CaptureData:
 def load_capture(path: PathLike, keep_going: bool = False) -> CaptureData:
     """Read a capture directory (``forensics kernel``'s output, or nsys/ncu exports with a manifest).
 
-    Bad input raises :class:`forensics.errors.BadInput` (one line naming the file and line).
+    Bad input raises :class:`forensics.core.errors.BadInput` (one line naming the file and line).
     """
     from forensics.capture.directory import load_capture as _load  # noqa: PLC0415
     from forensics.judge.analysis import load  # noqa: PLC0415
@@ -130,7 +130,7 @@ class AnalysisResult:
     @property
     def exit_code(self) -> int:
         """What ``forensics analyze`` exits with: 0 something NAMED, 1 nothing NAMED."""
-        from forensics.errors import EXIT_NOT_NAMED, EXIT_OK  # noqa: PLC0415
+        from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK  # noqa: PLC0415
 
         return EXIT_OK if self.analysis.any_named() else EXIT_NOT_NAMED
 
@@ -185,7 +185,7 @@ class DiffResult:
 
     @property
     def exit_code(self) -> int:
-        from forensics.errors import EXIT_NOT_NAMED, EXIT_OK  # noqa: PLC0415
+        from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK  # noqa: PLC0415
 
         return EXIT_NOT_NAMED if self.diverged else EXIT_OK
 
@@ -269,7 +269,7 @@ class CompareResult:
 
     @property
     def exit_code(self) -> int:
-        from forensics.errors import EXIT_NOT_NAMED, EXIT_OK  # noqa: PLC0415
+        from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK  # noqa: PLC0415
 
         return EXIT_NOT_NAMED if self.diverged else EXIT_OK
 
@@ -302,7 +302,7 @@ class CompareResult:
 
 def compare(path: PathLike, site: str | None = None, *, force: bool = False) -> CompareResult:
     """Compare a capture's arms as ``forensics compare PATH`` does."""
-    from forensics.errors import BadInput  # noqa: PLC0415
+    from forensics.core.errors import BadInput  # noqa: PLC0415
     from forensics.judge.arm_evidence import load_evidence  # noqa: PLC0415
     from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report  # noqa: PLC0415
 
@@ -358,7 +358,7 @@ def knob(name: str, site: str | None = None, *, paths: list[PathLike] | None = N
     from forensics.knobs.catalog import load_catalog, lookup  # noqa: PLC0415
     from forensics.knobs.report import KnobReport  # noqa: PLC0415
     from forensics.knobs.scope import assess, choose_device  # noqa: PLC0415
-    from forensics.site import parse_site_or_occurrence  # noqa: PLC0415
+    from forensics.core.site import parse_site_or_occurrence  # noqa: PLC0415
     from forensics.suggest import check_knob_typo  # noqa: PLC0415
 
     check_knob_name(name)

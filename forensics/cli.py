@@ -1,10 +1,10 @@
 """The ``forensics`` command line: a thin layer over the library.
 
 Each command lives in ``forensics/commands/<name>.py`` and exposes ``register(app)``.
-Every :class:`forensics.errors.ForensicsError` becomes one line on stderr and its exit code
+Every :class:`forensics.core.errors.ForensicsError` becomes one line on stderr and its exit code
 (3 bad input, 4 unavailable, 2 bad site); any other exception is an internal error: one line
 naming the command, what it was doing and the file holding the traceback, exit 70
-(``forensics.crash``, docs/errors.md). Never a traceback on the terminal, never an exit code
+(``forensics.runtime.crash``, docs/errors.md). Never a traceback on the terminal, never an exit code
 that reads as a finding.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import warnings
 
 import typer
 
-from forensics.errors import (
+from forensics.core.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -25,7 +25,7 @@ from forensics.errors import (
     BadSite,
     ForensicsError,
 )
-from forensics.output import examples
+from forensics.runtime.output import examples
 
 COMMAND_MODULES = ("analyze", "kernel", "trace", "diff", "knob", "bundle", "compare")
 
@@ -143,7 +143,7 @@ def _os_error(e: OSError, command: str, args: list[str]) -> int:
 
 
 def _internal(e: BaseException, command: str, args: list[str]) -> int:
-    from forensics.crash import report_internal_error  # noqa: PLC0415
+    from forensics.runtime.crash import report_internal_error  # noqa: PLC0415
 
     try:
         line = report_internal_error(e, command, args)

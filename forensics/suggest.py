@@ -2,7 +2,7 @@
 
 An op site (``aten.convolution.defualt``) is looked up in the dispatcher's registry of the
 installed torch (when torch is installed and the op's namespace is loaded; otherwise only the site
-grammar is checked, :mod:`forensics.site`), and a knob name in the shipped catalog
+grammar is checked, :mod:`forensics.core.site`), and a knob name in the shipped catalog
 (``forensics/data/knobs.yaml``); an unknown one gets exit 2 with the closest known names
 (``difflib``), where it would otherwise rerun a job and exit 1 "not NAMED" or exit 0 "not
 catalogued".
@@ -14,7 +14,7 @@ import functools
 import importlib.util
 from collections.abc import Iterable
 
-from forensics.errors import EXIT_USAGE, BadSite, ForensicsError
+from forensics.core.errors import EXIT_USAGE, BadSite, ForensicsError
 
 
 class UnknownName(ForensicsError):
@@ -74,7 +74,7 @@ def check_op_site(name: str) -> None:
 
 def check_site_text(text: str) -> None:
     """Parse a site or occurrence (BadSite on bad grammar) and check an op site's op exists."""
-    from forensics.site import Occurrence, parse_site_or_occurrence  # noqa: PLC0415
+    from forensics.core.site import Occurrence, parse_site_or_occurrence  # noqa: PLC0415
 
     parsed = parse_site_or_occurrence(text)
     site = parsed.site if isinstance(parsed, Occurrence) else parsed
@@ -109,7 +109,7 @@ def check_site_in_capture(capture_dir: object, site: str) -> None:
     known = sorted({str(s) for s in sites["site"].dropna()} | {str(s) for s in sites["label"].dropna()})
     if site in known:
         return
-    from forensics.site import parse_site_or_occurrence  # noqa: PLC0415
+    from forensics.core.site import parse_site_or_occurrence  # noqa: PLC0415
 
     parse_site_or_occurrence(site)  # bad grammar: BadSite, exit 2
     sites_only = sorted({str(s) for s in sites["site"].dropna()})

@@ -2,7 +2,7 @@
 
 One JSON object per line; an optional first header line ``{"event": "header", "schema": S,
 "version": V, ...}``; an optional last ``{"event": "summary", ...}`` line. Files may be gzipped.
-Every failure is a :class:`forensics.errors.BadInput` naming the file and line.
+Every failure is a :class:`forensics.core.errors.BadInput` naming the file and line.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 
 SUPPORTED_VERSION = 1
 
@@ -42,7 +42,7 @@ def _read_text(path: Path) -> str:
             raise BadInput(path, f"truncated or corrupt gzip: {e}") from None
     if raw.startswith(b"SQLite format 3\x00"):
         raise BadInput(path, "is an SQLite database (an nsys export?), not a JSONL file")
-    from forensics.inputs import decode_utf8  # noqa: PLC0415 - our formats are UTF-8: a bad byte is corruption
+    from forensics.runtime.inputs import decode_utf8  # noqa: PLC0415 - our formats are UTF-8: a bad byte is corruption
 
     return decode_utf8(raw, path)
 

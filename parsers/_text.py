@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 
 #: Bytes read per chunk; lines are never split across chunks.
 CHUNK_BYTES = 8 << 20

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 
 from ._text import iter_line_chunks, preview
 

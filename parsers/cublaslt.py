@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from forensics.errors import BadInput
-from forensics.model import CALL_KEY_COLUMNS
+from forensics.core.errors import BadInput
+from forensics.core.model import CALL_KEY_COLUMNS
 
 from . import cublaslt_grammar as grammar
 from ._text import iter_line_chunks, preview
@@ -620,7 +620,7 @@ def _concat(parts: list[pd.DataFrame], contract: dict[str, str]) -> pd.DataFrame
 
 
 def problem_key(row: Any) -> tuple:
-    """The hashable problem descriptor of a call or heuristic row (``forensics.model.CALL_KEY_COLUMNS``);
+    """The hashable problem descriptor of a call or heuristic row (``forensics.core.model.CALL_KEY_COLUMNS``);
     a column the row lacks (a legacy cuBLAS call has no ``order``: column-major) counts as its default."""
     return tuple(_plain(row[c]) if c in row else _KEY_DEFAULTS.get(c) for c in CALL_KEY_COLUMNS)
 

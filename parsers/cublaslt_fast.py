@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from parsers._text import iter_byte_chunks, spans_array
 from parsers.cublaslt import (
     CALL_COLUMNS, HEADER_RE, HEURISTIC_COLUMNS, MESSAGE_COLUMNS, ROWS_PER_CHUNK, WHAT, CublasLtLog, _bucket,

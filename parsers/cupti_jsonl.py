@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from forensics.errors import BadInput
-from forensics.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
+from forensics.core.errors import BadInput
+from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
 from parsers._types import check_cupti_record
 from parsers._jsonl import read_jsonl, records_frame
-from parsers.demangle import demangle, short_name
+from forensics.core.demangle import demangle, short_name
 
 SCHEMA = "forensics.cupti"
 WHAT = "CUPTI JSONL"
@@ -132,7 +132,7 @@ _RENAMED = {"start": "start_ns", "end": "end_ns", "name": "mangled"}
 
 
 def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
-    """Launch frame (``forensics.model.LAUNCH_COLUMNS``) from CONCURRENT_KERNEL/KERNEL records.
+    """Launch frame (``forensics.core.model.LAUNCH_COLUMNS``) from CONCURRENT_KERNEL/KERNEL records.
 
     ``mangled`` is the raw ``name``; ``kernel`` its demangled form; ``external_id`` via the
     EXTERNAL_CORRELATION records; ``launch_ns``, ``pid``, ``tid``, ``api_name`` from the

@@ -21,9 +21,9 @@ from typing import Annotated, Any
 import msgspec
 import pandas as pd
 
-from forensics.errors import BadInput
-from forensics.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
-from parsers.demangle import canonical_kernel, short_name
+from forensics.core.errors import BadInput
+from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
+from forensics.core.demangle import canonical_kernel, short_name
 from parsers.nsys import attribute
 
 KERNEL_CATS = ("kernel", "Kernel")
@@ -163,7 +163,7 @@ def _load_json(path: Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        from forensics.inputs import json_error  # noqa: PLC0415 - truncated vs trailing data vs malformed
+        from forensics.runtime.inputs import json_error  # noqa: PLC0415 - truncated vs trailing data vs malformed
 
         raise BadInput(path, json_error(e, text), e.lineno) from None
     except RecursionError:

@@ -18,7 +18,7 @@ BLAS argument lists follow the Fortran interface: ``?GEMM(transa, transb, m, n, 
 b, ldb, beta, c, ldc)`` and ``?GEMV(trans, m, n, alpha, a, lda, x, incx, beta, y, incy)``; m, n, k
 are column-major (cuBLAS's convention). Other routines keep their arguments in ``args``.
 
-Pure: no torch import. A malformed ``MKL_VERBOSE`` line is :class:`~forensics.errors.BadInput`
+Pure: no torch import. A malformed ``MKL_VERBOSE`` line is :class:`~forensics.core.errors.BadInput`
 naming file:line; a cut last line (the writer was killed) is dropped and noted.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 
 from ._text import iter_line_chunks, preview
 

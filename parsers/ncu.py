@@ -1,6 +1,6 @@
 """Nsight Compute: ``.ncu-rep`` reports (through the ``ncu_report`` package) and ``--csv`` exports.
 
-Both readers return launch frames (``forensics.model.LAUNCH_COLUMNS``): one row per profiled
+Both readers return launch frames (``forensics.core.model.LAUNCH_COLUMNS``): one row per profiled
 kernel launch (ncu "action" / CSV ``ID``), in profiling order. ncu replays kernels, so it has no
 GPU timestamps (``start_ns``/``end_ns`` None) and no correlation ids; ``duration_ns`` is
 ``gpu__time_duration.sum`` in ns. docs/parsers/ncu.md describes the columns.
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from forensics.errors import BadInput, Unavailable
-from forensics.model import LAUNCH_COLUMNS, conform, dim3, empty_frame
-from forensics.site import is_occurrence_label
-from parsers.demangle import canonical_kernel, short_name
+from forensics.core.errors import BadInput, Unavailable
+from forensics.core.model import LAUNCH_COLUMNS, conform, dim3, empty_frame
+from forensics.core.site import is_occurrence_label
+from forensics.core.demangle import canonical_kernel, short_name
 
 REPORT_MAGIC = b"NVR\x00"
 #: Metrics turned into launch-frame columns (name in the report -> column).

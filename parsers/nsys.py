@@ -19,10 +19,10 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from forensics.errors import BadInput
-from forensics.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, empty_frame
-from forensics.site import is_occurrence_label
-from parsers.demangle import canonical_kernel
+from forensics.core.errors import BadInput
+from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, empty_frame
+from forensics.core.site import is_occurrence_label
+from forensics.core.demangle import canonical_kernel
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"

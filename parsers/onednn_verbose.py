@@ -19,7 +19,7 @@ has no thread id and no process id.
 its time). ``creates``: ``create:cache_miss``/``cache_hit``/``create_nested`` lines (same
 columns). ``others``: every other operation (``create:dispatch``, ``exec:check``, graph lines, ...)
 kept raw. Pure: no torch import. A malformed ``onednn_verbose`` line is
-:class:`~forensics.errors.BadInput` naming file:line; a line from elsewhere (program output on the
+:class:`~forensics.core.errors.BadInput` naming file:line; a line from elsewhere (program output on the
 same stdout) is an error unless ``foreign="skip"`` (then counted in ``notes``); a cut last line is
 dropped and noted.
 """
@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 
 from ._text import iter_line_chunks, preview
 

@@ -20,7 +20,7 @@ from os import PathLike
 
 import pandas as pd
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from parsers._jsonl import read_jsonl, records_frame
 from parsers._types import check_site_record
 
@@ -144,10 +144,10 @@ def read_sites(path: str | PathLike[str]) -> pd.DataFrame:
 
 
 def _check_site(path, line: int, label: str, site: object) -> None:
-    """A site record names a valid site and occurrence (forensics.site grammar), or it is bad input
+    """A site record names a valid site and occurrence (forensics.core.site grammar), or it is bad input
     naming the file and line (never a usage error later)."""
-    from forensics.errors import BadSite  # noqa: PLC0415
-    from forensics.site import parse_occurrence, parse_site  # noqa: PLC0415
+    from forensics.core.errors import BadSite  # noqa: PLC0415
+    from forensics.core.site import parse_occurrence, parse_site  # noqa: PLC0415
 
     try:
         if "#" in label:

@@ -3,17 +3,17 @@
 The CPU backend's launch counter (:mod:`probes.cpu` writes ``rank<R>/torchprof.<pid>.json.gz``).
 Each site occurrence is a ``record_function`` range named ``SITE#N`` (a ``user_annotation``
 event); the ops the profiler recorded inside it on the same thread are the op's implementation
-below the dispatcher. Rows are the *implementation ops* (:func:`forensics.cpu_ops.is_implementation_op`:
+below the dispatcher. Rows are the *implementation ops* (:func:`forensics.core.cpu_ops.is_implementation_op`:
 the ops a CPU library serves, ``aten::mkldnn_convolution``, ``aten::_slow_conv2d_forward``,
 ``aten::mm``...), outermost only (an implementation op inside another counts once, as the outer
 one; the op that *is* the site, recorded around the range by the dispatcher, lies outside it and
-belongs to no scope). Columns follow the launch frame (``forensics.model.LAUNCH_COLUMNS``): ``kernel`` is the op
+belongs to no scope). Columns follow the launch frame (``forensics.core.model.LAUNCH_COLUMNS``): ``kernel`` is the op
 name, ``start_ns``/``end_ns`` on the trace's clock (``baseTimeNanoseconds`` added when present),
 ``site_label`` the innermost ``SITE#N`` range holding the op on its thread; plus ``tid`` and
 ``input_dims``, ``input_types`` and ``input_strides`` (the profiler's own record of the inputs'
 shapes, dtypes and strides: ``record_shapes=True``).
 
-Pure (no torch import); bad input is :class:`~forensics.errors.BadInput` from the Kineto reader.
+Pure (no torch import); bad input is :class:`~forensics.core.errors.BadInput` from the Kineto reader.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from os import PathLike
 
 import pandas as pd
 
-from forensics.cpu_ops import is_implementation_op
-from forensics.model import LAUNCH_COLUMNS, conform
-from forensics.site import is_occurrence_label
+from forensics.core.cpu_ops import is_implementation_op
+from forensics.core.model import LAUNCH_COLUMNS, conform
+from forensics.core.site import is_occurrence_label
 from parsers import kineto
 
 

@@ -656,7 +656,7 @@ class OpTracer(TorchDispatchMode):
         return path
 
     def _write_header(self) -> None:
-        from forensics.capture.environment import relevant_env  # noqa: PLC0415 (pure stdlib, no torch)
+        from forensics.core.environment import relevant_env  # noqa: PLC0415 (pure stdlib, no torch)
 
         command = self.cfg.extra.get("command") if isinstance(self.cfg.extra, dict) else None
         header = {

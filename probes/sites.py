@@ -45,7 +45,7 @@ def process_settings() -> dict[str, Any]:
     Best effort: a failure leaves a ``note``, never an exception."""
     out: dict[str, Any] = {}
     try:
-        from forensics.capture.environment import relevant_env  # noqa: PLC0415 (pure stdlib)
+        from forensics.core.environment import relevant_env  # noqa: PLC0415 (pure stdlib)
 
         out["env"] = relevant_env()
     except Exception as e:  # noqa: BLE001

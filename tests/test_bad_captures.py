@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from forensics.cli import main
-from forensics.errors import EXIT_BAD_INPUT
+from forensics.core.errors import EXIT_BAD_INPUT
 from tests.synthetic_captures import Arm, Gemm, build_capture
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)

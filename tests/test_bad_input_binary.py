@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from parsers import cupti_jsonl, kineto, ncu, nsys, sites_jsonl
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

@@ -17,7 +17,7 @@ import pytest
 
 from forensics.capture.passes import toggle_arm_name
 from forensics.cli import main
-from forensics.redact import is_secret_key
+from forensics.core.redact import is_secret_key
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
 

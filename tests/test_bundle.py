@@ -17,7 +17,7 @@ import yaml
 
 from forensics.evidence.bundle import OutputExists, scrub, write_bundle
 from forensics.cli import main
-from forensics.errors import EXIT_BAD_INPUT, BadInput
+from forensics.core.errors import EXIT_BAD_INPUT, BadInput
 from tests.synthetic_captures import (
     CUTLASS_BF16,
     PLANTED,

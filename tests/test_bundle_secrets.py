@@ -21,7 +21,7 @@ import yaml
 
 from forensics.cli import main
 from forensics.evidence.bundle import write_bundle
-from forensics.redact import REDACTED, Redactor, is_secret_key
+from forensics.core.redact import REDACTED, Redactor, is_secret_key
 from tests.synthetic_captures import Arm, Gemm, build_capture
 
 SECRETS = {  # value -> where it is planted (every value is made up)

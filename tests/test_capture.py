@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from forensics.capture.directory import classify, fresh_dir, load_capture, new_manifest, write_manifest
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 
 
 def test_classify_names():

@@ -17,7 +17,7 @@ import pytest
 from forensics.capture.directory import load_capture
 from forensics.capture.recognise import recognise
 from forensics.cli import main
-from forensics.errors import EXIT_BAD_INPUT, BadInput
+from forensics.core.errors import EXIT_BAD_INPUT, BadInput
 from forensics.judge.analysis import NAMED, SINGLE, analyze
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)

@@ -12,7 +12,7 @@ import sqlite3
 
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from parsers import cublas_legacy, kineto, ncu, nsys
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("corpus")]
@@ -205,7 +205,7 @@ def test_esmm_same_kernel_meets_itself_across_readers(corpus):
     (ncu's own text only) give each kernel one identity, the mangled name."""
     import pandas as pd
 
-    from forensics.kernel_names import kernel_keys
+    from forensics.core.kernel_names import kernel_keys
 
     frames = [ncu.read_report(corpus / "ncu" / "ncu_esmm_a10g_cutlass80_simt_sgemm.ncu-rep"),
               ncu.read_csv(corpus / "ncu" / "ncu_esmm_a10g_cutlass80_simt_sgemm_raw.csv"),

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from forensics import instruments as reg
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 _FULL = os.environ.get("FORENSICS_FUZZ_POINTS")

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from parsers import cublaslt, cublaslt_fast
 from parsers._text import iter_byte_chunks, spans_array
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from parsers import cublaslt, cublaslt_fast
 from parsers import cublaslt_grammar as g
 

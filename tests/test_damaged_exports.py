@@ -13,7 +13,7 @@ import pytest
 
 from forensics.capture.directory import new_manifest, write_manifest
 from forensics.cli import main
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.judge.analysis import analyze
 
 K = "CUPTI_ACTIVITY_KIND_KERNEL"

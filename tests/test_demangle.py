@@ -1,11 +1,11 @@
-"""parsers.demangle: Itanium demangling and nsys/ncu-style short names."""
+"""forensics.core.demangle: Itanium demangling and nsys/ncu-style short names."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parsers.demangle import demangle, demangle_all, short_name
+from forensics.core.demangle import demangle, demangle_all, short_name
 
 # Real symbol pairs: nsys mangledName/demangledName/shortName (corpus extrap_con_kernel.sqlite) and
 # ncu NameBase_MANGLED/DEMANGLED/FUNCTION (corpus extrap_ex-gpu.s10.ncu-rep).

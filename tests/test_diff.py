@@ -13,7 +13,7 @@ import pytest
 
 from forensics.cli import main
 from forensics.tracediff.diff import CONTROL_FLOW, ORIGIN, RECEIVER, diff_paths
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 
 
 def tensor(h: str, shape=(4, 4), dtype="float32", chunks=None, ev=None, ordered: str | bool = True) -> dict:

@@ -15,7 +15,7 @@ import pytest
 
 import forensics.tracediff.columnar as columnar
 import forensics.tracediff.diff as diff_mod
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff import walk
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)

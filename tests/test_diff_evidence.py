@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from forensics.cli import main
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.diff import (
     AFTER_CONTROL_FLOW,
     CONTROL_FLOW,

@@ -17,7 +17,7 @@ import pytest
 import forensics.tracediff.columnar as columnar
 import forensics.tracediff.diff as diff_mod
 from forensics.cli import main
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff import walk
 from forensics.tracediff.compare import DIFFER, EQUAL, LAYOUTS_DIFFER, SCREEN, UNOBSERVED, compare_tensor, fast_equal
 from forensics.tracediff.diff import ORIGIN, RECEIVER, diff_paths

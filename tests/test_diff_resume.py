@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 from forensics.cli import main  # noqa: E402
 from forensics.commands.trace import trace_command  # noqa: E402
-from forensics.errors import BadInput  # noqa: E402
+from forensics.core.errors import BadInput  # noqa: E402
 from forensics.tracediff.diff import diff_paths  # noqa: E402
 from forensics.tracediff.verdicts import CONTROL_FLOW  # noqa: E402
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from forensics import atomic
+from forensics.runtime import atomic
 from forensics.cli import main
-from forensics.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_UNAVAILABLE
+from forensics.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_UNAVAILABLE
 from tests.synthetic_captures import Arm, Gemm, build_capture
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)

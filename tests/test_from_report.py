@@ -14,7 +14,7 @@ import pytest
 
 from forensics.cli import main
 from forensics.tracediff.diff import diff_paths
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.from_report import gemm_layout_from_strides, site_for_name, site_from_report
 
 DATA = Path(__file__).resolve().parent / "data" / "megatron"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from tests.conftest import CORPUS, REPO
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)

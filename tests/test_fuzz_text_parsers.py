@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from parsers import cublas_legacy, cublaslt
 from parsers._text import TokenError, flat_pairs, format_kv, tokenize_kv
 import pytest

@@ -106,7 +106,7 @@ def test_a_real_difference_after_the_grown_read_is_still_the_origin(tmp_path):
 
 
 def test_a_mark_that_is_not_text_is_bad_input(tmp_path):
-    from forensics.errors import BadInput
+    from forensics.core.errors import BadInput
 
     recs = _fsdp_like("garbage1")
     recs[1]["in"][0]["g"] = 5

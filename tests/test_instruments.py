@@ -15,8 +15,7 @@ import pytest
 from forensics import instruments as reg
 from forensics.capture.directory import FILE_PATTERNS, classify, new_manifest, write_manifest
 from forensics.judge.analysis import NAMED, SINGLE, WINDOW, analyze
-from forensics.kernel_names import AUXILIARY, PRIMARY, classify_kernel, is_cublas_gemm, is_gemm_kernel
-from forensics.model import FAMILY
+from forensics.core.kernel_names import AUXILIARY, PRIMARY, classify_kernel, is_cublas_gemm, is_gemm_kernel
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
 
@@ -111,9 +110,9 @@ def test_every_corpus_kernel_name_classifies_consistently(corpus):
 def test_registry_is_the_one_place():
     counting = [i for i in reg.INSTRUMENTS if i.role in (reg.LAUNCHES, reg.CALLS)]
     assert all(i.family in reg.FAMILIES and i.device in (reg.CUDA, reg.CPU) and i.reader for i in counting)
-    assert FAMILY == {i.name: i.family for i in reg.INSTRUMENTS if i.family}
-    assert FAMILY["ncu_csv"] == "ncu" and FAMILY["cublas"] == "cublaslt"
-    assert {FAMILY[n] for n in ("cupti", "kineto", "nsys")} == {"cupti"}
+    family = {i.name: i.family for i in reg.INSTRUMENTS if i.family}
+    assert family["ncu_csv"] == "ncu" and family["cublas"] == "cublaslt"
+    assert {family[n] for n in ("cupti", "kineto", "nsys")} == {"cupti"}
     assert FILE_PATTERNS == reg.file_patterns()
     assert reg.preference("cupti") == ("cupti", "nsys", "kineto")
     assert reg.preference("ncu") == ("ncu", "ncu_csv")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from forensics.judge.analysis import CONFLICT, NAMED, analyze
-from forensics.kernel_names import CONFLICTS, CONSISTENT, UNCHECKED, check_call, classify_kernel
+from forensics.core.kernel_names import CONFLICTS, CONSISTENT, UNCHECKED, check_call, classify_kernel
 from parsers import kineto, ncu, nsys
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
@@ -269,7 +269,7 @@ def test_real_cpu_fixtures_still_read_named(capture, named, checked):
 def test_cpu_gemm_op_against_a_convolution_call_conflicts():
     """SYNTHETIC rows in the real readers' columns: aten::mm cannot have issued a oneDNN convolution,
     and aten::mm [[16, 32], [32, 64]] is oneMKL m=64 n=16 k=32, not m=16 n=64."""
-    from forensics.cpu_ops import check_op
+    from forensics.core.cpu_ops import check_op
 
     checks = check_op({"kernel": "aten::mm", "input_dims": [[16, 32], [32, 64]]},
                       [{"primitive": "convolution", "implementation": "jit_1x1:avx2"}], "onednn")
@@ -283,7 +283,7 @@ def test_cpu_gemm_op_against_a_convolution_call_conflicts():
 def test_cpu_precision_and_layout_conflicts():
     """SYNTHETIC rows in the real readers' columns: a double mm cannot have issued SGEMM, and an mm
     whose second operand is a transposed view is SGEMM(T,N), not (N,N)."""
-    from forensics.cpu_ops import check_op
+    from forensics.core.cpu_ops import check_op
 
     launch = {"kernel": "aten::mm", "input_dims": [[16, 32], [32, 64]], "input_types": ["double", "double"],
               "input_strides": [[32, 1], [1, 32]]}

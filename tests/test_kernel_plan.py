@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.capture.kernel import load_run_config, run_pass
 from forensics.capture.passes import (
     NCU_PERMISSION_REASON,

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from forensics.cli import main
-from forensics.errors import EXIT_OK
+from forensics.core.errors import EXIT_OK
 from forensics.knobs import scan
 from forensics.knobs.catalog import lookup
 from forensics.knobs.elf_scan import CANNOT_TELL, CONTAINS, scan_elf_file
 from forensics.knobs.scope import CANNOT_TELL_STATICALLY, NOT_ON_PATH, UNKNOWN, assess
-from forensics.site import parse_site
+from forensics.core.site import parse_site
 
 GCC = shutil.which("gcc")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(GCC is None, reason="gcc not installed: cannot build the test libraries")]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from forensics.cli import main
-from forensics.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from forensics.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
 
@@ -112,7 +112,7 @@ def test_bundle_section_is_markdown_and_json(tree):
     from forensics.knobs.catalog import lookup
     from forensics.knobs.report import KnobReport, bundle_section
     from forensics.knobs.scope import assess
-    from forensics.site import parse_site
+    from forensics.core.site import parse_site
 
     result = scan(KNOB, [str(tree)])
     report = KnobReport(KNOB, result, lookup(KNOB), assess(result, parse_site("aten.mm.default"), None),

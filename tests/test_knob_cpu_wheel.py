@@ -24,7 +24,7 @@ from forensics.knobs import scan
 from forensics.knobs.catalog import lookup
 from forensics.knobs.elf_scan import CANNOT_TELL, CONTAINS
 from forensics.knobs.scope import CANNOT_TELL_STATICALLY, ON_PATH, assess, choose_device
-from forensics.site import parse_site
+from forensics.core.site import parse_site
 
 _spec = importlib.util.find_spec("torch")
 TORCH_DIR = Path(_spec.origin).parent if _spec and _spec.origin else None

@@ -192,7 +192,7 @@ def test_cache_hits_then_rescans_a_changed_file(tmp_path, monkeypatch):
 
 
 def test_missing_path_is_bad_input(tmp_path):
-    from forensics.errors import BadInput
+    from forensics.core.errors import BadInput
 
     with pytest.raises(BadInput) as e:
         scan(KNOB, [str(tmp_path / "nope")])

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.knobs import scan
 from forensics.knobs.catalog import load_catalog, lookup
 from forensics.knobs.dynamic import env_arms, late_assignments, script_of
 from forensics.knobs.scope import CANNOT_TELL_STATICALLY, NOT_ON_PATH, ON_PATH, PATHS, UNKNOWN, assess, code_path_for
-from forensics.site import parse_site, parse_site_or_occurrence
+from forensics.core.site import parse_site, parse_site_or_occurrence
 
 GCC = shutil.which("gcc")
 KNOB = "NVTE_ALLOW_NONDETERMINISTIC_ALGO"

@@ -19,7 +19,7 @@ from forensics.knobs import scan
 from forensics.knobs.catalog import lookup
 from forensics.knobs.elf_scan import CONTAINS
 from forensics.knobs.scope import CANNOT_TELL_STATICALLY, NOT_ON_PATH, ON_PATH, UNKNOWN, assess
-from forensics.site import parse_site
+from forensics.core.site import parse_site
 
 KNOBS = ("TORCH_BLAS_PREFER_CUBLASLT", "CUBLAS_WORKSPACE_CONFIG")
 _spec = importlib.util.find_spec("torch")

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from forensics.cli import main
-from forensics.errors import EXIT_BAD_INPUT, EXIT_OK
+from forensics.core.errors import EXIT_BAD_INPUT, EXIT_OK
 from forensics.knobs import scan
 from forensics.knobs.scope import assess
-from forensics.site import parse_site
+from forensics.core.site import parse_site
 
 KNOB = "MY_DET_KNOB"
 

@@ -3,7 +3,7 @@ info (issue 27 item 1). The run-info dicts below are SYNTHETIC, in the shape the
 writes (docs/trace-format.md); the real runs are in tests/test_diff_identity_real.py."""
 from __future__ import annotations
 
-from forensics.capture.environment import RELEVANT_PREFIXES, relevant_env
+from forensics.core.environment import RELEVANT_PREFIXES, relevant_env
 from forensics.knobs.catalog import load_catalog
 from forensics.tracediff.comparability import compare_runs, config_differences
 

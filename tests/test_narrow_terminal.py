@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from forensics.console import print_fitted_table
+from forensics.runtime.console import print_fitted_table
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
 

@@ -1,4 +1,4 @@
-"""The one output rule (forensics/output.py, docs/errors.md): refused unless --force, --force
+"""The one output rule (forensics/runtime/output.py, docs/errors.md): refused unless --force, --force
 replaces only an earlier forensics output and puts it back when the command fails, '-' is stdout."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from forensics.atomic import OutputExists
-from forensics.output import check_output, replacing, write_json
+from forensics.runtime.atomic import OutputExists
+from forensics.runtime.output import check_output, replacing, write_json
 
 
 def test_existing_paths_are_refused_with_the_path_named(tmp_path):

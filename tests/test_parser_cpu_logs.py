@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from parsers import mkl_verbose, onednn_verbose
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "cpu" / "logs"

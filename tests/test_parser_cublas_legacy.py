@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from parsers.cublas_legacy import COLUMNS, enum_name, pointer, read_log
 
 DATA = Path(__file__).parent / "data" / "cublaslt"

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 import parsers._text as text_mod
-from forensics.errors import BadInput
-from forensics.model import CALL_KEY_COLUMNS
+from forensics.core.errors import BadInput
+from forensics.core.model import CALL_KEY_COLUMNS
 from parsers import cublaslt
 from parsers._text import TokenError, flat_pairs, format_kv, tokenize_kv
 from parsers.cublaslt import CALL_COLUMNS, algo_key, iter_calls, problem_key, read_log

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from forensics.errors import BadInput
-from forensics.model import LAUNCH_COLUMNS, RANGE_COLUMNS
+from forensics.core.errors import BadInput
+from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS
 from parsers import cupti_jsonl
 
 DATA = Path(__file__).parent / "data"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from forensics.errors import BadInput
-from forensics.model import LAUNCH_COLUMNS, RANGE_COLUMNS
+from forensics.core.errors import BadInput
+from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS
 from parsers import kineto
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from forensics.errors import BadInput
-from forensics.model import LAUNCH_COLUMNS
+from forensics.core.errors import BadInput
+from forensics.core.model import LAUNCH_COLUMNS
 from parsers import ncu, nsys
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

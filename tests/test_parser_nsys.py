@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from forensics.errors import BadInput
-from forensics.model import LAUNCH_COLUMNS, RANGE_COLUMNS
+from forensics.core.errors import BadInput
+from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS
 from parsers import nsys
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

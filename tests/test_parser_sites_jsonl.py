@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from parsers import sites_jsonl
 from parsers.sites_jsonl import SITE_COLUMNS, digest_key, digests_key
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.judge.analysis import analyze
 from forensics.judge.shards import RANKS_PER_TASK, analyze_ranks, merge_shards, parse_shard, select_ranks
 from tests.many_ranks import Planted, build_capture
@@ -157,7 +157,7 @@ def test_file_rank_from_folder_else_from_an_unambiguous_pid(tmp_path: Path) -> N
 
 
 def test_progress_is_plain_lines_on_stderr_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
-    from forensics.progress import Progress
+    from forensics.runtime.progress import Progress
 
     with Progress("forensics analyze", total=16, every=0.0) as bar:
         bar.advance(8)

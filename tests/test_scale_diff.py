@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.diff import diff_paths
 from forensics.tracediff.shards import RANKS_PER_TASK, diff_ranks, merge_reports
 from tests.many_ranks import TraceSources, build_traces

@@ -1,7 +1,7 @@
 import pytest
 
-from forensics.errors import BadSite
-from forensics.site import gemm_site, parse_occurrence, parse_site, parse_site_or_occurrence, split_label
+from forensics.core.errors import BadSite
+from forensics.core.site import gemm_site, parse_occurrence, parse_site, parse_site_or_occurrence, split_label
 
 
 @pytest.mark.parametrize("text", ["gemm:NT:acc0:grad1", "gemm:TN:acc0:grad0", "gemm:NN:acc1:grad1",

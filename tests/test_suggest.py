@@ -8,7 +8,7 @@ import pytest
 
 from forensics import suggest
 from forensics.cli import main
-from forensics.errors import BadSite
+from forensics.core.errors import BadSite
 
 pytest.importorskip("torch")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from forensics.cli import main
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.diff import diff_paths, format_report
 from forensics.tracediff.traces import _debugmode_hashes as dh
 from forensics.tracediff.traces import debugmode as dm

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from forensics.tracediff.diff import diff_paths
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.traces import detect_format
 from forensics.tracediff.traces import megatron
 

@@ -14,7 +14,7 @@ import yaml
 from forensics.judge.analysis import analyze
 from forensics.judge.arm_evidence import load_evidence
 from forensics.cli import main
-from forensics.errors import EXIT_BAD_INPUT, EXIT_NOT_NAMED, EXIT_OK, BadSite
+from forensics.core.errors import EXIT_BAD_INPUT, EXIT_NOT_NAMED, EXIT_OK, BadSite
 from forensics.judge.verdicts import (
     BITS_DIFFER_KERNEL_UNKNOWN,
     IDENTICAL,

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from forensics import __version__
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics import instruments as _reg
 from forensics.capture.recognise import METADATA, recognise
 from forensics.instruments import file_patterns
@@ -265,7 +265,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
     a FIFO, a link loop), not UTF-8, not YAML, an alias bomb, nesting too deep, a foreign schema,
     a key of the wrong type or an arm without a name.
     """
-    from forensics.inputs import decode_utf8, read_bytes  # noqa: PLC0415
+    from forensics.runtime.inputs import decode_utf8, read_bytes  # noqa: PLC0415
 
     path = root / MANIFEST
     if os.path.lexists(path):
@@ -307,7 +307,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
 
 def _manifest_from_campaign(summary: Path) -> dict[str, Any]:
     """A manifest for a directory written by the project's device campaign script (campaign.py, kept outside the repository)."""
-    from forensics.inputs import read_json  # noqa: PLC0415
+    from forensics.runtime.inputs import read_json  # noqa: PLC0415
 
     data = read_json(summary, what="campaign summary.json")
     if not isinstance(data, dict):
@@ -366,7 +366,7 @@ def load_capture(root: str | os.PathLike[str]) -> Capture:
     cap = Capture(root=root, manifest=manifest)
     listed = manifest.get("files")
     if listed:
-        from forensics.inputs import regular_file  # noqa: PLC0415
+        from forensics.runtime.inputs import regular_file  # noqa: PLC0415
 
         for i, entry in enumerate(listed):
             p = root / entry["path"]
@@ -415,7 +415,7 @@ _NOT_CAPTURE_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "pack
 
 
 def _single_file(path: Path) -> Capture:
-    from forensics.inputs import regular_file  # noqa: PLC0415
+    from forensics.runtime.inputs import regular_file  # noqa: PLC0415
 
     regular_file(path, "instrument file")
     r = recognise(path)
@@ -510,7 +510,7 @@ def _discover_arm(cap: Capture, arm_dir: Path, budget: list[int | None]) -> None
 
 def _add_file(cap: Capture, path: Path, arm: str, rank: int, budget: list[int | None]) -> None:
     """Recognise one file by content; an instrument file joins ``cap.files``, any other ``cap.unread``."""
-    from forensics.inputs import regular_file  # noqa: PLC0415
+    from forensics.runtime.inputs import regular_file  # noqa: PLC0415
 
     if budget[0] is not None:
         budget[0] -= 1
@@ -540,7 +540,7 @@ def _add_file(cap: Capture, path: Path, arm: str, rank: int, budget: list[int | 
 def window_never_opened(cap: Capture) -> str | None:
     """Why a capture written by `forensics kernel` holds no instrument file, when its probes' own
     configuration (``ARM/probe.json``) says: a step window that never opened. None otherwise."""
-    from forensics.inputs import read_json  # noqa: PLC0415
+    from forensics.runtime.inputs import read_json  # noqa: PLC0415
 
     windows: dict[tuple[str, str], list[str]] = {}
     for arm in sorted(p for p in cap.root.iterdir() if p.is_dir()) if cap.root.is_dir() else []:
@@ -598,7 +598,7 @@ def new_manifest(**fields: Any) -> dict[str, Any]:
 
 def write_manifest(root: Path, manifest: dict[str, Any], overwrite: bool = False) -> Path:
     """Write ``manifest.yaml`` whole or not at all; refuses to overwrite an existing one unless asked."""
-    from forensics.atomic import write_atomic  # noqa: PLC0415
+    from forensics.runtime.atomic import write_atomic  # noqa: PLC0415
 
     path = Path(root) / MANIFEST
     if os.path.lexists(path) and not overwrite:
@@ -610,8 +610,8 @@ def fresh_dir(base: str | os.PathLike[str]) -> Path:
     """``base`` if this run can claim it (absent or empty), else ``base-2``, ``base-3``... (never reuse a capture).
 
     Claim-safe: two concurrent runs given the same base never get the same directory
-    (:func:`forensics.atomic.claim_dir`).
+    (:func:`forensics.runtime.atomic.claim_dir`).
     """
-    from forensics.atomic import fresh_dir as _fresh  # noqa: PLC0415
+    from forensics.runtime.atomic import fresh_dir as _fresh  # noqa: PLC0415
 
     return _fresh(base)

@@ -20,9 +20,10 @@ import yaml
 
 from forensics import __version__
 from forensics.capture.directory import fresh_dir, new_manifest, write_manifest
-from forensics.capture.environment import describe, redact_env, redact_obj, relevant_env
+from forensics.capture.environment import describe
+from forensics.core.environment import redact_env, redact_obj, relevant_env
 from forensics.capture.exits import describe_exit, signal_of
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.capture.passes import (
     INSTRUMENTS,
     NCU_PERMISSION_REASON,
@@ -35,7 +36,7 @@ from forensics.capture.passes import (
     plan_passes,
     resolve_device,
 )
-from forensics.site import parse_site_or_occurrence
+from forensics.core.site import parse_site_or_occurrence
 from probes.config import bootstrap_env
 
 #: Keys a ``--config run.yaml`` may hold (the flags' names; flags override the file).
@@ -78,7 +79,7 @@ def load_run_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise BadInput(path, "no such run config file")
-    from forensics.inputs import read_utf8  # noqa: PLC0415 - strict UTF-8, size-bounded, no FIFO
+    from forensics.runtime.inputs import read_utf8  # noqa: PLC0415 - strict UTF-8, size-bounded, no FIFO
 
     text = read_utf8(path, 1 << 20, "run config")
     try:
@@ -378,7 +379,7 @@ def _run_all(plan: Plan, timeout_s: float, progress: bool) -> list[PassResult]:
     results: list[PassResult] = []
     if not progress:
         return [run_pass(p, timeout_s) for p in plan.passes]
-    from forensics.console import make_console  # noqa: PLC0415
+    from forensics.runtime.console import make_console  # noqa: PLC0415
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
     console = make_console(stderr=True)

@@ -184,7 +184,7 @@ def toggle_arm_name(index: int, name: str) -> str:
     """Folder name of the index-th toggle arm (1-based): ``t1-cublas_workspace_config``; a knob named
     like a secret (``NVTE_API_TOKEN``) gives ``t1-redacted-knob``
     (an arm's name is a folder and a key of reports, and a bundle redacts the values of secret names)."""
-    from forensics.redact import is_secret_key  # noqa: PLC0415
+    from forensics.core.redact import is_secret_key  # noqa: PLC0415
 
     return f"t{index}-redacted-knob" if is_secret_key(name) else f"t{index}-{name.lower()}"
 

@@ -6,9 +6,9 @@ from typing import Optional
 
 import typer
 
-from forensics.output import FORCE_HELP, examples
+from forensics.runtime.output import FORCE_HELP, examples
 
-from forensics.errors import EXIT_NOT_NAMED, EXIT_OK
+from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK
 
 
 def register(app: typer.Typer) -> None:
@@ -40,9 +40,9 @@ def register(app: typer.Typer) -> None:
         capture, a corrupt file, --out exists without --force); 4: --out could not be written;
         70: internal error.
         """
-        from forensics.atomic import CannotWrite
-        from forensics.console import make_console
-        from forensics.errors import doing
+        from forensics.runtime.atomic import CannotWrite
+        from forensics.runtime.console import make_console
+        from forensics.core.errors import doing
         from forensics.judge.report import print_table, verdict_line, write_outputs
         from forensics.judge.shards import analyze_ranks, merge_shards
 
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
             from forensics.suggest import check_site_in_capture
 
             check_site_in_capture(capture_dir, site)
-        from forensics.output import replacing
+        from forensics.runtime.output import replacing
 
         with replacing(out, force=force, flag="--out", what="analysis folder"):  # refused before any file is read
             with doing(f"analysing the capture {capture_dir}"):

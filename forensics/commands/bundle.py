@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from forensics.output import FORCE_HELP, examples
+from forensics.runtime.output import FORCE_HELP, examples
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         Exit 0: written; 3: bad input (no such site, unreadable capture, output exists without --force).
         """
         from forensics.evidence.bundle import read_section, write_bundle
-        from forensics.output import check_output
+        from forensics.runtime.output import check_output
 
         check_output(out, force=force, flag="-o", what="bundle")
         path = write_bundle(capture_dir, out, site=site, sections=[read_section(p) for p in section or []],

@@ -6,9 +6,9 @@ from typing import Optional
 
 import typer
 
-from forensics.output import examples
+from forensics.runtime.output import examples
 
-from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, BadInput
+from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK, BadInput
 
 
 def register(app: typer.Typer) -> None:
@@ -27,8 +27,8 @@ def register(app: typer.Typer) -> None:
         Exit 0: no divergence between comparable arms; 1: a divergence was found; 3: bad input;
         4: --json could not be written; 70: internal error.
         """
-        from forensics.output import check_output, is_stdout, write_json
-        from forensics.errors import doing
+        from forensics.runtime.output import check_output, is_stdout, write_json
+        from forensics.core.errors import doing
         from forensics.judge.arm_evidence import load_evidence
         from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report, toggle_text
 
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         # --force means "diff NOT COMPARABLE arms" here (older than the output rule): an existing --json
         # file is refused, exit 3, with no flag to replace it
         check_output(json_out, force=False, flag="--json", what="--json file", force_flag=None)
-        from forensics.console import echo_plain, make_console
+        from forensics.runtime.console import echo_plain, make_console
 
         console = make_console()
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import typer
 
-from forensics.output import FORCE_HELP, examples
+from forensics.runtime.output import FORCE_HELP, examples
 
-from forensics.errors import EXIT_NOT_NAMED, EXIT_OK
+from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK
 
 
 def register(app: typer.Typer) -> None:
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         merge: Path | None = typer.Option(None, "--merge", help="merge the shards' --json reports found in this "
                                           "folder (or its subfolders) instead of reading the traces' records"),
     ) -> None:
-        from forensics.output import check_output, is_stdout, write_json  # noqa: PLC0415
+        from forensics.runtime.output import check_output, is_stdout, write_json  # noqa: PLC0415
 
         check_output(json_out, force=force, flag="--json", what="--json report")  # before any trace is read
         from forensics.tracediff.diff import diff_paths, format_report  # noqa: PLC0415
@@ -53,10 +53,10 @@ def register(app: typer.Typer) -> None:
         else:
             report = diff_ranks(run_a, run_b, fmt=fmt, window=window, jobs=jobs, ranks=ranks, shard=shard)
         if not is_stdout(json_out):  # a terminal wraps between words only (never inside '--' or a path)
-            from forensics.console import echo_plain, make_console  # noqa: PLC0415
+            from forensics.runtime.console import echo_plain, make_console  # noqa: PLC0415
 
             echo_plain(make_console(), format_report(report))
-        if json_out is not None:  # whole or nothing (forensics.atomic); '-': the JSON alone on stdout
+        if json_out is not None:  # whole or nothing (forensics.runtime.atomic); '-': the JSON alone on stdout
             if write_json(json_out, report.to_json(), force=force) is not None:
                 typer.echo(f"report: {json_out}")
         raise typer.Exit(EXIT_NOT_NAMED if report.diverged else EXIT_OK)

@@ -6,9 +6,9 @@ from typing import List, Optional
 
 import typer
 
-from forensics.output import examples
+from forensics.runtime.output import examples
 
-from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
 SHIPPED_CAPTURE = "tests/fixtures/cpu/conv1d-threads"  # a real capture of the CPU backend, in the repository
 
@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         from forensics.capture import kernel as lib
         from forensics.capture.passes import (default_instruments, describe_plan, discover_tools, parse_toggle,
                                               plan_passes, resolve_device)
-        from forensics.site import parse_site_or_occurrence
+        from forensics.core.site import parse_site_or_occurrence
         from forensics.suggest import check_site_text
 
         if from_report is not None:
@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
             "timeout_s": timeout if timeout is not None else float(cfg.get("timeout_s", 1800)),
             "ncu_mode": ncu_mode or cfg.get("ncu_mode", "window"),
         }
-        from forensics.output import check_output, replacing
+        from forensics.runtime.output import check_output, replacing
 
         named_out = opts["out"]  # named by --out or the config's out: refused when it exists, unless --force
         check_output(named_out, force=force, flag="--out", what="capture", directory=True)  # before anything runs
@@ -196,7 +196,7 @@ def _names(assignments: Optional[List[str]]) -> set[str]:
 
 def _report(result, quiet: bool) -> int:  # noqa: ANN001
     """Print the passes, the verdict and the capture directory; return the exit code."""
-    from forensics.console import make_console
+    from forensics.runtime.console import make_console
 
     console = make_console()
     for r in result.passes:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import typer
 
-from forensics.output import FORCE_HELP, examples
+from forensics.runtime.output import FORCE_HELP, examples
 
-from forensics.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, Unavailable
+from forensics.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, Unavailable
 
 
 def register(app: typer.Typer) -> None:
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         from forensics.knobs.dynamic import IN_TIME_NOTE, late_assignments, run_dynamic, script_of  # noqa: PLC0415
         from forensics.knobs.report import KnobReport, knob_json, render  # noqa: PLC0415
         from forensics.knobs.scope import DEVICES, assess, choose_device  # noqa: PLC0415
-        from forensics.site import parse_site_or_occurrence  # noqa: PLC0415
+        from forensics.core.site import parse_site_or_occurrence  # noqa: PLC0415
 
         check_knob_name(name)
         if not uncatalogued:  # a typo of a catalogued name: exit 2 with a did-you-mean, before any scan
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
             _usage("dynamic scope (--values) needs --site")
         if device not in (*DEVICES, "auto"):
             _usage(f"--device {device!r}: choose cuda, cpu or auto")
-        from forensics.output import check_output, is_stdout, replacing, write_json  # noqa: PLC0415
+        from forensics.runtime.output import check_output, is_stdout, replacing, write_json  # noqa: PLC0415
 
         check_output(json_out, force=force, flag="--json", what="--json report")  # exit 3 before any scan
         if value_list:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from forensics.output import examples
+from forensics.runtime.output import examples
 
-from forensics.errors import EXIT_UNAVAILABLE, EXIT_USAGE, BadInput
+from forensics.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, BadInput
 
 
 class UsageError(ValueError):
@@ -34,7 +34,7 @@ def _only_leftover_config(out: Path) -> bool:
 def _cleanup(out: Path, created: bool) -> None:
     """Remove what a run that traced nothing left: its config and claim, and ``out`` when this run
     made it, so the corrected rerun with the same ``--out`` is accepted."""
-    from forensics.atomic import release_dir  # noqa: PLC0415
+    from forensics.runtime.atomic import release_dir  # noqa: PLC0415
 
     if any(out.glob("rank*/trace*.jsonl")):
         return
@@ -162,7 +162,7 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
         raise UsageError(f"--ordered-digests {ordered_digests!r}: one of {', '.join(ORDERED_MODES)}")
     if compiled not in COMPILED_MODES:
         raise UsageError(f"--compiled {compiled!r}: one of {', '.join(COMPILED_MODES)}")
-    from forensics.atomic import claim_dir  # noqa: PLC0415 - one run per --out, even when two start at once
+    from forensics.runtime.atomic import claim_dir  # noqa: PLC0415 - one run per --out, even when two start at once
 
     if _only_leftover_config(out):
         (out / CONFIG_NAME).unlink(missing_ok=True)  # what a run that traced nothing left (older versions)
@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_UNAVAILABLE)
         import contextlib  # noqa: PLC0415
 
-        from forensics.output import replacing  # noqa: PLC0415 - exit 3 before the command starts
+        from forensics.runtime.output import replacing  # noqa: PLC0415 - exit 3 before the command starts
 
         # a folder holding only the config of a run that traced nothing is free (trace_command clears it)
         free = _only_leftover_config(out)

@@ -10,11 +10,11 @@
   its launches, cuBLASLt lines of its calls);
 * ``manifest.yaml`` (redacted) and ``repro.py`` (torch only; runs on a CPU too).
 
-Secrets never leave: one :class:`forensics.redact.Redactor` learns every secret in what is about
+Secrets never leave: one :class:`forensics.core.redact.Redactor` learns every secret in what is about
 to leave (manifest, environments, raw lines, names), redacts every member, every member name and
 the top folder name, then checks every byte again and refuses to write when anything survived
 (fail closed). The gzip header carries no file name. An existing output file is never overwritten;
-the tarball appears whole or not at all (forensics.atomic).
+the tarball appears whole or not at all (forensics.runtime.atomic).
 """
 from __future__ import annotations
 
@@ -34,11 +34,11 @@ import yaml
 
 from forensics import __version__
 from forensics.judge.arm_evidence import Evidence, load_evidence
-from forensics.redact import Redactor, redact_obj
-from forensics.atomic import OutputExists, atomic_output, refuse_existing  # noqa: F401 - OutputExists re-exported
-from forensics.errors import BadInput, doing
+from forensics.core.redact import Redactor, redact_obj
+from forensics.runtime.atomic import OutputExists, atomic_output, refuse_existing  # noqa: F401 - OutputExists re-exported
+from forensics.core.errors import BadInput, doing
 from forensics.evidence.repro import gemm_problem, render_repro, repro_knobs
-from forensics.site import Occurrence, parse_site_or_occurrence, split_label
+from forensics.core.site import Occurrence, parse_site_or_occurrence, split_label
 from forensics.judge.verdicts import (
     ArmComparison,
     arm_knobs,
@@ -563,7 +563,7 @@ def _cpu_named(problems: pd.DataFrame) -> tuple[list[str], list[str]]:
 
 # --------------------------------------------------------------------------- writing
 def scrub(text: str, secrets: set[str] | None = None) -> str:
-    """Redact free text with the bundle's rules (:mod:`forensics.redact`), ``secrets`` as known literals."""
+    """Redact free text with the bundle's rules (:mod:`forensics.core.redact`), ``secrets`` as known literals."""
     red = Redactor()
     red.literals |= {x for x in secrets or () if len(x) >= 4}
     return red.learn_text(text).text(text)
@@ -586,7 +586,7 @@ def read_section(path: str | Path) -> dict[str, Any]:
 
     ``forensics.knobs.report.bundle_section`` returns exactly this shape.
     """
-    from forensics.inputs import read_json  # noqa: PLC0415 - a FIFO, a directory or bad JSON: one line
+    from forensics.runtime.inputs import read_json  # noqa: PLC0415 - a FIFO, a directory or bad JSON: one line
 
     path = Path(path)
     data = read_json(path, what="section file")

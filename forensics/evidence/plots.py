@@ -26,7 +26,7 @@ def plot_launches(launches: pd.DataFrame, path: str | Path, title: str, device: 
         what = "implementation-op execution (an op that calls oneDNN or oneMKL)" if device == "cpu" else "kernel launch"
         return None, f"no {what} was attributed to the site: nothing to plot"
     from forensics.judge.arm_evidence import kernel_family  # noqa: PLC0415
-    from parsers.demangle import short_name  # noqa: PLC0415
+    from forensics.core.demangle import short_name  # noqa: PLC0415
 
     names = [str(k) for k in dict.fromkeys(launches["kernel"].astype(str))]
     colours = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(names)}

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forensics import __version__
-from forensics.site import parse_site, split_label
+from forensics.core.site import parse_site, split_label
 
 #: cuBLASLt type tokens -> torch dtype names.
 LT_TO_TORCH = {"R_32F": "float32", "R_16F": "float16", "R_16BF": "bfloat16", "R_64F": "float64",
@@ -117,7 +117,7 @@ def _str(v: Any) -> str | None:
 
 def repro_knobs(env: dict[str, str]) -> dict[str, str]:
     """The knobs a repro sets: determinism-relevant variables, no instrument settings, no secrets."""
-    from forensics.capture.environment import REDACTED, is_secret_name, relevant_env  # noqa: PLC0415
+    from forensics.core.environment import REDACTED, is_secret_name, relevant_env  # noqa: PLC0415
 
     kept = relevant_env(env)
     return {k: v for k, v in kept.items()

@@ -29,10 +29,10 @@ import pandas as pd
 
 from forensics.capture.directory import Capture, InstrumentFile, load_capture
 from forensics import instruments as reg
-from forensics.errors import BadInput, doing
-from forensics.kernel_names import AUXILIARY, describe_kernel, kernel_keys
-from forensics.model import LAUNCH_COLUMNS, conform, empty_frame
-from forensics.site import parse_site_or_occurrence, split_label
+from forensics.core.errors import BadInput, doing
+from forensics.core.kernel_names import AUXILIARY, describe_kernel, kernel_keys
+from forensics.core.model import LAUNCH_COLUMNS, conform, empty_frame
+from forensics.core.site import parse_site_or_occurrence, split_label
 from forensics.judge.verdicts import CONFLICT, identity_verdict
 
 NAMED, DISAGREE, SINGLE = "NAMED", "DISAGREE", "SINGLE-SOURCE"
@@ -256,7 +256,7 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
 
 
 def kernel_key(launches: pd.DataFrame) -> pd.Series:
-    """The identity a kernel is counted under (:func:`forensics.kernel_names.kernel_keys`): its
+    """The identity a kernel is counted under (:func:`forensics.core.kernel_names.kernel_keys`): its
     mangled symbol wherever some reader gives it, demangled text for display only."""
     return pd.Series(kernel_keys(launches), index=launches.index, dtype="string")
 
@@ -492,7 +492,7 @@ def _groups(launches: pd.DataFrame, role: Any) -> list[list[int]]:
     return groups
 
 
-#: What the identity check reads of a cuBLAS/cuBLASLt call (forensics.kernel_names.check_call).
+#: What the identity check reads of a cuBLAS/cuBLASLt call (forensics.core.kernel_names.check_call).
 IDENTITY_CALL_COLUMNS = ("function", "a_type", "b_type", "transa", "transb", "a_order", "b_order", "m", "n", "k",
                          "batch_count", "num_splits_k")
 

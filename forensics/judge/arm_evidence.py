@@ -16,9 +16,9 @@ import pandas as pd
 from forensics.capture.directory import Capture, load_capture
 from forensics import instruments
 from forensics.capture.environment import check_environment
-from forensics.errors import BadInput
-from forensics.inputs import read_json
-from forensics.kernel_names import kernel_family  # noqa: F401  (re-exported: verdicts, bundle, plots)
+from forensics.core.errors import BadInput
+from forensics.runtime.inputs import read_json
+from forensics.core.kernel_names import kernel_family  # noqa: F401  (re-exported: verdicts, bundle, plots)
 
 #: Launch sources in order of preference for "which kernel ran": the registry's launch counters in
 #: order (one CUPTI-family instrument, else ncu; CPU instruments where the registry has them).

@@ -34,7 +34,7 @@ from typing import Any
 
 import pandas as pd
 
-from forensics.cpu_ops import LIBRARY
+from forensics.core.cpu_ops import LIBRARY
 
 
 # --------------------------------------------------------------------------- attribution

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from forensics import instruments
-from forensics.console import make_console, print_fitted_table
+from forensics.runtime.console import make_console, print_fitted_table
 from forensics.judge.analysis import CONFLICT, NAMED, Analysis
 
 #: Files listed as "not recognised: why" on the terminal (all of them in analysis.json and report.md).
@@ -214,10 +214,10 @@ def write_outputs(an: Analysis, out_dir: Path) -> list[Path]:
     """Write analysis.json and report.md into ``out_dir``, or ``out_dir-2``, ``-3``... when it holds anything.
 
     Never overwrites an earlier analysis (or anything else): the directory is claimed for this
-    run (:func:`forensics.atomic.fresh_dir`) and each file appears whole or not at all.
+    run (:func:`forensics.runtime.atomic.fresh_dir`) and each file appears whole or not at all.
     """
-    from forensics.atomic import fresh_dir, release_dir, write_atomic  # noqa: PLC0415
-    from forensics.errors import doing  # noqa: PLC0415
+    from forensics.runtime.atomic import fresh_dir, release_dir, write_atomic  # noqa: PLC0415
+    from forensics.core.errors import doing  # noqa: PLC0415
 
     with doing(f"rendering the analysis of {an.capture.root}"):
         texts = {"analysis.json": json.dumps(an.to_json(), indent=1, default=str) + "\n",

@@ -23,9 +23,9 @@ from typing import Any
 import pandas as pd
 
 from forensics.capture.directory import Capture, InstrumentFile, load_capture
-from forensics.errors import BadInput, doing
+from forensics.core.errors import BadInput, doing
 from forensics.judge.analysis import KEYS, Analysis, analyze, file_rank, manifest_digest, no_launch_message
-from forensics.parallel import available_cores, rank_span, run_groups, shard_outputs, workers_for  # noqa: F401 (available_cores: API)
+from forensics.runtime.parallel import available_cores, rank_span, run_groups, shard_outputs, workers_for  # noqa: F401 (available_cores: API)
 
 #: Most ranks one worker task analyses at once (bounds a worker's memory).
 RANKS_PER_TASK = 8
@@ -228,7 +228,7 @@ def _part_from_json(path: Path, data: Any, cap: Capture) -> tuple[Part, str | No
 
 def merge_shards(capture: str | Path, where: Path, site: str | None = None) -> Analysis:
     """Merge shards' ``analysis.json`` files into the analysis of the whole capture."""
-    from forensics.inputs import read_json  # noqa: PLC0415
+    from forensics.runtime.inputs import read_json  # noqa: PLC0415
 
     cap = load_capture(capture)
     parts: list[Part] = []

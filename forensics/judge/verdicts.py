@@ -22,9 +22,9 @@ import pandas as pd
 
 from forensics.judge.arm_evidence import ALGO_COLUMNS, Evidence, from_analysis, kernel_family, load_evidence, missing
 from forensics.capture.directory import Capture
-from forensics.capture.environment import RELEVANT_PREFIXES
+from forensics.core.environment import RELEVANT_PREFIXES
 from forensics.capture.exits import arm_crash
-from forensics.site import Occurrence, parse_site, parse_site_or_occurrence, split_label
+from forensics.core.site import Occurrence, parse_site, parse_site_or_occurrence, split_label
 
 IDENTICAL = "IDENTICAL"
 NO_DIFFERENCE_SEEN = "NO DIFFERENCE SEEN"
@@ -66,7 +66,7 @@ CONFLICT = "CONFLICT"
 def _field_summary(checks: list) -> dict[str, Any]:
     """Fields by outcome over every (launch, call) pair of one scope: a field is a conflict when
     any pair conflicts, consistent when some pair checked it and none conflicts, else unchecked."""
-    from forensics.kernel_names import CONFLICTS, CONSISTENT  # noqa: PLC0415
+    from forensics.core.kernel_names import CONFLICTS, CONSISTENT  # noqa: PLC0415
 
     order: list[str] = []
     by: dict[str, list] = {}
@@ -92,7 +92,7 @@ def _field_summary(checks: list) -> dict[str, Any]:
 def _launch_checks(launches: dict[str, list[dict]]) -> list:
     """Two launch counters (CUPTI family, ncu) on one kernel symbol: their grids and blocks, as
     multisets over the scope's launches, must be the same."""
-    from forensics.kernel_names import CONFLICTS, CONSISTENT, UNCHECKED, FieldCheck  # noqa: PLC0415
+    from forensics.core.kernel_names import CONFLICTS, CONSISTENT, UNCHECKED, FieldCheck  # noqa: PLC0415
 
     out = []
     fams = [f for f, rows in launches.items() if rows]
@@ -122,18 +122,18 @@ def identity_verdict(verdict: str, reason: str, kernel: str, launches: dict[str,
     WHO ran. ``verdict``/``reason`` come from the count rule; ``launches`` are each launch family's
     rows of this kernel in this scope; ``calls`` each call log's (launch, [call rows]) pairs.
 
-    Every field both instruments carry is compared (:func:`forensics.kernel_names.check_call`
+    Every field both instruments carry is compared (:func:`forensics.core.kernel_names.check_call`
     for a cuBLAS/cuBLASLt call against the kernel's name and grid;
-    :func:`forensics.cpu_ops.check_op` for a oneDNN/oneMKL call against the profiler's op;
+    :func:`forensics.core.cpu_ops.check_op` for a oneDNN/oneMKL call against the profiler's op;
     grid and block between two launch counters). A NAMED verdict with any field in conflict
     becomes CONFLICT, its reason naming each field with both values. Returns
     ``(verdict, reason, {"checked": [...], "unchecked": [...], "conflicts": [...]})``; the reason
     of a NAMED verdict ends with what was checked and what could not be.
     """
     from forensics import instruments as reg  # noqa: PLC0415
-    from forensics.cpu_ops import check_op  # noqa: PLC0415
+    from forensics.core.cpu_ops import check_op  # noqa: PLC0415
     from forensics.judge.analysis import NAMED  # noqa: PLC0415
-    from forensics.kernel_names import check_call  # noqa: PLC0415
+    from forensics.core.kernel_names import check_call  # noqa: PLC0415
 
     checks = _launch_checks(launches)
     for inst_name, pairs in calls.items():

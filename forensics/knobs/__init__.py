@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.knobs.cache import ResultCache, StatKey
 from forensics.knobs.elf_scan import CANNOT_TELL, CONTAINS, UNREADABLE, ElfFileResult, is_shared_library_name, scan_elf_file
 from forensics.knobs.python_scan import (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 
 READ_TIMES = ("import", "construct", "init", "cuda_init", "handle", "call", "unknown")
 CERTAINTIES = ("doc", "real", "inferred", "uncertain")

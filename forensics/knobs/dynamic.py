@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput, Unavailable
+from forensics.core.errors import BadInput, Unavailable
 from forensics.knobs.catalog import KnobEntry
 
 #: imports after which an import-time knob is too late (the module may read it when imported)

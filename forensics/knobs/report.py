@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 from rich.console import Console
 
-from forensics.console import make_console
+from forensics.runtime.console import make_console
 from rich.table import Table
 from rich.text import Text
 

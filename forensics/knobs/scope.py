@@ -25,7 +25,7 @@ from forensics.knobs import StaticScan
 from forensics.knobs.catalog import KnobEntry, load_catalog
 from forensics.knobs.elf_scan import CANNOT_TELL, CONTAINS, ElfFileResult
 from forensics.knobs.python_scan import READ, UNRESOLVED, WRITE
-from forensics.site import Occurrence, Site
+from forensics.core.site import Occurrence, Site
 
 ON_PATH, NOT_ON_PATH, UNKNOWN = "ON PATH", "NOT ON PATH", "UNKNOWN"
 CANNOT_TELL_STATICALLY = "CANNOT TELL STATICALLY"

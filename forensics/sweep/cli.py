@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forensics.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
 
 def exit_code(verdicts: list[str]) -> int:
@@ -19,7 +19,7 @@ def exit_code(verdicts: list[str]) -> int:
 
 def run_and_print(prog: str, site: str, command: list[str], rows: str, *, quiet: bool = False, **kw: Any) -> int:
     """Run the sweep and print it; refusals are one line (exit 2: the site cannot be swept; 1: it never ran)."""
-    from forensics.console import make_console  # noqa: PLC0415
+    from forensics.runtime.console import make_console  # noqa: PLC0415
     from forensics.sweep import run as sweep  # noqa: PLC0415
     from forensics.sweep.rows import NotBatchable  # noqa: PLC0415
     from forensics.sweep.table import print_table  # noqa: PLC0415

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forensics.errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from forensics.core.errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
 #: Knobs that set the intra-op thread count: the replay must not pin it in their arms.
 THREAD_KNOBS = {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_DOMAIN_NUM_THREADS", "MKL_DYNAMIC"}
@@ -64,7 +64,7 @@ def knob_lines(name: str, res: Any) -> list[str]:
 
 
 def run_and_print(name: str, site: str, values: list[str], command: list[str], rows: str, **kw: Any) -> int:
-    from forensics.console import make_console  # noqa: PLC0415
+    from forensics.runtime.console import make_console  # noqa: PLC0415
     from forensics.sweep import run as sweep  # noqa: PLC0415
     from forensics.sweep.cli import print_summary  # noqa: PLC0415
     from forensics.sweep.rows import NotBatchable  # noqa: PLC0415

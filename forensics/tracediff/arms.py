@@ -87,7 +87,7 @@ class RunDifferences:
 
 
 def _hidden(k: KnobDifference) -> bool:
-    from forensics.redact import REDACTED  # noqa: PLC0415
+    from forensics.core.redact import REDACTED  # noqa: PLC0415
 
     return any(v is not None and REDACTED in v for v in (k.a, k.b))
 

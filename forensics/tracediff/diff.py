@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput, BadSite
-from forensics.site import parse_site
+from forensics.core.errors import BadInput, BadSite
+from forensics.core.site import parse_site
 from forensics.tracediff.compare import compare_tensor, compare_tensors  # noqa: F401 (library API)
 from forensics.tracediff.traces import TraceRecord
 from forensics.tracediff.verdicts import (  # noqa: F401 (re-exported: the differ's public names)

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput, BadSite
-from forensics.site import OP_NAMESPACES, parse_site, site_for_record  # noqa: F401 (OP_NAMESPACES re-exported)
+from forensics.core.errors import BadInput, BadSite
+from forensics.core.site import OP_NAMESPACES, parse_site, site_for_record  # noqa: F401 (OP_NAMESPACES re-exported)
 
 
 @dataclass
@@ -91,7 +91,7 @@ def gemm_layout_from_strides(mat1: tuple[Any, Any], mat2: tuple[Any, Any]) -> st
 
 
 def site_for_name(name: str, gemm: dict | None = None) -> str | None:
-    """The site a record name maps to, or None: :func:`forensics.site.site_for_record`, the same
+    """The site a record name maps to, or None: :func:`forensics.core.site.site_for_record`, the same
     mapping ``forensics diff`` and ``forensics kernel --site`` use."""
     return site_for_record(name, gemm)
 
@@ -108,7 +108,7 @@ def _load(path: Path) -> dict[str, Any]:
         raise BadInput(path, f"cannot read report: {e}") from None
     if not text.strip():
         raise BadInput(path, "empty report file")
-    from forensics.inputs import loads_json  # noqa: PLC0415
+    from forensics.runtime.inputs import loads_json  # noqa: PLC0415
 
     obj = loads_json(text, path)  # truncated, trailing data or malformed: said as such, with the line
     if not isinstance(obj, dict):

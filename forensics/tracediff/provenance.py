@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.compare import EXACT_ENTRIES
 from forensics.tracediff.traces import TensorDigest, TraceRecord
 

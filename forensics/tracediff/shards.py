@@ -2,7 +2,7 @@
 
 A rank's first divergence reads that rank's two files only; the cross-rank part (the pattern, the
 site, the next command) reads every rank's result. So ranks are walked in groups of
-:data:`RANKS_PER_TASK` in worker processes (:func:`forensics.parallel.run_groups`), their
+:data:`RANKS_PER_TASK` in worker processes (:func:`forensics.runtime.parallel.run_groups`), their
 :class:`~forensics.tracediff.verdicts.RankResult` objects come back, and the cross-rank part runs
 once over all of them (:func:`forensics.tracediff.diff.finish_report`): the report is the one a
 single process writes. A worker holds one rank's window at a time; the parent holds the results.
@@ -17,8 +17,8 @@ import gc
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput, doing
-from forensics.parallel import rank_span, run_groups, shard_outputs, workers_for
+from forensics.core.errors import BadInput, doing
+from forensics.runtime.parallel import rank_span, run_groups, shard_outputs, workers_for
 from forensics.tracediff.diff import (
     REPORT_SCHEMA,
     WINDOW,
@@ -134,7 +134,7 @@ def shard_reports(where: Path) -> list[Path]:
 
 def merge_reports(path_a: Path, path_b: Path, where: Path, fmt: str = "auto") -> DiffReport:
     """The report of the whole from shards' reports (same traces, same window, disjoint ranks)."""
-    from forensics.inputs import read_json  # noqa: PLC0415
+    from forensics.runtime.inputs import read_json  # noqa: PLC0415
 
     path_a, path_b = Path(path_a), Path(path_b)
     fmt, reader = resolve_reader(path_a, path_b, fmt)

@@ -20,7 +20,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from forensics.site import site_for_record
+from forensics.core.site import site_for_record
 from forensics.tracediff.compare import DIFFER, EQUAL, EXACT_ENTRIES, LAYOUTS_DIFFER, SCREEN, UNOBSERVED, UNPROVEN, ListTest
 from forensics.tracediff.traces import TensorDigest, TraceRecord
 
@@ -175,7 +175,7 @@ class RankResult:
 # --------------------------------------------------------------------------- naming
 
 def site_of(rec: TraceRecord) -> str | None:
-    """The site a record names (:func:`forensics.site.site_for_record`); semantic boundaries
+    """The site a record names (:func:`forensics.core.site.site_for_record`); semantic boundaries
     (collectives, optimizer, backward markers) name none unless they carry GEMM meta."""
     gemm = rec.extra.get("gemm") if isinstance(rec.extra, dict) else None
     if rec.kind in SEMANTIC_KINDS and not gemm:

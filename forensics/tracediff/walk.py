@@ -30,7 +30,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.align import edit_script
 from forensics.tracediff.compare import DIFFER, EQUAL, UNOBSERVED, UNPROVEN, ListTest, compare_tensors, lists_equal
 from forensics.tracediff.provenance import input_sources

@@ -120,7 +120,7 @@ class Trace:
 class Reader:
     name: str
     detect: Callable[[Path], bool]  # cheap check: does this path look like my format?
-    read: Callable[[Path], Trace]  # raises forensics.errors.BadInput with file:line
+    read: Callable[[Path], Trace]  # raises forensics.core.errors.BadInput with file:line
     iter_ranks: Callable[[Path], Iterator[tuple[int, Iterator[TraceRecord]]]] | None = None
     #: optional: the run info (``Trace.run_info``) without reading records; lets the differ stream
     run_info: Callable[[Path], dict[str, Any]] | None = None

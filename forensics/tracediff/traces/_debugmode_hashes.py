@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.traces import TensorDigest, TraceRecord
 
 HEADER = re.compile(r"^Total captured tensor hash ops: (\d+)$")

@@ -37,7 +37,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from forensics.errors import BadInput, Unavailable
+from forensics.core.errors import BadInput, Unavailable
 from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
 
 FORMAT = "debugmode"
@@ -451,7 +451,7 @@ def _rank_of(path: Path, default: int = 0) -> int:
 
 def _line_json(line: str, path: Path, no: int) -> Any:
     """Strict JSON (no NaN/Infinity: the dump writes a non-finite norm as text), nesting bounded."""
-    from forensics.inputs import loads_json  # noqa: PLC0415
+    from forensics.runtime.inputs import loads_json  # noqa: PLC0415
 
     try:
         return loads_json(line, path, no)

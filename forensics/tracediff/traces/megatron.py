@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
 
 FORMAT = "megatron"

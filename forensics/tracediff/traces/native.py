@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.traces import (
     EVIDENCE_LEVELS,
     RankStream,

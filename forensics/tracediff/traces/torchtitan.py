@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
 
 FORMAT = "torchtitan"

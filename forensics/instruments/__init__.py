@@ -7,7 +7,7 @@ files, the file-name patterns the capture loader recognises, and what it can nam
 
 Roles:
 
-* :data:`LAUNCHES` a launch counter: its reader returns a launch frame (``forensics.model.
+* :data:`LAUNCHES` a launch counter: its reader returns a launch frame (``forensics.core.model.
   LAUNCH_COLUMNS``), one row per kernel launch (on the CPU backend: one row per implementation
   op below the dispatcher, which plays the kernel's part).
 * :data:`CALLS` a library call log: its reader returns one row per library call. The log names
@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.cpu_ops import mkl_launch_role, onednn_launch_role
-from forensics.kernel_names import cublas_launch_role
+from forensics.core.cpu_ops import mkl_launch_role, onednn_launch_role
+from forensics.core.kernel_names import cublas_launch_role
 
 LAUNCHES, CALLS, CONTEXT, UNREAD = "launches", "calls", "context", "unread"
 CUDA, CPU = "cuda", "cpu"

@@ -1,9 +1,9 @@
 """Internal errors: one line for the user, the traceback in a file, exit 70 (EX_SOFTWARE).
 
-An exception that is not a :class:`forensics.errors.ForensicsError` is a bug in forensics (or
+An exception that is not a :class:`forensics.core.errors.ForensicsError` is a bug in forensics (or
 in a library under it), never a finding: the CLI prints one line naming the command, what it
-was doing (the innermost :func:`forensics.errors.doing` step, else the innermost forensics
-frame) and the file that holds the details, and exits :data:`forensics.errors.EXIT_INTERNAL`.
+was doing (the innermost :func:`forensics.core.errors.doing` step, else the innermost forensics
+frame) and the file that holds the details, and exits :data:`forensics.core.errors.EXIT_INTERNAL`.
 
 Details go to ``$FORENSICS_CRASH_DIR``, else ``$XDG_STATE_HOME/forensics/crashes`` (default
 ``~/.local/state/forensics/crashes``), else the system temporary directory: never into a
@@ -21,7 +21,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from forensics.errors import DOING_ATTR
+from forensics.core.errors import DOING_ATTR
 
 _OWN_PACKAGES = ("forensics", "parsers", "probes")
 MAX_MESSAGE = 240
@@ -73,7 +73,7 @@ def _details(exc: BaseException, command: str, argv: list[str]) -> str:
     from forensics import __version__  # noqa: PLC0415
 
     try:
-        from forensics.redact import redact_argv  # noqa: PLC0415
+        from forensics.core.redact import redact_argv  # noqa: PLC0415
 
         shown = redact_argv(["forensics", *argv])
     except Exception:  # noqa: BLE001 - the details must be written even if redaction itself is broken

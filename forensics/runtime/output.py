@@ -2,7 +2,7 @@
 
 - ``--json -`` means stdout, for every command that has ``--json``;
 - a path the user names (``--out``, ``--json FILE``, ``bundle -o``) that already exists is refused
-  before anything runs: one line naming it, exit 3 (:class:`forensics.atomic.OutputExists`),
+  before anything runs: one line naming it, exit 3 (:class:`forensics.runtime.atomic.OutputExists`),
   unless ``--force``, which replaces it; only when the command succeeded is the earlier output
   removed (it is set aside under a hidden name meanwhile and put back if the command fails).
   ``--force`` replaces only an earlier output of forensics (a folder holding one of the files a
@@ -23,7 +23,7 @@ from typing import Any
 
 import typer
 
-from forensics.atomic import OutputExists, exists, write_atomic
+from forensics.runtime.atomic import OutputExists, exists, write_atomic
 
 #: What ``--json`` takes to mean stdout.
 STDOUT = "-"

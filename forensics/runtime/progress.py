@@ -1,6 +1,6 @@
 """Progress of long work (many ranks), on stderr only: stdout stays the command's result.
 
-On a terminal: a rich progress bar (through :func:`forensics.console.make_console`). Off a
+On a terminal: a rich progress bar (through :func:`forensics.runtime.console.make_console`). Off a
 terminal (a log, a pipe, CI): plain whole lines, at most one every ``every`` seconds and none at
 all for work that ends sooner, so that short runs print nothing extra::
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from types import TracebackType
 
-from forensics.console import is_terminal, make_console
+from forensics.runtime.console import is_terminal, make_console
 
 
 class Progress:

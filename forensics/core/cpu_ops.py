@@ -3,7 +3,7 @@
 On the CPU backend the torch.profiler plays CUPTI's part and an *implementation op* (the aten op
 that calls into a library: ``aten::mkldnn_convolution``, ``aten::_slow_conv2d_forward``,
 ``aten::mm``) plays the kernel's. A library's verbose log can confirm only the ops that call that
-library, as the cuBLASLt log confirms only cuBLAS GEMM kernels (:mod:`forensics.kernel_names`).
+library, as the cuBLASLt log confirms only cuBLAS GEMM kernels (:mod:`forensics.core.kernel_names`).
 The tables follow PyTorch's CPU sources (aten/src/ATen/native): the thnn convolution
 (``slow_conv2d``) and the CPU BLAS wrappers (``cpublas::gemm``, ``addmm_impl_cpu_``) call oneMKL
 in the PyPI wheel; every ``mkldnn_*`` op calls oneDNN; ``mm``/``addmm``/``bmm``/``linear`` may
@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from forensics.kernel_names import CONFLICTS, CONSISTENT, PRIMARY, UNCHECKED, FieldCheck
+from forensics.core.kernel_names import CONFLICTS, CONSISTENT, PRIMARY, UNCHECKED, FieldCheck
 
 #: Ops whose CPU kernels call oneMKL (BLAS) in the PyPI wheel.
 MKL_OPS = frozenset({
@@ -98,7 +98,7 @@ def call_kind(call: dict, instrument: str) -> str | None:
 _MAY_ISSUE = {("gemm", "gemm"), ("convolution", "convolution"), ("convolution", "gemm")}
 
 
-#: The profiler's ``Input type`` words -> canonical precision (forensics.kernel_names.PRECISION words).
+#: The profiler's ``Input type`` words -> canonical precision (forensics.core.kernel_names.PRECISION words).
 _PROFILER_TYPE = {"float": "fp32", "double": "fp64", "c10::Half": "fp16", "c10::BFloat16": "bf16",
                   "c10::complex<float>": "complex64", "c10::complex<double>": "complex128"}
 _MKL_LETTER = {"S": "fp32", "D": "fp64", "C": "complex64", "Z": "complex128", "H": "fp16", "B": "bf16"}

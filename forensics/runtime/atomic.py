@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from forensics.errors import EXIT_UNAVAILABLE, ForensicsError
+from forensics.core.errors import EXIT_UNAVAILABLE, ForensicsError
 
 #: Name of the marker that claims an existing empty output directory for one run.
 CLAIM_MARKER = ".forensics-claim"

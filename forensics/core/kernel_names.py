@@ -509,6 +509,6 @@ def _family(name: str) -> str:
     m = re.search(r"([a-z]+)_([a-z]*gemm)", low)
     if m:
         return f"{m.group(1)}_{m.group(2)}"
-    from parsers.demangle import short_name  # noqa: PLC0415
+    from forensics.core.demangle import short_name  # noqa: PLC0415
 
     return short_name(name) or "unknown"

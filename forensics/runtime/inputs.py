@@ -1,4 +1,4 @@
-"""Reading input files defensively: one :class:`~forensics.errors.BadInput` line, never a hang or a traceback.
+"""Reading input files defensively: one :class:`~forensics.core.errors.BadInput` line, never a hang or a traceback.
 
 * :func:`regular_file` refuses what would hang or mislead a reader: a FIFO (``open`` blocks
   forever), a socket, a device, a directory, a symbolic-link loop, a missing file.
@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput
+from forensics.core.errors import BadInput
 
 #: Deepest JSON nesting accepted (real instrument records nest a few levels).
 MAX_JSON_DEPTH = 64

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from forensics.instruments import INSTRUMENTS
 
 #: Instrument -> family (independence group); derived from the registry, forensics.instruments.
-FAMILY = {i.name: i.family for i in INSTRUMENTS if i.family}
 
 #: Launch frame: one row per kernel launch seen by one instrument.
 LAUNCH_COLUMNS: dict[str, str] = {

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from forensics.errors import BadSite
+from forensics.core.errors import BadSite
 
 GEMM_LAYOUTS = ("NN", "NT", "TN", "TT")
 _EXAMPLES = "e.g. gemm:NT:acc0:grad1, index_add:acc1:grad0, aten.mm.default, gemm:NT:acc0:grad1#3"

@@ -2,8 +2,8 @@
 
 Python's :class:`concurrent.futures.ProcessPoolExecutor` with the ``spawn`` start method (no fork
 of a process that may hold threads: pyarrow's, rich's), one task per group of ranks, results
-returned in task order, progress on stderr (:mod:`forensics.progress`). A
-:class:`~forensics.errors.ForensicsError` raised in a worker (bad input naming a file and line)
+returned in task order, progress on stderr (:mod:`forensics.runtime.progress`). A
+:class:`~forensics.core.errors.ForensicsError` raised in a worker (bad input naming a file and line)
 is raised again here as the same one-line error; any other exception is an internal error whose
 worker traceback is kept as its cause.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import BadInput, ForensicsError
+from forensics.core.errors import BadInput, ForensicsError
 
 
 def available_cores() -> int:
@@ -46,7 +46,7 @@ class _Failure:
     def raise_again(self) -> None:
         if self.name == "BadInput" and self.path is not None and self.message is not None:
             raise BadInput(self.path, self.message, self.line)
-        from forensics import errors  # noqa: PLC0415
+        from forensics.core import errors  # noqa: PLC0415
 
         cls = getattr(errors, self.name, None)
         if isinstance(cls, type) and issubclass(cls, ForensicsError) and cls is not BadInput:
@@ -66,7 +66,7 @@ def run_groups(fn: Callable[..., Any], tasks: Sequence[tuple], sizes: Sequence[i
                unit: str = "ranks", progress: bool = True) -> list[Any]:
     """``[fn(*task) for task in tasks]`` in ``jobs`` worker processes (``fn`` importable at module
     level); ``sizes`` (ranks per task) drive the progress line. Results in task order."""
-    from forensics.progress import Progress  # noqa: PLC0415
+    from forensics.runtime.progress import Progress  # noqa: PLC0415
 
     results: list[Any] = [None] * len(tasks)
     ctx = multiprocessing.get_context("spawn")

@@ -1,0 +1,2 @@
+"""Process plumbing every stage uses: atomic writes, console, progress, crash reports, parallel
+shards, input decoding, the output contract. Imports only :mod:`forensics.core`."""
