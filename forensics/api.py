@@ -150,7 +150,7 @@ def analyze(path: PathLike, site: str | None = None, *, ranks: str | None = None
     from forensics.judge.shards import analyze_ranks  # noqa: PLC0415
 
     if site:  # as the command: a site the capture never recorded raises UnknownName (exit 2)
-        from forensics.suggest import check_site_in_capture  # noqa: PLC0415
+        from forensics.commands.suggest import check_site_in_capture  # noqa: PLC0415
 
         check_site_in_capture(path, site)
     return AnalysisResult(analyze_ranks(path, site=site, keep_going=keep_going, jobs=jobs, ranks=ranks, shard=shard))
@@ -307,7 +307,7 @@ def compare(path: PathLike, site: str | None = None, *, force: bool = False) -> 
     from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report  # noqa: PLC0415
 
     if site:
-        from forensics.suggest import check_site_in_capture  # noqa: PLC0415
+        from forensics.commands.suggest import check_site_in_capture  # noqa: PLC0415
 
         check_site_in_capture(path, site)
     ev = load_evidence(path)
@@ -353,13 +353,13 @@ def knob(name: str, site: str | None = None, *, paths: list[PathLike] | None = N
          use_cache: bool = True, workers: int | None = None, uncatalogued: bool = False) -> KnobResult:
     """Static scope of an environment knob as ``forensics knob NAME [--site S]`` computes it
     (default paths: this Python's site-packages). A name one typo away from a catalogued knob raises
-    :class:`forensics.suggest.UnknownName` unless ``uncatalogued=True``."""
+    :class:`forensics.commands.suggest.UnknownName` unless ``uncatalogued=True``."""
     from forensics.knobs import check_knob_name, scan  # noqa: PLC0415
     from forensics.knobs.catalog import load_catalog, lookup  # noqa: PLC0415
     from forensics.knobs.report import KnobReport  # noqa: PLC0415
     from forensics.knobs.scope import assess, choose_device  # noqa: PLC0415
     from forensics.core.site import parse_site_or_occurrence  # noqa: PLC0415
-    from forensics.suggest import check_knob_typo  # noqa: PLC0415
+    from forensics.commands.suggest import check_knob_typo  # noqa: PLC0415
 
     check_knob_name(name)
     if not uncatalogued:
@@ -380,7 +380,7 @@ def knob(name: str, site: str | None = None, *, paths: list[PathLike] | None = N
 # --------------------------------------------------------------------------- helpers
 
 def _check_site(site: str) -> None:
-    from forensics.suggest import check_site_text  # noqa: PLC0415
+    from forensics.commands.suggest import check_site_text  # noqa: PLC0415
 
     check_site_text(site)
 

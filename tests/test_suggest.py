@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from forensics import suggest
+from forensics.commands import suggest
 from forensics.cli import main
 from forensics.core.errors import BadSite
 

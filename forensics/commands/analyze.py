@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         from forensics.judge.shards import analyze_ranks, merge_shards
 
         if site:  # a site the capture never recorded: exit 2 with a did-you-mean, not "nothing NAMED"
-            from forensics.suggest import check_site_in_capture
+            from forensics.commands.suggest import check_site_in_capture
 
             check_site_in_capture(capture_dir, site)
         from forensics.runtime.output import replacing

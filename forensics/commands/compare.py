@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report, toggle_text
 
         if site:  # a site the capture never recorded: exit 2 with a did-you-mean, not "nothing NAMED"
-            from forensics.suggest import check_site_in_capture
+            from forensics.commands.suggest import check_site_in_capture
 
             check_site_in_capture(capture_dir, site)
         # --force means "diff NOT COMPARABLE arms" here (older than the output rule): an existing --json

@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from forensics.capture.passes import (default_instruments, describe_plan, discover_tools, parse_toggle,
                                               plan_passes, resolve_device)
         from forensics.core.site import parse_site_or_occurrence
-        from forensics.suggest import check_site_text
+        from forensics.commands.suggest import check_site_text
 
         if from_report is not None:
             site, ranks, steps, command, found = _from_report(from_report, site, ranks, steps, command)

@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from forensics.knobs import check_knob_name, scan  # noqa: PLC0415
         from forensics.knobs.catalog import load_catalog, lookup  # noqa: PLC0415
-        from forensics.suggest import check_knob_typo, check_site_text  # noqa: PLC0415
+        from forensics.commands.suggest import check_knob_typo, check_site_text  # noqa: PLC0415
         from forensics.knobs.dynamic import IN_TIME_NOTE, late_assignments, run_dynamic, script_of  # noqa: PLC0415
         from forensics.knobs.report import KnobReport, knob_json, render  # noqa: PLC0415
         from forensics.knobs.scope import DEVICES, assess, choose_device  # noqa: PLC0415
