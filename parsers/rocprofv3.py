@@ -1,0 +1,230 @@
+"""rocprofv3 kernel traces (``rocprofv3 --kernel-trace --output-format csv``) -> a launch frame.
+
+rocprofv3 (ROCprofiler-SDK) is AMD's counterpart of CUPTI: one row per kernel dispatch, with the
+kernel's name, its workgroup and grid sizes, the dispatch's correlation id, queue and stream, and
+GPU start/end timestamps. Its CSV header changed between releases; every version seen in public
+output is in :data:`HEADER_VERSIONS` (tests/fixtures/amd/PROVENANCE.md says where each was seen).
+Columns are matched by name, case-insensitively (``rocpd convert`` writes ``Lds_Block_Size`` where
+rocprofv3 wrote ``LDS_Block_Size``); unknown columns are kept, a missing required one is bad input.
+
+``Grid_Size_*`` is the HSA dispatch's grid in **work-items**, not in workgroups: the launch frame's
+``grid`` is the number of workgroups per dimension (``ceil(grid / workgroup)``), CUDA's meaning of
+a grid, and the work-item sizes are kept as ``grid_size``. ``Agent_Id`` is printed as ``2`` or
+``"Agent 2"`` (rocprofv3's ``--agent-index``: an agent index, not a HIP device ordinal); its number
+is ``device_id`` and its text ``agent``. The kernel trace has no process id: a file named
+``<pid>_kernel_trace.csv`` (rocprofv3's default) gives it.
+
+Not read here (docs/amd.md): the ``*_results.db`` SQLite database (rocpd, the default output from
+ROCm 7.0; ``rocpd2csv`` converts it to the CSV read here) and the JSON/Perfetto outputs, for want
+of a real file to test against.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Sequence
+from os import PathLike
+from pathlib import Path
+
+import pandas as pd
+
+from forensics.core.demangle import short_name
+from forensics.core.errors import BadInput
+from forensics.core.model import LAUNCH_COLUMNS, conform, dim3, empty_frame
+
+from ._text import iter_line_chunks, preview, sniff_foreign
+
+WHAT = "rocprofv3 kernel trace CSV"
+INSTRUMENT = "rocprofv3"
+
+#: Header versions seen in public rocprofv3 output, oldest first: (name, columns as printed).
+HEADER_VERSIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("rocprofv3 2024-07 (no Thread_Id, Dispatch_Id)", (
+        "Kind", "Agent_Id", "Queue_Id", "Kernel_Id", "Kernel_Name", "Correlation_Id", "Start_Timestamp",
+        "End_Timestamp", "Private_Segment_Size", "Group_Segment_Size", "Workgroup_Size_X", "Workgroup_Size_Y",
+        "Workgroup_Size_Z", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z")),
+    ("rocprofv3 2024-08 (+ Thread_Id, Dispatch_Id)", (
+        "Kind", "Agent_Id", "Queue_Id", "Thread_Id", "Dispatch_Id", "Kernel_Id", "Kernel_Name", "Correlation_Id",
+        "Start_Timestamp", "End_Timestamp", "Private_Segment_Size", "Group_Segment_Size", "Workgroup_Size_X",
+        "Workgroup_Size_Y", "Workgroup_Size_Z", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z")),
+    ("rocprofv3 2024-09+ (+ Stream_Id)", (
+        "Kind", "Agent_Id", "Queue_Id", "Stream_Id", "Thread_Id", "Dispatch_Id", "Kernel_Id", "Kernel_Name",
+        "Correlation_Id", "Start_Timestamp", "End_Timestamp", "Private_Segment_Size", "Group_Segment_Size",
+        "Workgroup_Size_X", "Workgroup_Size_Y", "Workgroup_Size_Z", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z")),
+    ("rocprofv3 ROCm 6.4+ (LDS_Block_Size, Scratch_Size, register counts)", (
+        "Kind", "Agent_Id", "Queue_Id", "Stream_Id", "Thread_Id", "Dispatch_Id", "Kernel_Id", "Kernel_Name",
+        "Correlation_Id", "Start_Timestamp", "End_Timestamp", "LDS_Block_Size", "Scratch_Size", "VGPR_Count",
+        "Accum_VGPR_Count", "SGPR_Count", "Workgroup_Size_X", "Workgroup_Size_Y", "Workgroup_Size_Z",
+        "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z")),
+    ("rocpd convert / rocpd2csv, ROCm 7 (+ Guid)", (
+        "Guid", "Kind", "Agent_Id", "Queue_Id", "Stream_Id", "Thread_Id", "Dispatch_Id", "Kernel_Id", "Kernel_Name",
+        "Correlation_Id", "Start_Timestamp", "End_Timestamp", "Lds_Block_Size", "Scratch_Size", "Vgpr_Count",
+        "Accum_Vgpr_Count", "Sgpr_Count", "Workgroup_Size_X", "Workgroup_Size_Y", "Workgroup_Size_Z",
+        "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z")),
+)
+
+#: Columns a launch row cannot do without (lower case).
+REQUIRED = ("kind", "kernel_name", "correlation_id", "start_timestamp", "end_timestamp",
+            "workgroup_size_x", "workgroup_size_y", "workgroup_size_z", "grid_size_x", "grid_size_y", "grid_size_z")
+#: Integer columns (lower case); a value that is not an integer is bad input naming line and column.
+INTS = ("queue_id", "stream_id", "thread_id", "dispatch_id", "kernel_id", "correlation_id", "start_timestamp",
+        "end_timestamp", "private_segment_size", "group_segment_size", "lds_block_size", "scratch_size",
+        "vgpr_count", "accum_vgpr_count", "sgpr_count", "workgroup_size_x", "workgroup_size_y", "workgroup_size_z",
+        "grid_size_x", "grid_size_y", "grid_size_z")
+_INT64_MAX = (1 << 63) - 1
+_AGENT = re.compile(r"(?:Agent\s+)?(\d+)")
+_PID_PREFIX = re.compile(r"^(\d+)_")
+
+#: Extra columns of the launch frame (after LAUNCH_COLUMNS).
+EXTRA_COLUMNS: dict[str, str] = {
+    "line": "Int64",  # 1-based line of the row in the CSV
+    "agent": "string",  # Agent_Id as printed ("Agent 2" or "2")
+    "queue_id": "Int64",
+    "thread_id": "Int64",
+    "dispatch_id": "Int64",
+    "kernel_id": "Int64",
+    "grid_size": "string",  # Grid_Size_X/Y/Z as printed: work-items, not workgroups
+    "header_version": "string",
+}
+
+
+def header_version(columns: Sequence[str]) -> str | None:
+    """The :data:`HEADER_VERSIONS` name whose columns are exactly ``columns`` (case-insensitive), else None."""
+    low = tuple(c.lower() for c in columns)
+    for name, cols in HEADER_VERSIONS:
+        if tuple(c.lower() for c in cols) == low:
+            return name
+    return None
+
+
+def _int(path: Path, lineno: int, col: str, text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise BadInput(path, f"{col}={text!r} is not an integer", line=lineno) from None
+    if not -_INT64_MAX - 1 <= v <= _INT64_MAX:
+        raise BadInput(path, f"{col}={text} is out of range (past int64)", line=lineno)
+    return v
+
+
+def _check_binary(path: Path) -> None:
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise BadInput(path, f"cannot read {WHAT}: {e.strerror or e}") from None
+    if head.startswith(b"SQLite format 3\x00"):
+        raise BadInput(path, "this is an SQLite database (rocprofv3's rocpd output, the default from ROCm 7?); "
+                             "not read yet: convert it with 'rocpd2csv -i FILE' and read the kernel_trace.csv", line=1)
+    foreign = sniff_foreign(head)
+    if foreign:
+        raise BadInput(path, f"this is {foreign}, not a {WHAT}", line=1)
+
+
+def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
+    """One launch row per ``KERNEL_DISPATCH`` row of a rocprofv3 kernel trace CSV.
+
+    ``attrs``: ``header_version`` (a :data:`HEADER_VERSIONS` name, or ``"unknown (N columns)"``),
+    ``problems`` and ``losses`` (rows of another ``Kind``, a last row without its newline).
+    Bad input (``BadInput``, file and line): not a kernel trace header, a required column missing,
+    a row with more or fewer fields than the header (a cut file), a value that is not an integer.
+    """
+    p = Path(path)
+    _check_binary(p)
+    rows: list[dict] = []
+    header: list[str] | None = None
+    index: dict[str, int] = {}
+    version = None
+    problems: list[str] = []
+    losses: list[str] = []
+    other_kinds: dict[str, int] = {}
+    pid = None
+    m = _PID_PREFIX.match(p.name)
+    if m:
+        pid = int(m.group(1))
+    for first, lines, cut_tail in iter_line_chunks(p, WHAT):
+        reader = csv.reader(lines, strict=True)
+        while True:
+            try:
+                text = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                raise BadInput(p, f"not CSV: {e}", line=first + reader.line_num - 1) from None
+            i = reader.line_num - 1
+            lineno = first + i
+            raw_line = lines[i]
+            if header is None:
+                header, index, version = _header(p, text, raw_line)
+                continue
+            if not text:
+                continue
+            if len(text) != len(header):
+                cut = " (the file is cut short?)" if cut_tail and i == len(lines) - 1 else ""
+                raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
+                               line=lineno)
+            kind = text[index["kind"]]
+            if kind != "KERNEL_DISPATCH":
+                other_kinds[kind] = other_kinds.get(kind, 0) + 1
+                continue
+            rows.append(_row(p, lineno, text, index, pid, version))
+            if cut_tail and i == len(lines) - 1:
+                problems.append(f"line {lineno}: the last row has no newline (complete: all {len(header)} fields read)")
+    if header is None:
+        raise BadInput(p, f"no header line: not a {WHAT}", line=1)
+    for kind, n in other_kinds.items():
+        losses.append(f"{n} row(s) of Kind {kind!r} are not kernel dispatches; skipped")
+    if not rows:
+        problems.append("no KERNEL_DISPATCH row: the trace holds no kernel launch")
+    df = pd.DataFrame(rows) if rows else empty_frame({**LAUNCH_COLUMNS, **EXTRA_COLUMNS})
+    df = conform(df, {**LAUNCH_COLUMNS, **EXTRA_COLUMNS})
+    df.attrs["header_version"] = version
+    df.attrs["problems"] = problems + losses
+    df.attrs["losses"] = losses
+    return df
+
+
+def _header(path: Path, fields: list[str], raw: str) -> tuple[list[str], dict[str, int], str]:
+    low = [f.strip().lower() for f in fields]
+    if "kernel_name" not in low or "kind" not in low:
+        raise BadInput(path, f"first line is not a rocprofv3 kernel trace header (no Kind, Kernel_Name): {preview(raw)}",
+                       line=1)
+    missing = [c for c in REQUIRED if c not in low]
+    if missing:
+        raise BadInput(path, "kernel trace header lacks " + ", ".join(missing), line=1)
+    dup = sorted({c for c in low if low.count(c) > 1})
+    if dup:
+        raise BadInput(path, "kernel trace header repeats " + ", ".join(dup), line=1)
+    version = header_version(fields) or f"unknown ({len(fields)} columns)"
+    return fields, {c: i for i, c in enumerate(low)}, version
+
+
+def _row(path: Path, lineno: int, text: list[str], index: dict[str, int], pid: int | None, version: str) -> dict:
+    val = {c: text[i] for c, i in index.items()}
+    ints = {c: _int(path, lineno, c, val[c]) for c in INTS if c in val}
+    wg = tuple(ints[f"workgroup_size_{d}"] for d in "xyz")
+    gs = tuple(ints[f"grid_size_{d}"] for d in "xyz")
+    if any(w <= 0 for w in wg):
+        raise BadInput(path, f"workgroup size {wg} has a zero or negative dimension", line=lineno)
+    agent_text = val.get("agent_id")
+    device = None
+    if agent_text is not None:
+        am = _AGENT.fullmatch(agent_text.strip())
+        if not am:
+            raise BadInput(path, f"Agent_Id={agent_text!r} is neither a number nor 'Agent N'", line=lineno)
+        device = int(am.group(1))
+    name = val["kernel_name"]
+    if not name:
+        raise BadInput(path, "empty Kernel_Name", line=lineno)
+    return {
+        "instrument": INSTRUMENT, "file": str(path), "pid": pid, "kernel": name, "mangled": None,
+        "short_name": short_name(name) or name,
+        "start_ns": ints["start_timestamp"], "end_ns": ints["end_timestamp"],
+        "correlation_id": ints["correlation_id"],
+        "grid": dim3(*(math.ceil(g / w) for g, w in zip(gs, wg))), "block": dim3(*wg),
+        "stream_id": ints.get("stream_id"), "device_id": device,
+        "line": lineno, "agent": agent_text, "queue_id": ints.get("queue_id"), "thread_id": ints.get("thread_id"),
+        "dispatch_id": ints.get("dispatch_id"), "kernel_id": ints.get("kernel_id"), "grid_size": dim3(*gs),
+        "header_version": version,
+    }
