@@ -35,7 +35,7 @@ from forensics.core.model import LAUNCH_COLUMNS, conform, dim3, empty_frame
 
 from ._text import iter_line_chunks, preview, sniff_foreign
 
-WHAT = "rocprofv3 kernel trace CSV"
+WHAT = "rocprofv3 kernel trace CSV"  # or rocprof v1 results.csv
 INSTRUMENT = "rocprofv3"
 
 #: Header versions seen in public rocprofv3 output, oldest first: (name, columns as printed).
@@ -64,6 +64,16 @@ HEADER_VERSIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z")),
 )
 
+#: rocprof (v1, ROCm 5/6 ``rocprof --stats`` / ``--timestamp on``) ``results.csv``: one row per dispatch too.
+ROCPROF_V1_HEADER = ("Index", "KernelName", "gpu-id", "queue-id", "queue-index", "pid", "tid", "grd", "wgr", "lds",
+                     "scr", "arch_vgpr", "accum_vgpr", "sgpr", "wave_size", "sig", "obj", "DispatchNs", "BeginNs",
+                     "EndNs", "CompleteNs", "DurationNs")
+V1_NAME = "rocprof v1 results.csv (ROCm 5.3)"
+V1_REQUIRED = ("index", "kernelname", "gpu-id", "pid", "tid", "grd", "wgr", "beginns", "endns")
+V1_INTS = ("index", "gpu-id", "queue-id", "queue-index", "pid", "tid", "grd", "wgr", "lds", "scr", "arch_vgpr",
+           "accum_vgpr", "vgpr", "sgpr", "wave_size", "dispatchns", "beginns", "endns", "completens", "durationns")
+_KD_SUFFIX = re.compile(r"(?: \[clone \.kd\]|\.kd)$")
+
 #: Columns a launch row cannot do without (lower case).
 REQUIRED = ("kind", "kernel_name", "correlation_id", "start_timestamp", "end_timestamp",
             "workgroup_size_x", "workgroup_size_y", "workgroup_size_z", "grid_size_x", "grid_size_y", "grid_size_z")
@@ -86,6 +96,7 @@ EXTRA_COLUMNS: dict[str, str] = {
     "kernel_id": "Int64",
     "grid_size": "string",  # Grid_Size_X/Y/Z as printed: work-items, not workgroups
     "header_version": "string",
+    "kernel_printed": "string",  # the name as the file prints it (rocprof v1 adds " [clone .kd]")
 }
 
 
@@ -123,7 +134,9 @@ def _check_binary(path: Path) -> None:
 
 
 def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
-    """One launch row per ``KERNEL_DISPATCH`` row of a rocprofv3 kernel trace CSV.
+    """One launch row per ``KERNEL_DISPATCH`` row of a rocprofv3 kernel trace CSV, or per row of an
+    older rocprof (v1) ``results.csv`` (recognised by its header; its rows name no correlation id
+    and no per-dimension grid). Columns the launch frame does not map are kept (lower-case names).
 
     ``attrs``: ``header_version`` (a :data:`HEADER_VERSIONS` name, or ``"unknown (N columns)"``),
     ``problems`` and ``losses`` (rows of another ``Kind``, a last row without its newline).
@@ -164,11 +177,14 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
                 cut = " (the file is cut short?)" if cut_tail and i == len(lines) - 1 else ""
                 raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
                                line=lineno)
-            kind = text[index["kind"]]
-            if kind != "KERNEL_DISPATCH":
+            if "kind" not in index:  # rocprof v1 results.csv: every row is a dispatch
+                rows.append(_row_v1(p, lineno, text, index, version))
+            elif text[index["kind"]] != "KERNEL_DISPATCH":
+                kind = text[index["kind"]]
                 other_kinds[kind] = other_kinds.get(kind, 0) + 1
                 continue
-            rows.append(_row(p, lineno, text, index, pid, version))
+            else:
+                rows.append(_row(p, lineno, text, index, pid, version))
             if cut_tail and i == len(lines) - 1:
                 problems.append(f"line {lineno}: the last row has no newline (complete: all {len(header)} fields read)")
     if header is None:
@@ -187,17 +203,44 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
 
 def _header(path: Path, fields: list[str], raw: str) -> tuple[list[str], dict[str, int], str]:
     low = [f.strip().lower() for f in fields]
+    dup = sorted({c for c in low if low.count(c) > 1})
+    if dup:
+        raise BadInput(path, "header repeats " + ", ".join(dup), line=1)
+    if low[:2] == ["name", "calls"]:
+        raise BadInput(path, "this is a per-kernel summary (rocprof's results.stats.csv or rocprofv3's kernel_stats.csv), "
+                             "not one row per dispatch: read the kernel trace (results.csv / kernel_trace.csv)", line=1)
+    if "kernelname" in low and "index" in low:  # rocprof v1 results.csv
+        missing = [c for c in V1_REQUIRED if c not in low]
+        if missing:
+            raise BadInput(path, "rocprof results.csv header lacks " + ", ".join(missing), line=1)
+        same = tuple(c.lower() for c in ROCPROF_V1_HEADER) == tuple(low)
+        return fields, {c: i for i, c in enumerate(low)}, V1_NAME if same else f"rocprof v1, unknown ({len(fields)} columns)"
     if "kernel_name" not in low or "kind" not in low:
         raise BadInput(path, f"first line is not a rocprofv3 kernel trace header (no Kind, Kernel_Name): {preview(raw)}",
                        line=1)
     missing = [c for c in REQUIRED if c not in low]
     if missing:
         raise BadInput(path, "kernel trace header lacks " + ", ".join(missing), line=1)
-    dup = sorted({c for c in low if low.count(c) > 1})
-    if dup:
-        raise BadInput(path, "kernel trace header repeats " + ", ".join(dup), line=1)
     version = header_version(fields) or f"unknown ({len(fields)} columns)"
     return fields, {c: i for i, c in enumerate(low)}, version
+
+
+def _agent(path: Path, lineno: int, text: str | None) -> int | None:
+    if text is None:
+        return None
+    am = _AGENT.fullmatch(text.strip())
+    if not am:
+        raise BadInput(path, f"Agent_Id={text!r} is neither a number nor 'Agent N'", line=lineno)
+    return int(am.group(1))
+
+
+def _rest(val: dict[str, str], ints: dict[str, int], used: set[str]) -> dict:
+    """Every column the launch frame does not map, kept under its lower-case name (integers as integers)."""
+    return {c: ints.get(c, v) for c, v in val.items() if c not in used}
+
+
+_V3_USED = {"kind", "agent_id", "kernel_name", "start_timestamp", "end_timestamp", "correlation_id", "stream_id",
+            "queue_id", "thread_id", "dispatch_id", "kernel_id", *(f"{w}_size_{d}" for w in ("workgroup", "grid") for d in "xyz")}
 
 
 def _row(path: Path, lineno: int, text: list[str], index: dict[str, int], pid: int | None, version: str) -> dict:
@@ -207,13 +250,6 @@ def _row(path: Path, lineno: int, text: list[str], index: dict[str, int], pid: i
     gs = tuple(ints[f"grid_size_{d}"] for d in "xyz")
     if any(w <= 0 for w in wg):
         raise BadInput(path, f"workgroup size {wg} has a zero or negative dimension", line=lineno)
-    agent_text = val.get("agent_id")
-    device = None
-    if agent_text is not None:
-        am = _AGENT.fullmatch(agent_text.strip())
-        if not am:
-            raise BadInput(path, f"Agent_Id={agent_text!r} is neither a number nor 'Agent N'", line=lineno)
-        device = int(am.group(1))
     name = val["kernel_name"]
     if not name:
         raise BadInput(path, "empty Kernel_Name", line=lineno)
@@ -223,8 +259,34 @@ def _row(path: Path, lineno: int, text: list[str], index: dict[str, int], pid: i
         "start_ns": ints["start_timestamp"], "end_ns": ints["end_timestamp"],
         "correlation_id": ints["correlation_id"],
         "grid": dim3(*(math.ceil(g / w) for g, w in zip(gs, wg))), "block": dim3(*wg),
-        "stream_id": ints.get("stream_id"), "device_id": device,
-        "line": lineno, "agent": agent_text, "queue_id": ints.get("queue_id"), "thread_id": ints.get("thread_id"),
+        "stream_id": ints.get("stream_id"), "device_id": _agent(path, lineno, val.get("agent_id")),
+        "line": lineno, "agent": val.get("agent_id"), "queue_id": ints.get("queue_id"), "thread_id": ints.get("thread_id"),
         "dispatch_id": ints.get("dispatch_id"), "kernel_id": ints.get("kernel_id"), "grid_size": dim3(*gs),
-        "header_version": version,
+        "header_version": version, "kernel_printed": name,
+        **_rest(val, ints, _V3_USED),
+    }
+
+
+_V1_USED = {"index", "kernelname", "gpu-id", "queue-id", "pid", "tid", "beginns", "endns"}
+
+
+def _row_v1(path: Path, lineno: int, text: list[str], index: dict[str, int], version: str) -> dict:
+    """A rocprof v1 row: ``grd``/``wgr`` are total work-items and workgroup size (no x, y, z): the grid
+    is not stated per dimension, so ``grid`` stays empty (identity checks say unchecked) and the
+    totals are kept (``grid_size``, ``wgr``)."""
+    val = {c: text[i] for c, i in index.items()}
+    ints = {c: _int(path, lineno, c, val[c]) for c in V1_INTS if c in val}
+    if ints["wgr"] <= 0:
+        raise BadInput(path, f"wgr={ints['wgr']}: a workgroup has at least one work-item", line=lineno)
+    printed = val["kernelname"]
+    name = _KD_SUFFIX.sub("", printed)
+    if not name:
+        raise BadInput(path, "empty KernelName", line=lineno)
+    return {
+        "instrument": INSTRUMENT, "file": str(path), "pid": ints["pid"], "kernel": name, "mangled": None,
+        "short_name": short_name(name) or name, "start_ns": ints["beginns"], "end_ns": ints["endns"],
+        "correlation_id": None, "grid": None, "block": None, "stream_id": None, "device_id": ints["gpu-id"],
+        "line": lineno, "agent": None, "queue_id": ints.get("queue-id"), "thread_id": ints["tid"],
+        "dispatch_id": ints["index"], "kernel_id": None, "grid_size": str(ints["grd"]), "header_version": version,
+        "kernel_printed": printed, **_rest(val, ints, _V1_USED),
     }

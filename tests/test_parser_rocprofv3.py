@@ -149,3 +149,27 @@ def test_other_kinds_are_counted_as_losses(tmp_path):
     f.write_text(text)
     df = rocprofv3.read_kernel_trace(f)
     assert len(df) == 7 and df.attrs["losses"] == ["1 row(s) of Kind 'MEMORY_COPY' are not kernel dispatches; skipped"]
+
+
+def test_rocprof_v1_results_csv_of_rocm_5_3():
+    df = rocprofv3.read_kernel_trace(AMD / "rocprof_v1_rocm5.3_results.csv")
+    assert df.attrs["header_version"] == "rocprof v1 results.csv (ROCm 5.3)" and df.attrs["problems"] == []
+    assert len(df) == 10 and set(df["kernel"]) == {"bodyForce(Body*, float, int)"}
+    assert set(df["kernel_printed"]) == {"bodyForce(Body*, float, int) [clone .kd]"} and set(df["short_name"]) == {"bodyForce"}
+    assert df["dispatch_id"].tolist() == list(range(10)) and set(df["pid"]) == {3670615} and set(df["device_id"]) == {0}
+    # grd/wgr are totals, not per dimension: no grid is claimed, the totals are kept
+    assert df["grid"].isna().all() and set(df["grd"]) == {65536} and set(df["wgr"]) == {256}
+    assert df["correlation_id"].isna().all()
+    assert (df["end_ns"] - df["start_ns"]).tolist()[0] == 26316649 == df["durationns"].iloc[0]
+
+
+def test_summaries_are_refused_with_what_to_read_instead():
+    with pytest.raises(BadInput) as e:
+        rocprofv3.read_kernel_trace(AMD / "rocprof_v1_rocm5.3_results.stats.csv")
+    assert e.value.line == 1 and "per-kernel summary" in str(e.value) and "results.csv" in str(e.value)
+
+
+def test_unmapped_columns_are_kept():
+    df = rocprofv3.read_kernel_trace(AMD / "rocpd_convert_kernel_trace.csv")
+    assert set(df["guid"]) == {"00006409-00d1-70d1-a5cb-b5ab88214544"}
+    assert df["lds_block_size"].tolist()[:2] == [8456, 0] and df["vgpr_count"].tolist()[:2] == [16, 32]
