@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 
 from forensics.core.kernel_names import (
+    AUXILIARY,
     CONFLICTS,
     CONSISTENT,
     GRAMMARS,
+    PRIMARY,
     TENSILE_LIBRARY,
     UNCHECKED,
     check_amd_call,
     classify_kernel,
+    tensile_launch_role,
 )
 from parsers import hipblaslt_log, rocblas_log
 
@@ -62,6 +65,19 @@ def test_no_earlier_row_reads_a_tensile_name():
     # the tensile row is appended last: it must be the first that matches every real name
     for name in REAL:
         assert [g.name for g in GRAMMARS if g.pattern.search(name)] == ["tensile"]
+        assert tensile_launch_role(name) == PRIMARY
+
+
+def test_postgsu_reduction_is_an_auxiliary_tensile_kernel():
+    # the name format of TensileLite's ContractionSolution (ROCm/hipBLASLt tensilelite/src/ContractionSolution.cpp),
+    # as public hipBLASLt profiles print it
+    for name in ("Cijk_SS_BiasS_HAS_ScaleAlphaVec_PostGSU16_VW1", "Cijk_SS_BiasS_HAS_ScaleAlphaVec_PostGSU8_VW4"):
+        kc = classify_kernel(name)
+        assert (kc.library, kc.operation, kc.gemm, kc.grammar) == (TENSILE_LIBRARY, "split-K reduce", True, "tensile_postgsu")
+        assert [g.name for g in GRAMMARS if g.pattern.search(name)] == ["tensile_postgsu"]
+        assert tensile_launch_role(name) == AUXILIARY
+        assert {c.field: c.status for c in check_amd_call(name, "(4, 1, 1)", {"m": 64, "n": 64})}["library"] == CONSISTENT
+    assert tensile_launch_role("__amd_rocclr_fillBufferAligned") is None
 
 
 def test_amd_non_gemm_kernels_are_not_tensile():

@@ -533,7 +533,20 @@ TENSILE_LIBRARY = "Tensile (hipBLASLt/rocBLAS)"
 TENSILE_ROW = _g("tensile", r"(?<![A-Za-z])Cijk_A(?P<a>[a-z]{2,})(?P<ac>C?)_B(?P<b>[a-z]{2,})(?P<bc>C?)_",
                  TENSILE_LIBRARY, "gemm", PRIMARY,
                  "Cijk_Alik_Bljk_BBS_BH_UserArgs_MT128x128x64_MI16x16x1_SN_AFC1_GSUAMB_ISA950_MIWT2_2_WG32_8_1")
-GRAMMARS = GRAMMARS + (TENSILE_ROW,)  # no earlier row matches a Cijk_ name (tests/test_amd_kernel_names.py)
+#: GSU > 1 ("global split-U", split-K) can finish in a second kernel that sums the partial tiles,
+#: named by TensileLite's ContractionSolution (ROCm/hipBLASLt tensilelite/src/ContractionSolution.cpp):
+#: ``Cijk_<types>_..._PostGSU<n>_VW<vw>``; it belongs to the call of the GEMM before it (AUXILIARY).
+TENSILE_POSTGSU_ROW = _g("tensile_postgsu", r"(?<![A-Za-z])Cijk_\w*?_PostGSU", TENSILE_LIBRARY, "split-K reduce",
+                         AUXILIARY, "Cijk_SS_BiasS_HAS_ScaleAlphaVec_PostGSU16_VW1")
+GRAMMARS = GRAMMARS + (TENSILE_POSTGSU_ROW, TENSILE_ROW)  # no earlier row matches a Cijk_ name (tests/test_amd_kernel_names.py)
+
+
+def tensile_launch_role(name: str | None) -> str | None:
+    """PRIMARY for a Tensile GEMM kernel (it starts a hipBLASLt/rocBLAS call's launches), AUXILIARY for
+    its PostGSU reduction (it joins the call before it), None for any other name: the role
+    :func:`cublas_launch_role` gives cuBLAS kernels (classify_kernel keeps roles for cuBLAS names only)."""
+    g = classify_kernel(name).grammar
+    return PRIMARY if g == "tensile" else AUXILIARY if g == "tensile_postgsu" else None
 
 #: Tensile type letters -> canonical precision (the vocabulary of parsers._amd.canonical_type, 8-bit floats as "fp8").
 TENSILE_TYPE = {"S": "fp32", "D": "fp64", "H": "fp16", "B": "bf16", "C": "complex64", "Z": "complex128",
@@ -611,7 +624,7 @@ def check_amd_call(name: str | None, grid: Any, call: dict, log_library: str = "
     """
     kc = classify_kernel(name)
     out: list[FieldCheck] = []
-    if kc.grammar == "tensile":
+    if kc.grammar in ("tensile", "tensile_postgsu"):
         out.append(FieldCheck("library", CONSISTENT, kc.library, log_library))
     elif kc.library != "unknown" and not kc.gemm:
         out.append(FieldCheck("library", CONFLICTS, kc.library, log_library,
