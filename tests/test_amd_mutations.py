@@ -22,6 +22,7 @@ READERS = {"rocprofv3": rocprofv3.read_kernel_trace, "rocpd": rocprofv3.read_ker
            "rocprof": rocprofv3.read_kernel_trace,
            "hipblaslt": hipblaslt_log.read_calls, "rocblas": rocblas_log.read_calls}
 FILES = sorted(p for p in AMD.iterdir() if p.suffix in (".csv", ".log"))
+pytestmark = pytest.mark.slow  # ~11 s on 2 cores: the integration lane (README, "fast lane")
 POINTS, FLIPS = 32, 16
 
 
