@@ -4,7 +4,8 @@ hipBLASLt is AMD's cuBLASLt, and its log the counterpart of the cuBLASLt log: an
 independent of rocprofv3's launch records. Two kinds of line name a matmul call:
 
 * a ``[Trace][rocblaslt_matmul]`` line (``[<date> <time>][HIPBLASLT][<pid>][Trace][rocblaslt_matmul]
-  A=... Adesc=[type=R_16BF rows=48 cols=1024 ld=48] ... computeDesc=[computeType=COMPUTE_32F
+  A=... Adesc=[type=R_16BF rows=48 cols=1024 ld=48] ...  (a batched matrix adds ``batch_count=N
+  batch_stride=S``, newer versions ``order=col|row``: hipBLASLt's rocblaslt_matrix_layout_to_string) computeDesc=[computeType=COMPUTE_32F
   scaleType=R_32F transA=OP_N transB=OP_T epilogue=EPILOGUE_DEFAULT ...] ... alpha=1 beta=0
   stream=0``): the problem descriptor, column-major like cuBLASLt's: m, n from D (C when D has
   no descriptor), k from op(A);
@@ -55,6 +56,7 @@ CALL_COLUMNS: dict[str, str] = {
     **{f"{x}_type": "string" for x in _MATRICES},  # as printed (R_16BF, bf16_r)
     "precision": "string",  # canonical type of A (and B, "bf16/fp8" when they differ)
     "out_precision": "string",  # canonical type of D
+    **{f"{x}_order": "string" for x in _MATRICES},  # col | row, when the line prints it (newer hipBLASLt)
     **{f"ld{x}": "Int64" for x in _MATRICES},
     **{f"stride_{x}": "Int64" for x in _MATRICES},
     "batch_count": "Int64",
@@ -128,6 +130,14 @@ def _trace_row(path: str, lineno: int, m: re.Match, rest: str, raw: str) -> dict
                     d[k] = _int(path, lineno, f"{key}.{k}", v)
                 elif k == "ld":
                     row[f"ld{x}"] = _int(path, lineno, f"{key}.{k}", v)
+                elif k == "batch_count":  # printed only when > 1 (hipBLASLt's rocblaslt_matrix_layout_to_string)
+                    n = _int(path, lineno, f"{key}.{k}", v)
+                    if row.setdefault("batch_count", n) != n:
+                        row["consistent"] = False
+                elif k == "batch_stride":
+                    row[f"stride_{x}"] = _int(path, lineno, f"{key}.{k}", v)
+                elif k == "order":  # newer hipBLASLt: order=col|row
+                    row[f"{x}_order"] = v
                 else:
                     _flatten(extra, f"{key}.{k}", v)
         elif key == "computeDesc" and isinstance(value, list):
@@ -167,7 +177,8 @@ def _derive(row: dict[str, Any], dims: dict[str, dict[str, Any]]) -> None:
     row["m"], row["n"] = m, n
     row["k"] = a_k if a_k is not None else b_k
     checks = [(a_m, m), (a_k, b_k), (b_n, n)]
-    row["consistent"] = None if any(x is None or y is None for x, y in checks) else all(x == y for x, y in checks)
+    if row.get("consistent") is not False:  # a batch count that differs between matrices already said False
+        row["consistent"] = None if any(x is None or y is None for x, y in checks) else all(x == y for x, y in checks)
     _precisions(row)
 
 

@@ -138,3 +138,18 @@ def test_foreign_files_are_refused_in_one_line(tmp_path, content, says):
     with pytest.raises(BadInput) as e:
         h.read_calls(f)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_batched_trace_line_synthetic(tmp_path):
+    """SYNTHETIC: the README's real trace line with the batch fields hipBLASLt's
+    rocblaslt_matrix_layout_to_string prints when batch_count > 1 ("batch_count=%d batch_stride=%d")."""
+    text = TRACE.read_text()
+    for d, stride in (("ld=48]", 49152), ("ld=176]", 180224)):
+        text = text.replace(d, d[:-1] + f" batch_count=4 batch_stride={stride}]")
+    f = tmp_path / "batched.log"
+    f.write_text(text)
+    r = h.read_calls(f).iloc[0]
+    assert r.batch_count == 4 and r.stride_a == 49152 and r.stride_b == 180224 and bool(r.consistent)
+    assert h.problem_key(r) == (48, 176, 1024, "N", "T", "bf16", "bf16", 4)
+    f.write_text(text.replace("batch_count=4 batch_stride=180224", "batch_count=2 batch_stride=180224", 1))
+    assert not bool(h.read_calls(f).iloc[0].consistent)  # B says 2 where A says 4

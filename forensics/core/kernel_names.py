@@ -641,7 +641,8 @@ def check_amd_call(name: str | None, grid: Any, call: dict, log_library: str = "
         out.append(FieldCheck("precision", UNCHECKED, kc.precision, lp,
                               "the name states no precision" if not np_ else "the log states no A/B type"))
     ta, tb = _val(call, "transa"), _val(call, "transb")
-    if kc.layout and ta is not None and tb is not None:
+    rows = [o for o in (_val(call, "a_order"), _val(call, "b_order")) if o is not None and "ROW" in str(o).upper()]
+    if kc.layout and ta is not None and tb is not None and not rows:
         log_layout = "".join("T" if str(x).upper() in ("T", "C") else "N" for x in (ta, tb))
         flip = {"N": "T", "T": "N"}
         swapped = flip[log_layout[1]] + flip[log_layout[0]]
@@ -650,7 +651,8 @@ def check_amd_call(name: str | None, grid: Any, call: dict, log_library: str = "
                               "as the transposed problem" if ok and kc.layout != log_layout else ""))
     else:
         out.append(FieldCheck("layout", UNCHECKED, kc.layout, None,
-                              "the name states no layout" if not kc.layout else "the log states no transa/transb"))
+                              "the name states no layout" if not kc.layout else
+                              "an operand is stored row-major (order=row)" if rows else "the log states no transa/transb"))
     g = _grid(grid)
     m, n = _val(call, "m"), _val(call, "n")
     if "persistent" in kc.hints:
