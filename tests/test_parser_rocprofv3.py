@@ -21,14 +21,14 @@ TRUTH = {
         "rocprofv3 2024-08 (+ Thread_Id, Dispatch_Id)",
         {"addition_kernel": 4, "subtract_kernel": 2, "multiply_kernel": 1}, {"(16, 1024, 1)"}, [1451, 1484, 1459], {1}),
     "rocprofv3_v3_kernel_trace.csv": (
-        "rocprofv3 2024-09+ (+ Stream_Id)",
+        "rocprofv3 (+ Stream_Id)",
         {"addition_kernel": 2, "subtract_kernel": 2, "multiply_kernel": 2, "divide_kernel": 2}, {"(16, 1024, 1)"},
         [1937, 1945, 1953], {2}),
     "rocprofv3_truncated_names_kernel_trace.csv": (
-        "rocprofv3 2024-09+ (+ Stream_Id)", {"addition_kernel": 2, "subtract_kernel": 1, "divide_kernel": 1},
+        "rocprofv3 (+ Stream_Id)", {"addition_kernel": 2, "subtract_kernel": 1, "divide_kernel": 1},
         {"(16, 1024, 1)"}, [1, 6, 5], {4}),
     "rocprofv3_v4_agent_index_kernel_trace.csv": (
-        "rocprofv3 ROCm 6.4+ (LDS_Block_Size, Scratch_Size, register counts)", {"addition_kernel": 1},
+        "rocprofv3 (+ LDS_Block_Size, Scratch_Size, register counts)", {"addition_kernel": 1},
         {"(16, 1024, 1)"}, [101], {7}),
     "rocpd_convert_kernel_trace.csv": (
         "rocpd convert / rocpd2csv, ROCm 7 (+ Guid)",
