@@ -10,8 +10,8 @@ rocprofv3 wrote ``LDS_Block_Size``); unknown columns are kept, a missing require
 ``Grid_Size_*`` is the HSA dispatch's grid in **work-items**, not in workgroups: the launch frame's
 ``grid`` is the number of workgroups per dimension (``ceil(grid / workgroup)``), CUDA's meaning of
 a grid, and the work-item sizes are kept as ``grid_size``. ``Agent_Id`` is printed as ``2`` or
-``"Agent 2"`` (rocprofv3's ``--agent-index``: an agent index, not a HIP device ordinal); its number
-is ``device_id`` and its text ``agent``. The kernel trace has no process id: a file named
+``"Agent 2"`` or ``"GPU 3"`` (rocprofv3's ``--agent-index``: absolute, relative or type-relative: an
+agent index, not a HIP device ordinal); its number is ``device_id`` and its text ``agent``. The kernel trace has no process id: a file named
 ``<pid>_kernel_trace.csv`` (rocprofv3's default) gives it.
 
 Not read here (docs/amd.md): the ``*_results.db`` SQLite database (rocpd, the default output from
@@ -83,7 +83,8 @@ INTS = ("queue_id", "stream_id", "thread_id", "dispatch_id", "kernel_id", "corre
         "vgpr_count", "accum_vgpr_count", "sgpr_count", "workgroup_size_x", "workgroup_size_y", "workgroup_size_z",
         "grid_size_x", "grid_size_y", "grid_size_z")
 _INT64_MAX = (1 << 63) - 1
-_AGENT = re.compile(r"(?:Agent\s+)?(\d+)")
+#: ``--agent-index``: absolute or relative ("2", "Agent 7"), type-relative ("GPU 3", "CPU 0")
+_AGENT = re.compile(r"(?:(?:Agent|GPU|CPU)\s+)?(\d+)")
 _PID_PREFIX = re.compile(r"^(\d+)_")
 
 #: Extra columns of the launch frame (after LAUNCH_COLUMNS).
@@ -230,7 +231,7 @@ def _agent(path: Path, lineno: int, text: str | None) -> int | None:
         return None
     am = _AGENT.fullmatch(text.strip())
     if not am:
-        raise BadInput(path, f"Agent_Id={text!r} is neither a number nor 'Agent N'", line=lineno)
+        raise BadInput(path, f"Agent_Id={text!r} is none of N, 'Agent N', 'GPU N', 'CPU N'", line=lineno)
     return int(am.group(1))
 
 

@@ -30,6 +30,9 @@ TRUTH = {
     "rocprofv3_v4_agent_index_kernel_trace.csv": (
         "rocprofv3 (+ LDS_Block_Size, Scratch_Size, register counts)", {"addition_kernel": 1},
         {"(16, 1024, 1)"}, [101], {7}),
+    "rocprofv3_v4_type_relative_kernel_trace.csv": (
+        "rocprofv3 (+ LDS_Block_Size, Scratch_Size, register counts)", {"addition_kernel": 1},
+        {"(16, 1024, 1)"}, [113], {3}),
     "rocpd_convert_kernel_trace.csv": (
         "rocpd convert / rocpd2csv, ROCm 7 (+ Guid)",
         {"__omp_offloading_30_57b9f__QMnorm_modPnorm_l23": 3,
