@@ -299,9 +299,11 @@ def read_calls(path: str | PathLike[str]) -> pd.DataFrame:
                 calls[col] = b[col].to_numpy()
         else:
             calls = t
-            why = (f"{len(t)} trace call(s), {len(b)} bench line(s)" if len(t) != len(b) else
-                   f"call {next(i for i, (x, y) in enumerate(zip(tk, bk)) if x != y) + 1} differs: "
-                   f"trace {tk[[x != y for x, y in zip(tk, bk)].index(True)]} vs bench {bk[[x != y for x, y in zip(tk, bk)].index(True)]}")
+            if len(t) != len(b):
+                why = f"{len(t)} trace call(s), {len(b)} bench line(s)"
+            else:
+                i = next(i for i, (x, y) in enumerate(zip(tk, bk)) if x != y)
+                why = f"call {i + 1} differs: trace {tk[i]} vs bench {bk[i]}"
             problems.append(f"trace and bench lines not paired ({why}): the calls are the trace lines, "
                             "without solution index")
     elif len(b):
