@@ -31,7 +31,7 @@ import pandas as pd
 
 from forensics.core.demangle import short_name
 from forensics.core.errors import BadInput
-from forensics.core.model import LAUNCH_COLUMNS, conform, dim3, empty_frame
+from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
 
 from ._text import iter_line_chunks, preview, sniff_foreign
 
@@ -134,6 +134,22 @@ def _check_binary(path: Path) -> None:
         raise BadInput(path, f"this is {foreign}, not a {WHAT}", line=1)
 
 
+def _csv_rows(p: Path, what: str):
+    """``(line, fields, raw line, last line without newline)`` for every non-empty CSV row of a text file."""
+    for first, lines, cut_tail in iter_line_chunks(p, what):
+        reader = csv.reader(lines, strict=True)
+        while True:
+            try:
+                text = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                raise BadInput(p, f"not CSV: {e}", line=first + reader.line_num - 1) from None
+            i = reader.line_num - 1
+            if text:
+                yield first + i, text, lines[i], cut_tail and i == len(lines) - 1
+
+
 def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
     """One launch row per ``KERNEL_DISPATCH`` row of a rocprofv3 kernel trace CSV, or per row of an
     older rocprof (v1) ``results.csv`` (recognised by its header; its rows name no correlation id
@@ -157,37 +173,24 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
     m = _PID_PREFIX.match(p.name)
     if m:
         pid = int(m.group(1))
-    for first, lines, cut_tail in iter_line_chunks(p, WHAT):
-        reader = csv.reader(lines, strict=True)
-        while True:
-            try:
-                text = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as e:
-                raise BadInput(p, f"not CSV: {e}", line=first + reader.line_num - 1) from None
-            i = reader.line_num - 1
-            lineno = first + i
-            raw_line = lines[i]
-            if header is None:
-                header, index, version = _header(p, text, raw_line)
-                continue
-            if not text:
-                continue
-            if len(text) != len(header):
-                cut = " (the file is cut short?)" if cut_tail and i == len(lines) - 1 else ""
-                raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
-                               line=lineno)
-            if "kind" not in index:  # rocprof v1 results.csv: every row is a dispatch
-                rows.append(_row_v1(p, lineno, text, index, version))
-            elif text[index["kind"]] != "KERNEL_DISPATCH":
-                kind = text[index["kind"]]
-                other_kinds[kind] = other_kinds.get(kind, 0) + 1
-                continue
-            else:
-                rows.append(_row(p, lineno, text, index, pid, version))
-            if cut_tail and i == len(lines) - 1:
-                problems.append(f"line {lineno}: the last row has no newline (complete: all {len(header)} fields read)")
+    for lineno, text, raw_line, last_cut in _csv_rows(p, WHAT):
+        if header is None:
+            header, index, version = _header(p, text, raw_line)
+            continue
+        if len(text) != len(header):
+            cut = " (the file is cut short?)" if last_cut else ""
+            raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
+                           line=lineno)
+        if "kind" not in index:  # rocprof v1 results.csv: every row is a dispatch
+            rows.append(_row_v1(p, lineno, text, index, version))
+        elif text[index["kind"]] != "KERNEL_DISPATCH":
+            kind = text[index["kind"]]
+            other_kinds[kind] = other_kinds.get(kind, 0) + 1
+            continue
+        else:
+            rows.append(_row(p, lineno, text, index, pid, version))
+        if last_cut:
+            problems.append(f"line {lineno}: the last row has no newline (complete: all {len(header)} fields read)")
     if header is None:
         raise BadInput(p, f"no header line: not a {WHAT}", line=1)
     for kind, n in other_kinds.items():
@@ -291,3 +294,58 @@ def _row_v1(path: Path, lineno: int, text: list[str], index: dict[str, int], ver
         "dispatch_id": ints["index"], "kernel_id": None, "grid_size": str(ints["grd"]), "header_version": version,
         "kernel_printed": printed, **_rest(val, ints, _V1_USED),
     }
+
+
+# --------------------------------------------------------------------------- ROCTx ranges
+MARKER_WHAT = "rocprofv3 marker (ROCTx) trace CSV"
+MARKER_REQUIRED = ("function", "start_timestamp", "end_timestamp")
+
+
+def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
+    """ROCTx ranges of ``rocprofv3 --marker-trace`` (``*_marker_api_trace.csv``) as a range frame
+    (``forensics.core.model.RANGE_COLUMNS``), the counterpart of NVTX ranges.
+
+    ``name`` is the range's message (``Function``); rocprofv3's ``Domain`` (``MARKER_CORE_API``,
+    the API, not a user domain) is kept as ``api_domain`` and ``domain`` stays empty. A row whose
+    start equals its end is a ``roctxMark`` point, not a range: counted in ``attrs["problems"]``
+    and left out. ``kind`` stays empty: the CSV does not say push/pop from start/stop.
+    """
+    p = Path(path)
+    _check_binary(p)
+    header: list[str] | None = None
+    index: dict[str, int] = {}
+    rows: list[dict] = []
+    marks = 0
+    for lineno, text, raw_line, last_cut in _csv_rows(p, MARKER_WHAT):
+        if header is None:
+            low = [f.strip().lower() for f in text]
+            missing = [c for c in MARKER_REQUIRED if c not in low]
+            if missing or "kernel_name" in low:
+                raise BadInput(p, f"first line is not a rocprofv3 marker trace header (no {', '.join(missing) or 'Function'}): "
+                                  f"{preview(raw_line)}", line=1)
+            header, index = text, {c: i for i, c in enumerate(low)}
+            continue
+        if len(text) != len(header):
+            cut = " (the file is cut short?)" if last_cut else ""
+            raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
+                           line=lineno)
+        val = {c: text[i] for c, i in index.items()}
+        ints = {c: _int(p, lineno, c, val[c]) for c in ("process_id", "thread_id", "correlation_id",
+                                                         "start_timestamp", "end_timestamp") if c in val}
+        if ints["end_timestamp"] < ints["start_timestamp"]:
+            raise BadInput(p, f"range ends before it starts ({ints['end_timestamp']} < {ints['start_timestamp']})",
+                           line=lineno)
+        if ints["end_timestamp"] == ints["start_timestamp"]:
+            marks += 1
+            continue
+        rows.append({"instrument": INSTRUMENT, "file": str(p), "name": val["function"], "domain": None, "kind": None,
+                     "start_ns": ints["start_timestamp"], "end_ns": ints["end_timestamp"],
+                     "pid": ints.get("process_id"), "tid": ints.get("thread_id"), "line": lineno,
+                     "api_domain": val.get("domain"), "correlation_id": ints.get("correlation_id")})
+    if header is None:
+        raise BadInput(p, f"no header line: not a {MARKER_WHAT}", line=1)
+    extra = {"line": "Int64", "api_domain": "string", "correlation_id": "Int64"}
+    df = conform(pd.DataFrame(rows), {**RANGE_COLUMNS, **extra}) if rows else empty_frame({**RANGE_COLUMNS, **extra})
+    df.attrs["problems"] = [f"{marks} roctxMark point(s) (start = end): not ranges; left out"] if marks else []
+    df.attrs["losses"] = []
+    return df

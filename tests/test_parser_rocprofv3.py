@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from forensics.core.errors import BadInput
-from forensics.core.model import LAUNCH_COLUMNS
+from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS
 from parsers import rocprofv3
 
 AMD = Path(__file__).resolve().parent / "fixtures" / "amd"
@@ -176,3 +176,33 @@ def test_unmapped_columns_are_kept():
     df = rocprofv3.read_kernel_trace(AMD / "rocpd_convert_kernel_trace.csv")
     assert set(df["guid"]) == {"00006409-00d1-70d1-a5cb-b5ab88214544"}
     assert df["lds_block_size"].tolist()[:2] == [8456, 0] and df["vgpr_count"].tolist()[:2] == [16, 32]
+
+
+MARKERS = AMD / "rocprofv3_marker_api_trace.csv"
+
+
+def test_roctx_ranges_of_a_real_marker_trace():
+    df = rocprofv3.read_marker_trace(MARKERS)
+    assert list(df.columns[: len(RANGE_COLUMNS)]) == list(RANGE_COLUMNS)
+    assert df["name"].tolist() == ["hipMemcpy", "hipLaunchKernel", "hipLaunchKernel range"]
+    assert df["tid"].tolist() == [717, 717, 0] and set(df["pid"]) == {717}
+    assert (df["end_ns"] - df["start_ns"]).tolist() == [1342308, 1806657, 1813674]
+    assert df["domain"].isna().all() and set(df["api_domain"]) == {"MARKER_CORE_API"} and df["kind"].isna().all()
+    assert df.attrs["problems"] == ["2 roctxMark point(s) (start = end): not ranges; left out"]
+
+
+def test_marker_and_kernel_traces_refuse_each_other():
+    with pytest.raises(BadInput) as e:
+        rocprofv3.read_marker_trace(AMD / "rocprofv3_v3_kernel_trace.csv")
+    assert e.value.line == 1 and "marker trace header" in str(e.value)
+    with pytest.raises(BadInput) as e:
+        rocprofv3.read_kernel_trace(MARKERS)
+    assert e.value.line == 1 and "no Kind, Kernel_Name" in str(e.value)
+
+
+def test_a_range_that_ends_before_it_starts_is_bad_input(tmp_path):
+    f = tmp_path / "m.csv"
+    f.write_text(MARKERS.read_text().replace("1520113900141100,1520113901483408", "1520113901483408,1520113900141100"))
+    with pytest.raises(BadInput) as e:
+        rocprofv3.read_marker_trace(f)
+    assert e.value.line == 4 and "ends before it starts" in str(e.value)
