@@ -179,10 +179,11 @@ def _derive(row: dict[str, Any], dims: dict[str, dict[str, Any]]) -> None:
     checks = [(a_m, m), (a_k, b_k), (b_n, n)]
     if row.get("consistent") is not False:  # a batch count that differs between matrices already said False
         row["consistent"] = None if any(x is None or y is None for x, y in checks) else all(x == y for x, y in checks)
-    _precisions(row)
+    fill_precisions(row)
 
 
-def _precisions(row: dict[str, Any]) -> None:
+def fill_precisions(row: dict[str, Any]) -> None:
+    """``precision`` (A, and B when it differs) and ``out_precision`` (D, else C) in one vocabulary."""
     ab = [canonical_type(row.get(f"{x}_type")) for x in ("a", "b")]
     ab = [t for t in ab if t is not None]
     row["precision"] = "/".join(dict.fromkeys(ab)) if ab else None
@@ -217,11 +218,12 @@ def bench_row(path: str, lineno: int, args: str, raw: str, tool: str = "hipblasl
     row.setdefault("transb", "N")
     row["layout"] = row["transa"] + row["transb"]
     row["extra"] = extra
-    _precisions(row)
+    fill_precisions(row)
     return row
 
 
-def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def call_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Row dicts -> a frame with exactly :data:`CALL_COLUMNS` (the rocBLAS reader uses it too)."""
     return pd.DataFrame({c: pd.Series([r.get(c) for r in rows], dtype=t) for c, t in CALL_COLUMNS.items()})
 
 
@@ -264,7 +266,7 @@ def read_log(path: str | PathLike[str]) -> HipblasltLog:
     if skipped:
         problems.append(f"{skipped} lines are not hipBLASLt log lines (first at line {first_skipped}); "
                         "skipped (the program's own output?)")
-    return HipblasltLog(p, _frame(trace), _frame(bench), levels, functions, skipped, problems)
+    return HipblasltLog(p, call_frame(trace), call_frame(bench), levels, functions, skipped, problems)
 
 
 def problem_key(row: Any) -> tuple:

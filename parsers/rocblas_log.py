@@ -28,7 +28,7 @@ from forensics.core.errors import BadInput
 
 from ._amd import canonical_type, op_letter, parse_bench_args
 from ._text import iter_line_chunks, preview
-from .hipblaslt_log import CALL_COLUMNS, _frame, _precisions, problem_key
+from .hipblaslt_log import CALL_COLUMNS, call_frame, fill_precisions, problem_key
 
 WHAT = "rocBLAS log"
 
@@ -104,7 +104,7 @@ def _trace_row(path: str, lineno: int, function: str, fields: list[str], raw: st
         extra["atomics"] = extra_fields[0]
     row["layout"] = row["transa"] + row["transb"]
     row["extra"] = extra
-    _precisions(row)
+    fill_precisions(row)
     return row
 
 
@@ -137,7 +137,7 @@ def _bench_row(path: str, lineno: int, args: str, raw: str) -> tuple[str | None,
     row.setdefault("transb", "N")
     row["layout"] = row["transa"] + row["transb"]
     row["extra"] = extra
-    _precisions(row)
+    fill_precisions(row)
     return (fn if isinstance(fn, str) else None), row
 
 
@@ -194,7 +194,7 @@ def read_log(path: str | PathLike[str]) -> RocblasLog:
         problems.append(f"{profile} profile line(s) (ROCBLAS_LAYER=4): counts per problem, not read as calls")
     if skipped:
         problems.append(f"{skipped} lines are not rocBLAS log lines (first at line {first_skipped}); skipped")
-    return RocblasLog(p, _frame(trace), _frame(bench), functions, bench_functions, skipped, problems)
+    return RocblasLog(p, call_frame(trace), call_frame(bench), functions, bench_functions, skipped, problems)
 
 
 def _pair(trace: pd.DataFrame, bench: pd.DataFrame) -> list[int | None]:
