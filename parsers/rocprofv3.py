@@ -330,6 +330,9 @@ def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
             raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
                            line=lineno)
         val = {c: text[i] for c, i in index.items()}
+        if val.get("domain") and not val["domain"].startswith("MARKER"):
+            raise BadInput(p, f"Domain {val['domain']!r}: this is an API trace (HIP, HSA, RCCL...), not a ROCTx marker trace",
+                           line=lineno)
         ints = {c: _int(p, lineno, c, val[c]) for c in ("process_id", "thread_id", "correlation_id",
                                                          "start_timestamp", "end_timestamp") if c in val}
         if ints["end_timestamp"] < ints["start_timestamp"]:

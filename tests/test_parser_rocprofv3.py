@@ -206,3 +206,10 @@ def test_a_range_that_ends_before_it_starts_is_bad_input(tmp_path):
     with pytest.raises(BadInput) as e:
         rocprofv3.read_marker_trace(f)
     assert e.value.line == 4 and "ends before it starts" in str(e.value)
+
+
+def test_a_hip_api_trace_is_not_read_as_roctx_ranges():
+    # same columns as a marker trace (Domain, Function, ... Start/End): the Domain tells them apart
+    with pytest.raises(BadInput) as e:
+        rocprofv3.read_marker_trace(AMD / "rocprofv3_hip_runtime_api_trace.csv")
+    assert e.value.line == 2 and "'HIP_RUNTIME_API': this is an API trace" in str(e.value)
