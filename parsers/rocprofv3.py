@@ -352,3 +352,78 @@ def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
     df.attrs["problems"] = [f"{marks} roctxMark point(s) (start = end): not ranges; left out"] if marks else []
     df.attrs["losses"] = []
     return df
+
+
+# --------------------------------------------------------------------------- HIP API calls
+API_WHAT = "rocprofv3 API trace CSV"
+#: One row per API call (``--hip-trace``, ``--hip-runtime-trace``, ``--hsa-trace``...).
+API_COLUMNS: dict[str, str] = {
+    "instrument": "string", "file": "string", "line": "Int64", "api_domain": "string", "name": "string",
+    "pid": "Int64", "tid": "Int64", "correlation_id": "Int64", "start_ns": "Int64", "end_ns": "Int64",
+}
+
+
+def read_api_trace(path: str | PathLike[str]) -> pd.DataFrame:
+    """The calls of a rocprofv3 API trace (``*_hip_api_trace.csv`` and its siblings): one row per call
+    (:data:`API_COLUMNS`). A kernel launch's host time is its launching call's start (the same
+    correlation id as the kernel dispatch: :func:`with_launch_times`). A ROCTx marker trace, with
+    the same columns, is refused: read it with :func:`read_marker_trace`."""
+    p = Path(path)
+    _check_binary(p)
+    header: list[str] | None = None
+    index: dict[str, int] = {}
+    rows: list[dict] = []
+    for lineno, text, raw_line, last_cut in _csv_rows(p, API_WHAT):
+        if header is None:
+            low = [f.strip().lower() for f in text]
+            need = ("domain", "function", "correlation_id", "start_timestamp", "end_timestamp")
+            missing = [c for c in need if c not in low]
+            if missing:
+                raise BadInput(p, f"first line is not a rocprofv3 API trace header (no {', '.join(missing)}): "
+                                  f"{preview(raw_line)}", line=1)
+            header, index = text, {c: i for i, c in enumerate(low)}
+            continue
+        if len(text) != len(header):
+            cut = " (the file is cut short?)" if last_cut else ""
+            raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
+                           line=lineno)
+        val = {c: text[i] for c, i in index.items()}
+        if val["domain"].startswith("MARKER"):
+            raise BadInput(p, f"Domain {val['domain']!r}: this is a ROCTx marker trace (read_marker_trace), "
+                              "not an API trace", line=lineno)
+        ints = {c: _int(p, lineno, c, val[c]) for c in ("process_id", "thread_id", "correlation_id",
+                                                         "start_timestamp", "end_timestamp") if c in val}
+        rows.append({"instrument": INSTRUMENT, "file": str(p), "line": lineno, "api_domain": val["domain"],
+                     "name": val["function"], "pid": ints.get("process_id"), "tid": ints.get("thread_id"),
+                     "correlation_id": ints["correlation_id"], "start_ns": ints["start_timestamp"],
+                     "end_ns": ints["end_timestamp"]})
+    if header is None:
+        raise BadInput(p, f"no header line: not a {API_WHAT}", line=1)
+    df = conform(pd.DataFrame(rows), API_COLUMNS) if rows else empty_frame(API_COLUMNS)
+    df.attrs["problems"] = [] if rows else ["no API call: the trace is empty"]
+    df.attrs["losses"] = []
+    return df
+
+
+def with_launch_times(launches: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
+    """``launches`` with ``launch_ns``, ``pid`` and ``tid`` from the API call of the same correlation
+    id (the host side of each dispatch, what site ranges are matched against); a launch without
+    one keeps them empty and ``attrs["problems"]`` counts it. Correlation ids are per process:
+    when both sides carry a pid they must agree too."""
+    out = launches.copy()
+    calls = api.dropna(subset=["correlation_id"]).drop_duplicates("correlation_id", keep="first")
+    by_corr = calls.set_index("correlation_id")
+    found = out["correlation_id"].map(by_corr["start_ns"]) if len(by_corr) else pd.Series(pd.NA, index=out.index)
+    pid = out["correlation_id"].map(by_corr["pid"]) if len(by_corr) else pd.Series(pd.NA, index=out.index)
+    mismatch = out["pid"].notna() & pid.notna() & (out["pid"] != pid)
+    found = found.mask(mismatch)
+    out["launch_ns"] = found.astype("Int64")
+    out["pid"] = out["pid"].fillna(pid.mask(mismatch)).astype("Int64")
+    tid = out["correlation_id"].map(by_corr["tid"]) if len(by_corr) else pd.Series(pd.NA, index=out.index)
+    out["thread_id"] = out["thread_id"].fillna(tid.mask(mismatch)).astype("Int64") if "thread_id" in out else tid
+    missing = int(out["launch_ns"].isna().sum())
+    out.attrs = dict(launches.attrs)
+    if missing:
+        out.attrs["problems"] = list(out.attrs.get("problems") or []) + [
+            f"{missing} launch(es) without an API call of the same correlation id (and process): no launch time"]
+    return out

@@ -29,6 +29,8 @@ POINTS, FLIPS = 32, 16
 def _reader(path: Path):
     if "marker_api_trace" in path.name:
         return rocprofv3.read_marker_trace
+    if "hip_runtime_api_trace" in path.name:
+        return rocprofv3.read_api_trace
     return READERS[path.name.split("_")[0]]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from forensics.core.errors import BadInput
@@ -213,3 +214,34 @@ def test_a_hip_api_trace_is_not_read_as_roctx_ranges():
     with pytest.raises(BadInput) as e:
         rocprofv3.read_marker_trace(AMD / "rocprofv3_hip_runtime_api_trace.csv")
     assert e.value.line == 2 and "'HIP_RUNTIME_API': this is an API trace" in str(e.value)
+
+
+API = AMD / "rocprofv3_hip_runtime_api_trace.csv"
+
+
+def test_hip_runtime_api_calls_of_a_real_trace():
+    api = rocprofv3.read_api_trace(API)
+    assert api["name"].value_counts().to_dict() == {"hipMalloc": 2, "hipMemcpy": 2, "hipFree": 2,
+                                                    "hipGetDevicePropertiesR0600": 1, "hipLaunchKernel": 1}
+    assert api["correlation_id"].tolist() == list(range(1, 9)) and set(api["pid"]) == {238}
+    assert api.loc[api["name"] == "hipLaunchKernel", "start_ns"].tolist() == [1191916547842972]
+    with pytest.raises(BadInput) as e:
+        rocprofv3.read_api_trace(MARKERS)
+    assert e.value.line == 2 and "ROCTx marker trace" in str(e.value)
+
+
+def test_launch_times_join_the_api_call_of_the_same_correlation_id(tmp_path):
+    """SYNTHETIC kernel rows in the real v3 format (header and a row of rocprofv3_v3_kernel_trace.csv),
+    given correlation ids 5 (the real API trace's hipLaunchKernel) and 99 (no call), in a file named
+    like rocprofv3's default for process 238, joined to the real HIP runtime API trace."""
+    lines = (AMD / "rocprofv3_v3_kernel_trace.csv").read_text().splitlines()[:3]
+    lines[1] = lines[1].replace(",1937,", ",5,")
+    lines[2] = lines[2].replace(",1945,", ",99,")
+    f = tmp_path / "238_kernel_trace.csv"
+    f.write_text("\n".join(lines) + "\n")
+    joined = rocprofv3.with_launch_times(rocprofv3.read_kernel_trace(f), rocprofv3.read_api_trace(API))
+    assert joined["launch_ns"].tolist()[0] == 1191916547842972 and pd.isna(joined["launch_ns"].tolist()[1])
+    assert joined.attrs["problems"][-1].startswith("1 launch(es) without an API call of the same correlation id")
+    other = tmp_path / "239_kernel_trace.csv"  # another process: correlation id 5 is not this one's
+    other.write_text(f.read_text())
+    assert rocprofv3.with_launch_times(rocprofv3.read_kernel_trace(other), rocprofv3.read_api_trace(API))["launch_ns"].isna().all()
