@@ -190,7 +190,8 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
         else:
             rows.append(_row(p, lineno, text, index, pid, version))
         if last_cut:
-            problems.append(f"line {lineno}: the last row has no newline (complete: all {len(header)} fields read)")
+            problems.append(f"line {lineno}: the last row has no newline (all {len(header)} fields read; "
+                            "a number cut short would still read as a value)")
     if header is None:
         raise BadInput(p, f"no header line: not a {WHAT}", line=1)
     for kind, n in other_kinds.items():
@@ -316,6 +317,7 @@ def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
     index: dict[str, int] = {}
     rows: list[dict] = []
     marks = 0
+    cut_note = None
     for lineno, text, raw_line, last_cut in _csv_rows(p, MARKER_WHAT):
         if header is None:
             low = [f.strip().lower() for f in text]
@@ -338,6 +340,8 @@ def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
         if ints["end_timestamp"] < ints["start_timestamp"]:
             raise BadInput(p, f"range ends before it starts ({ints['end_timestamp']} < {ints['start_timestamp']})",
                            line=lineno)
+        if last_cut:
+            cut_note = f"line {lineno}: the last row has no newline: it may be cut short (a shorter number reads as a value)"
         if ints["end_timestamp"] == ints["start_timestamp"]:
             marks += 1
             continue
@@ -349,7 +353,8 @@ def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
         raise BadInput(p, f"no header line: not a {MARKER_WHAT}", line=1)
     extra = {"line": "Int64", "api_domain": "string", "correlation_id": "Int64"}
     df = conform(pd.DataFrame(rows), {**RANGE_COLUMNS, **extra}) if rows else empty_frame({**RANGE_COLUMNS, **extra})
-    df.attrs["problems"] = [f"{marks} roctxMark point(s) (start = end): not ranges; left out"] if marks else []
+    df.attrs["problems"] = ([f"{marks} roctxMark point(s) (start = end): not ranges; left out"] if marks else []) + (
+        [cut_note] if cut_note else [])
     df.attrs["losses"] = []
     return df
 
@@ -373,6 +378,7 @@ def read_api_trace(path: str | PathLike[str]) -> pd.DataFrame:
     header: list[str] | None = None
     index: dict[str, int] = {}
     rows: list[dict] = []
+    problems: list[str] = []
     for lineno, text, raw_line, last_cut in _csv_rows(p, API_WHAT):
         if header is None:
             low = [f.strip().lower() for f in text]
@@ -393,6 +399,11 @@ def read_api_trace(path: str | PathLike[str]) -> pd.DataFrame:
                               "not an API trace", line=lineno)
         ints = {c: _int(p, lineno, c, val[c]) for c in ("process_id", "thread_id", "correlation_id",
                                                          "start_timestamp", "end_timestamp") if c in val}
+        if ints["end_timestamp"] < ints["start_timestamp"]:
+            raise BadInput(p, f"call ends before it starts ({ints['end_timestamp']} < {ints['start_timestamp']})",
+                           line=lineno)
+        if last_cut:
+            problems.append(f"line {lineno}: the last row has no newline: it may be cut short (a shorter number reads as a value)")
         rows.append({"instrument": INSTRUMENT, "file": str(p), "line": lineno, "api_domain": val["domain"],
                      "name": val["function"], "pid": ints.get("process_id"), "tid": ints.get("thread_id"),
                      "correlation_id": ints["correlation_id"], "start_ns": ints["start_timestamp"],
@@ -400,7 +411,7 @@ def read_api_trace(path: str | PathLike[str]) -> pd.DataFrame:
     if header is None:
         raise BadInput(p, f"no header line: not a {API_WHAT}", line=1)
     df = conform(pd.DataFrame(rows), API_COLUMNS) if rows else empty_frame(API_COLUMNS)
-    df.attrs["problems"] = [] if rows else ["no API call: the trace is empty"]
+    df.attrs["problems"] = problems + ([] if rows else ["no API call: the trace is empty"])
     df.attrs["losses"] = []
     return df
 
