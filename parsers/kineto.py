@@ -74,7 +74,9 @@ class KinetoIds(msgspec.Struct):
 
     correlation: _I64 | None = None
     device: _I64 | None = None
-    stream: _I64 | None = None
+    # PyTorch on ROCm prints a HIP runtime event's stream as its handle in hex ("0x0"; HTA's
+    # mi250_minitoy_train_ROCm6_2 trace, tests/test_amd_kineto.py): kept as no stream id
+    stream: _I64 | Annotated[str, msgspec.Meta(pattern=r"^0x[0-9a-fA-F]+$")] | None = None
     cbid: _I64 | None = None
     bytes: _I64 | None = None
     external_id: _I64 | None = msgspec.field(default=None, name="External id")

@@ -237,6 +237,10 @@ def _fields_of(g: Grammar, m: re.Match, text: str) -> dict[str, Any]:
         out["operation"] = gd["kind"].lower()
     if g.name == "cublas_splitk_reduce":
         hints.append("splitK")
+    if g.name == "tensile":  # AMD: the fields live in the AMD block at the end of this module
+        fields = tensile_fields(text)
+        out.update({k: v for k, v in fields.items() if k != "hints"})
+        hints += fields["hints"]
     out["hints"] = tuple(hints)
     return out
 
@@ -512,3 +516,169 @@ def _family(name: str) -> str:
     from forensics.core.demangle import short_name  # noqa: PLC0415
 
     return short_name(name) or "unknown"
+
+
+# =========================================================================== AMD: Tensile kernel names
+# hipBLASLt and rocBLAS run GEMMs as Tensile (TensileLite) kernels, named after their problem type
+# and solution: ``Cijk_Alik_Bljk_BBS_BH_UserArgs_MT128x128x64_MI16x16x1_SN_..._WG32_8_1``.
+# ``Cijk`` are C's indices (i: m, j: n, k: batch); A's and B's indices say the layout (l is the
+# summed index: ``Ailk`` A is m x k, not transposed; ``Alik`` transposed; ``Bljk`` B is k x n, not
+# transposed; ``Bjlk`` transposed; a ``C`` after them: conjugated); then the data types (TensileLite:
+# ``HHS_BH`` = A/B fp16, D fp16, compute fp32, then B batched, H high-precision accumulate; older
+# Tensile: ``SB``, ``DB``, ``HBH``, ``BBH`` = one type letter, B, H); ``MT<M>x<N>x<depthU>`` is the
+# macro tile, ``MI...`` the matrix instruction, ``WG<x>_<y>_<z>`` the workgroup, ``GSU<n>`` global
+# split-U (split-K), ``SK<n>`` stream-K (a persistent kernel). docs/amd.md, docs/kernel-names.md.
+
+TENSILE_LIBRARY = "Tensile (hipBLASLt/rocBLAS)"
+TENSILE_ROW = _g("tensile", r"(?<![A-Za-z])Cijk_A(?P<a>[a-z]{2,})(?P<ac>C?)_B(?P<b>[a-z]{2,})(?P<bc>C?)_",
+                 TENSILE_LIBRARY, "gemm", PRIMARY,
+                 "Cijk_Alik_Bljk_BBS_BH_UserArgs_MT128x128x64_MI16x16x1_SN_AFC1_GSUAMB_ISA950_MIWT2_2_WG32_8_1")
+#: GSU > 1 ("global split-U", split-K) can finish in a second kernel that sums the partial tiles,
+#: named by TensileLite's ContractionSolution (ROCm/hipBLASLt tensilelite/src/ContractionSolution.cpp):
+#: ``Cijk_<types>_..._PostGSU<n>_VW<vw>``; it belongs to the call of the GEMM before it (AUXILIARY).
+TENSILE_POSTGSU_ROW = _g("tensile_postgsu", r"(?<![A-Za-z])Cijk_\w*?_PostGSU", TENSILE_LIBRARY, "split-K reduce",
+                         AUXILIARY, "Cijk_SS_BiasS_HAS_ScaleAlphaVec_PostGSU16_VW1")
+GRAMMARS = GRAMMARS + (TENSILE_POSTGSU_ROW, TENSILE_ROW)  # no earlier row matches a Cijk_ name (tests/test_amd_kernel_names.py)
+
+
+def tensile_launch_role(name: str | None) -> str | None:
+    """PRIMARY for a Tensile GEMM kernel (it starts a hipBLASLt/rocBLAS call's launches), AUXILIARY for
+    its PostGSU reduction (it joins the call before it), None for any other name: the role
+    :func:`cublas_launch_role` gives cuBLAS kernels (classify_kernel keeps roles for cuBLAS names only)."""
+    g = classify_kernel(name).grammar
+    return PRIMARY if g == "tensile" else AUXILIARY if g == "tensile_postgsu" else None
+
+#: Tensile type letters -> canonical precision (the vocabulary of parsers._amd.canonical_type, 8-bit floats as "fp8").
+TENSILE_TYPE = {"S": "fp32", "D": "fp64", "H": "fp16", "B": "bf16", "C": "complex64", "Z": "complex128",
+                "X": "xf32", "I": "int32", "I8": "int8", "4xi8": "int8", "F8": "fp8", "B8": "fp8", "F8N": "fp8",
+                "B8N": "fp8"}
+_TENSILE_TYPE_TOKEN = re.compile(r"4xi8|I8|F8N|B8N|F8|B8|[SDHBCZXI]")
+_TENSILE_FLAGS = re.compile(r"B?H?")
+
+
+def _tensile_types(tokens: list[str]) -> tuple[list[str], str]:
+    """The type letters of a name's problem type and the style that spelled them."""
+    first = tokens[0] if tokens else ""
+    second = tokens[1] if len(tokens) > 1 else ""
+    if second and _TENSILE_FLAGS.fullmatch(second) and second.startswith("B"):  # TensileLite: HHS_BH, S_B
+        return _TENSILE_TYPE_TOKEN.findall(first), "tensilelite"
+    for flags in ("BH", "B"):  # older Tensile: SB, DB, HBH, BBH
+        if first.endswith(flags) and len(first) > len(flags):
+            return _TENSILE_TYPE_TOKEN.findall(first[: -len(flags)]), "tensile"
+    return _TENSILE_TYPE_TOKEN.findall(first), "unknown"
+
+
+def tensile_fields(name: str) -> dict[str, Any]:
+    """What a Tensile name states: precision of A, layout letters (cuBLAS/BLAS op letters of A and B),
+    macro tile (M, N), and in ``fields``: depthU, matrix instruction, workgroup, GSU, the type letters."""
+    m = TENSILE_ROW.pattern.search(name)
+    if m is None:
+        return {"hints": ()}
+    a, b = m["a"], m["b"]
+    la = "N" if a.find("i") < a.find("l") else "T"
+    lb = "N" if b.find("l") < b.find("j") else "T"
+    rest = name[m.end():]
+    tokens = rest.split("_")
+    types, style = _tensile_types(tokens)
+    fields: dict[str, str] = {"A": "A" + a + m["ac"], "B": "B" + b + m["bc"], "types": "".join(types),
+                              "type_style": style}
+    hints: list[str] = []
+    if m["ac"] or m["bc"]:
+        hints.append("conjugate")
+    mt = re.search(r"(?<![A-Za-z])MT(\d+)x(\d+)x(\d+)", rest)
+    if mt:
+        fields["depth_u"] = mt.group(3)
+    mi = re.search(r"(?<![A-Za-z])MI(\d+x\d+x\d+(?:x\d+)?)", rest)
+    if mi:
+        fields["matrix_instruction"] = mi.group(1)
+    wg = re.search(r"(?<![A-Za-z])WG(\d+)_(\d+)_(\d+)", rest)
+    if wg:
+        fields["workgroup"] = "x".join(wg.groups())
+    gsu = re.search(r"(?<![A-Za-z])GSU(\d+)", rest)
+    if gsu:
+        fields["gsu"] = gsu.group(1)
+        if int(gsu.group(1)) > 1:
+            hints.append("splitK")
+    if re.search(r"(?<![A-Za-z])SK[1-9](?![0-9])|StreamK", rest):
+        hints.append("persistent")  # stream-K: the grid is sized by the CU count, not by m x n
+    return {"precision": TENSILE_TYPE.get(types[0]) if types else None, "layout": la + lb,
+            "tile": (int(mt.group(1)), int(mt.group(2))) if mt else None, "fields": fields, "hints": tuple(hints)}
+
+
+def _precision_family(p: str | None) -> str | None:
+    """``fp8_e4m3_fnuz`` -> ``fp8``: the names state 8-bit floats without their variant."""
+    return p.split("_")[0] if isinstance(p, str) else None
+
+
+def check_amd_call(name: str | None, grid: Any, call: dict, log_library: str = "hipBLASLt") -> list[FieldCheck]:
+    """:func:`check_call` for AMD: a rocprofv3 launch's kernel name and grid (in workgroups, as
+    parsers.rocprofv3 gives it) against one hipBLASLt or rocBLAS call (parsers.hipblaslt_log's
+    CALL_COLUMNS: canonical ``precision``, ``transa``/``transb``, ``m``, ``n``, ``batch_count``).
+
+    * **library**: a Tensile name is CONSISTENT; a name the table gives to another library that
+      is no GEMM (ATen, NCCL, ...) CONFLICTS; anything else is UNCHECKED (hipBLASLt also has
+      kernel generators the table does not know).
+    * **precision**, **layout** (exact letters, or those of the transposed problem, as for cuBLAS),
+      **grid** (at least one workgroup per macro tile of m x n, at most 8; unchecked for stream-K
+      kernels) and **batch** (grid.z a multiple of the batch count) as in :func:`check_call`.
+    """
+    kc = classify_kernel(name)
+    out: list[FieldCheck] = []
+    if kc.grammar in ("tensile", "tensile_postgsu"):
+        out.append(FieldCheck("library", CONSISTENT, kc.library, log_library))
+    elif kc.library != "unknown" and not kc.gemm:
+        out.append(FieldCheck("library", CONFLICTS, kc.library, log_library,
+                              f"a {log_library} call launches GEMM kernels, not {kc.library} {kc.operation}"))
+    else:
+        out.append(FieldCheck("library", UNCHECKED, kc.library, log_library,
+                              "not a Tensile name: the table knows no other kernel family of this library"))
+    lp = _val(call, "precision")
+    np_ = _precision_family(kc.precision)
+    if np_ and lp:
+        ok = np_ in {_precision_family(x) for x in str(lp).split("/")}
+        out.append(FieldCheck("precision", CONSISTENT if ok else CONFLICTS, kc.precision, str(lp)))
+    else:
+        out.append(FieldCheck("precision", UNCHECKED, kc.precision, lp,
+                              "the name states no precision" if not np_ else "the log states no A/B type"))
+    ta, tb = _val(call, "transa"), _val(call, "transb")
+    rows = [o for o in (_val(call, "a_order"), _val(call, "b_order")) if o is not None and "ROW" in str(o).upper()]
+    if kc.layout and ta is not None and tb is not None and not rows:
+        log_layout = "".join("T" if str(x).upper() in ("T", "C") else "N" for x in (ta, tb))
+        flip = {"N": "T", "T": "N"}
+        swapped = flip[log_layout[1]] + flip[log_layout[0]]
+        ok = kc.layout in (log_layout, swapped)
+        out.append(FieldCheck("layout", CONSISTENT if ok else CONFLICTS, kc.layout, f"transa={ta} transb={tb}",
+                              "as the transposed problem" if ok and kc.layout != log_layout else ""))
+    else:
+        out.append(FieldCheck("layout", UNCHECKED, kc.layout, None,
+                              "the name states no layout" if not kc.layout else
+                              "an operand is stored row-major (order=row)" if rows else "the log states no transa/transb"))
+    g = _grid(grid)
+    m, n = _val(call, "m"), _val(call, "n")
+    if "persistent" in kc.hints:
+        out.append(FieldCheck("grid", UNCHECKED, str(grid) if g else None, None,
+                              "a stream-K kernel: its grid is sized by the CU count, not by m x n"))
+    elif kc.tile and g and m is not None and n is not None:
+        tm, tn = kc.tile
+        m, n = int(m), int(n)
+        tiles = [math.ceil(m / tm) * math.ceil(n / tn), math.ceil(m / tn) * math.ceil(n / tm)]
+        wgs = g[0] * g[1]
+        ok = min(tiles) <= wgs <= 8 * max(tiles)
+        out.append(FieldCheck("grid", CONSISTENT if ok else CONFLICTS,
+                              f"grid {g} workgroups with macro tile {tm}x{tn} ({wgs} in x*y)",
+                              f"m={m} n={n} ({min(tiles)} tile(s))",
+                              "" if ok else "x*y must cover the m x n tiles with at most 8 workgroups per tile"))
+    else:
+        out.append(FieldCheck("grid", UNCHECKED, str(grid) if g else None, f"m={m} n={n}" if m is not None else None,
+                              "the name states no macro tile" if not kc.tile else
+                              "no grid recorded" if not g else "the log states no m, n"))
+    batch = _val(call, "batch_count")
+    batch = int(batch) if batch is not None and str(batch).lstrip("-").isdigit() else None
+    if batch and batch > 1 and g and "persistent" not in kc.hints:
+        ok = g[2] % batch == 0
+        out.append(FieldCheck("batch/split-K", CONSISTENT if ok else CONFLICTS, f"grid.z={g[2]}", f"batch_count={batch}",
+                              "" if ok else "grid.z must be a multiple of the batch count"))
+    else:
+        out.append(FieldCheck("batch/split-K", UNCHECKED, f"grid.z={g[2]}" if g else None, None,
+                              "no batch count > 1 in the log" if not (batch and batch > 1) else "stream-K kernel or no grid"))
+    return out
