@@ -57,3 +57,13 @@ def test_probes_import_only_the_bottom_layers_of_forensics():
         + ":\n" + "\n".join(wrong)
     assert not [path for path in (ROOT / "probes").rglob("*.py") for module, _ in _imports(path) if module == "parsers"
                 or module.startswith("parsers.")], "probes -> parsers runs back up the stage order"
+
+
+@pytest.mark.parametrize("package", ["forensics/tracediff", "forensics/judge"])
+def test_the_offline_stages_read_no_probe(package):
+    """The differ and the analysis read what the probes wrote through the formats and grammars in
+    forensics.core (the op-trace format, the step and rank windows), never the probes' code."""
+    wrong = [f"{path.relative_to(ROOT)}:{line}: imports {module}"
+             for path in sorted((ROOT / package).rglob("*.py"))
+             for module, line in _imports(path) if module == "probes" or module.startswith("probes.")]
+    assert not wrong, "\n".join(wrong)
