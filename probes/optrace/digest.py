@@ -88,7 +88,6 @@ def _bytes_type(nbytes: int) -> Any:
     return buf
 
 
-
 def _hash_bits(x: torch.Tensor) -> torch.Tensor:
     """``hash_tensor`` of :func:`_bits` (for dtypes hash_tensor refuses), over bounded pieces XORed
     together: the XOR of every word, the same value as over one copy of the whole tensor."""
@@ -249,7 +248,6 @@ def _resolve(records: list[dict[str, Any]]) -> None:
         e[key] = hexes if d.many else hexes[0]
 
 
-
 def tensor_entry(t: torch.Tensor, chunks: bool, ordered: bool = False, xor: bool = False,
                  chunk_digests: bool = True) -> dict[str, Any]:
     """The entry of one tensor: shape, dtype, numel and digests. A CPU tensor with an
@@ -402,7 +400,6 @@ def view_entry(in0: dict[str, Any], x: torch.Tensor, out: torch.Tensor, order_vi
     return entry
 
 
-
 def chunk_sums(x: torch.Tensor) -> torch.Tensor:
     """Position-weighted digests of N_CHUNKS contiguous chunks (a permutation changes them):
     chunk j sums ``bits[p] * (p * GOLDEN | 1)`` mod 2^64 over its row-major positions p.
@@ -433,7 +430,6 @@ def chunk_sums(x: torch.Tensor) -> torch.Tensor:
     return sums
 
 
-
 def args_entry(values: list[Any]) -> dict[str, Any] | None:
     """Non-tensor arguments (scalars, sizes, dtypes) as one stable digest; None when none. Equal
     argument lists share one entry (nothing changes an entry once made)."""
@@ -449,7 +445,6 @@ def args_entry(values: list[Any]) -> dict[str, Any] | None:
                 _ARGS_SEEN.clear()
             _ARGS_SEEN[key] = entry
     return entry
-
 
 
 def _generator_entry(tensors: list, others: list, kwargs: dict) -> dict[str, Any] | None:
@@ -473,8 +468,6 @@ def _generator_entry(tensors: list, others: list, kwargs: dict) -> dict[str, Any
                 "h": hashlib.blake2b(state.numpy().tobytes(), digest_size=8).hexdigest()}
     except Exception:  # noqa: BLE001 - not recorded: the differ says the state is unknown
         return None
-
-
 
 
 def _stable_repr(v: Any) -> str:

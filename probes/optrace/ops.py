@@ -225,14 +225,12 @@ def _write_args(func: Any) -> tuple[tuple[int, str], ...]:
         return ()
 
 
-
 _OP_INFO: dict[Any, _OpInfo] = {}
 
 
 def _packet(name: str) -> str:
     parts = name.split(".")
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[0] in ("aten", "c10d", "prims")) else parts[0]
-
 
 
 def _is_opaque(x: Any) -> bool:
@@ -309,7 +307,6 @@ def _gemm_name(name: str, args: tuple, kwargs: dict, out: Any, grad: bool) -> di
         return None
     return {"site": call.site, "layout": call.layout, "acc": call.acc, "grad": call.grad,
             "m": call.m, "n": call.n, "k": call.k, "batch": call.batch}
-
 
 
 def _tensors_of(value: Any) -> list[torch.Tensor]:

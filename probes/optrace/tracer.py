@@ -58,7 +58,6 @@ except Exception:  # noqa: BLE001 - private API: without it the handler always t
     pass
 
 
-
 #: the autograd graph task running on this thread (-1: none, so not inside a backward pass); a torch
 #: without this private API reads as never in backward (no op breaks over it)
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", None) or (lambda: -1)
@@ -66,7 +65,6 @@ _graph_task_id = getattr(torch._C, "_current_graph_task_id", None) or (lambda: -
 _autograd_node = getattr(torch._C, "_current_autograd_node", None) or (lambda: None)
 _grad_enabled = torch.is_grad_enabled
 _sequence_nr = getattr(getattr(torch._C, "_autograd", None), "_get_sequence_nr", None) or (lambda: None)
-
 
 
 class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
