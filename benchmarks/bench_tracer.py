@@ -66,7 +66,7 @@ class OptraceArm:
     (optimizer step, backward) are installed for the whole process and record whenever the window
     is open, so an open window would make the other arms pay for them (an untraced step that
     digests every parameter twice is not untraced). ``ordered`` is the ``--ordered-digests`` mode;
-    ``module`` another version of probes/optrace.py (bench_tracer_ab.py), default this one."""
+    ``module`` another version of probes.optrace (bench_tracer_ab.py), default this one."""
 
     def __init__(self, out: Path, ordered: str = "auto", module: Any = None) -> None:
         cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="0-", max_records=10**9,

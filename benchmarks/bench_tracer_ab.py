@@ -6,11 +6,14 @@ about the change. Here both versions are installed in the same process, each rec
 inside its own steps (its window is closed between them), and the steps of the three arms
 (untraced, A, B) are interleaved, the order reversed every other round.
 
-    git show main:probes/optrace.py > /tmp/optrace_main.py
-    python benchmarks/bench_tracer_ab.py /tmp/optrace_main.py probes/optrace.py --batch 64 --steps 40
+    git show fdd8e24:probes/optrace.py > /tmp/optrace_before.py   # the last single-file tracer
+    python benchmarks/bench_tracer_ab.py /tmp/optrace_before.py probes/optrace/__init__.py --batch 64 --steps 40
 
 Each file is loaded as its own module; its own imports (probes.config, probes.window,
-probes.digests...) come from this checkout.
+probes.digests..., and the modules of the package probes.optrace) come from this checkout. A
+single-file tracer (up to fdd8e24) is compared whole with this checkout's package; two versions of
+the package cannot be compared this way (the package's modules are imported by name, so another
+version's __init__.py alone would run this checkout's modules).
 """
 from __future__ import annotations
 
@@ -42,8 +45,8 @@ def load(name: str, path: str) -> ModuleType:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("a", help="probes/optrace.py of version A")
-    p.add_argument("b", help="probes/optrace.py of version B")
+    p.add_argument("a", help="probes/optrace/__init__.py (or the single probes/optrace.py) of version A")
+    p.add_argument("b", help="probes/optrace/__init__.py (or the single probes/optrace.py) of version B")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--width", type=int, default=512)

@@ -1,6 +1,7 @@
 """Site JSONL: one record per site occurrence with input/output digests (the project's own format).
 
-Written by the site recorder (our probes, and the ``Recorder`` of the project's device campaign script,
+Written by the site recorder (our probes, ``probes/sites.py``, with the format's owner
+:mod:`forensics.core.formats.sites`, and the ``Recorder`` of the project's device campaign script,
 ``campaign.py``, kept outside the repository).
 Every line is a JSON object with an ``event``: ``site`` records (one per occurrence), and others
 (``iteration`` markers, ``cupti_unavailable``... meta records, an optional first
@@ -21,10 +22,11 @@ from os import PathLike
 import pandas as pd
 
 from forensics.core.errors import BadInput
+from forensics.core.formats import sites as sites_format
 from parsers._jsonl import read_jsonl, records_frame
 from parsers._types import check_site_record
 
-SCHEMA = "forensics.sites"
+SCHEMA = sites_format.SCHEMA  # the format's owner: forensics/core/formats/sites.py
 WHAT = "site JSONL"
 SITE_COLUMNS: dict[str, str] = {
     "label": "string",
@@ -79,7 +81,7 @@ def _load(path: str | PathLike[str]):
         if not isinstance(event, str):
             hint = " (a CUPTI JSONL?)" if "kind_name" in obj or "kind" in obj else ""
             raise BadInput(f.path, f"not a {WHAT}: record has no 'event'{hint}", number)
-        (sites if event == "site" else events).append((number, obj))
+        (sites if event == sites_format.SITE else events).append((number, obj))
     return f, sites, events
 
 
@@ -164,7 +166,7 @@ def _losses(events: list) -> list[str]:
     """What the site probe says it could not record (its summary's ``dropped``)."""
     out = []
     for _, obj in events:
-        if obj.get("event") == "summary" and isinstance(obj.get("dropped"), int) and obj["dropped"] > 0:
+        if obj.get("event") == sites_format.SUMMARY and isinstance(obj.get("dropped"), int) and obj["dropped"] > 0:
             out.append(f"the site probe dropped {obj['dropped']} record(s) (its record budget): occurrences "
                        "after that are not in this file")
     return out

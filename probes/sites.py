@@ -19,7 +19,6 @@ second process of the same rank writes ``sites.<pid>.jsonl``).
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import threading
@@ -27,13 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from forensics.core.formats import sites as sites_format
 from probes import forks
 from probes.config import ProbeConfig
 from probes.gemm_naming import GEMM_OPS, backward_gemm, name_gemm, te_site
 from probes.window import StepWindow
 
-SCHEMA = "forensics.sites"
-VERSION = 1
+SCHEMA, VERSION = sites_format.SCHEMA, sites_format.VERSION  # the format's owner: forensics/core/formats/sites.py
 NVTX_DOMAIN = "forensics"
 FLUSH_EVERY = 1024  # pending records before a flush (one host sync) inside the window
 
@@ -136,7 +135,7 @@ class SiteProbe:
 
     def _mark(self, step: int) -> None:
         with self.lock:
-            self.pending.append({"event": "iteration", "iteration": step, "arm": self.cfg.arm, "rank": self.rank,
+            self.pending.append({"event": sites_format.ITERATION, "iteration": step, "arm": self.cfg.arm, "rank": self.rank,
                                  "pid": self.pid, "t_ns": time.time_ns()})
 
     def _push_mode(self) -> None:
@@ -235,7 +234,7 @@ class SiteProbe:
         # grad_bias) can differ in any of them, and "bits unchanged" must cover them all
         outs = [stage(t) if digests else describe(t)
                 for t in (out if isinstance(out, (list, tuple)) else [out]) if _tensorish(t)]
-        rec = {"event": "site", "arm": self.cfg.arm, "iteration": self.window.step, "site": site, "occurrence": occ,
+        rec = {"event": sites_format.SITE, "arm": self.cfg.arm, "iteration": self.window.step, "site": site, "occurrence": occ,
                "label": label, "external_id": ext, "in": ins, "out": outs, "rank": self.rank, "pid": self.pid,
                "op": op, "meta": meta}
         if bracket is not None:
@@ -276,12 +275,12 @@ class SiteProbe:
     # ------------------------------------------------------------------ output
     def _open(self) -> None:
         if self.file is None:
-            self.file = open_exclusive(self.out_dir, "sites", ".jsonl")
-            header = {"event": "header", "schema": SCHEMA, "version": VERSION, "rank": self.rank, "pid": self.pid,
+            self.file = open_exclusive(self.out_dir, sites_format.FILE_STEM, sites_format.FILE_SUFFIX)
+            header = {"rank": self.rank, "pid": self.pid,
                       "arm": self.cfg.arm, "site_filter": self.cfg.site, "steps": self.cfg.steps,
                       "nvtx_domain": NVTX_DOMAIN if self.cfg.nvtx else None, "host": os.uname().nodename,
                       "argv": sys.argv[:8], **process_settings()}
-            self.file.write(json.dumps(header, default=str) + "\n")
+            self.file.write(sites_format.header_line(header))
 
     def flush(self, final: bool = False) -> None:
         """Resolve the staged digests (one device->host copy) and write the pending lines (never
@@ -297,10 +296,10 @@ class SiteProbe:
             resolve(pending)
             self._open()
             for rec in pending:
-                self.file.write(json.dumps(rec) + "\n")
+                self.file.write(sites_format.line(rec))
         if final and self.file is not None:
-            self.file.write(json.dumps({"event": "summary", "records": self.records, "dropped": self.dropped,
-                                        "occurrences": dict(self.seen)}) + "\n")
+            self.file.write(sites_format.line({"event": sites_format.SUMMARY, "records": self.records, "dropped": self.dropped,
+                                               "occurrences": dict(self.seen)}))
         if self.file is not None:
             self.file.flush()
         if final:

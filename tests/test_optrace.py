@@ -401,14 +401,14 @@ def _installed(tmp_path: Path, **extra):
 def test_records_reach_the_file_in_bounded_batches(tmp_path, monkeypatch):
     """Before the process ends: every FLUSH_EVERY records, and after FLUSH_SECONDS."""
     x = torch.ones(4)
-    monkeypatch.setattr(optrace, "FLUSH_SECONDS", 3600.0)
+    monkeypatch.setattr(optrace.tracer, "FLUSH_SECONDS", 3600.0)
     window, inst = _installed(tmp_path)
     f = tmp_path / "rank0" / "trace.jsonl"
     try:
         for _ in range(optrace.FLUSH_EVERY + 10):
             x.add_(1)
         assert len(f.read_text().splitlines()) == 1 + optrace.FLUSH_EVERY  # header + one batch, on disk now
-        monkeypatch.setattr(optrace, "FLUSH_SECONDS", 0.0)
+        monkeypatch.setattr(optrace.tracer, "FLUSH_SECONDS", 0.0)
         x.add_(1)
         assert len(f.read_text().splitlines()) == 1 + optrace.FLUSH_EVERY + 11
     finally:
@@ -575,7 +575,7 @@ def test_packages_that_issue_ops_are_recorded_with_versions(tmp_path, monkeypatc
 def test_digests_taken_before_a_flush_resolve_to_their_own_values(tmp_path, monkeypatch):
     """An optimizer step's inputs are digested before its own ops run; when those ops trigger a
     flush (here: every record), the step's record must still carry the values from before."""
-    monkeypatch.setattr(optrace, "FLUSH_SECONDS", 0.0)
+    monkeypatch.setattr(optrace.tracer, "FLUSH_SECONDS", 0.0)
     model = torch.nn.Linear(4, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     before = {}
@@ -596,7 +596,7 @@ def test_device_digests_made_before_a_flush_are_resolved_by_a_later_one(tmp_path
     """float16 tensors get hash_tensor digests, resolved at flush (the path a GPU takes): the
     optimizer step's input digests are made before flushes that have nothing to resolve, and
     its record, written by a later flush, must still carry hex text, the values from before."""
-    monkeypatch.setattr(optrace, "FLUSH_SECONDS", 0.0)
+    monkeypatch.setattr(optrace.tracer, "FLUSH_SECONDS", 0.0)
     model = torch.nn.Linear(4, 2).half()
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     before = {}

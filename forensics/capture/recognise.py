@@ -24,6 +24,9 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from forensics.core.formats import optrace as optrace_format
+from forensics.core.formats import sites as sites_format
+
 #: Bytes of a file (after gzip decompression) looked at to recognise it.
 HEAD = 64 << 10
 
@@ -131,8 +134,8 @@ def _json_kind(path: Path, head: bytes, gz: bool) -> Recognised | None:
             obj = None
         if isinstance(obj, dict):
             schema = obj.get("schema") if isinstance(obj.get("schema"), str) else ""
-            own = {"forensics.sites": "sites", "forensics.cupti": "cupti", "forensics.cpuprobe": "cpuprobe",
-                   "forensics.optrace": "optrace"}
+            own = {sites_format.SCHEMA: "sites", "forensics.cupti": "cupti", "forensics.cpuprobe": "cpuprobe",
+                   optrace_format.SCHEMA: "optrace"}
             if schema in own:
                 for line in text.split(b"\n")[1:64]:
                     try:

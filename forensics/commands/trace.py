@@ -19,7 +19,7 @@ class UsageError(ValueError):
 
 CONFIG_NAME = "optrace-config.json"
 ORDERED_MODES = ("auto", "inputs", "all", "off")
-COMPILED_MODES = ("compiled", "eager")  # probes/optrace.py COMPILED_MODES
+COMPILED_MODES = ("compiled", "eager")  # probes/optrace/tracer.py COMPILED_MODES
 FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 

@@ -24,6 +24,7 @@ import pandas as pd
 
 from forensics.capture.directory import Capture, InstrumentFile, load_capture
 from forensics.core.errors import BadInput, doing
+from forensics.core.window import parse_ranks
 from forensics.judge.analysis import KEYS, Analysis, analyze, file_rank, manifest_digest, no_launch_message
 from forensics.runtime.parallel import available_cores, rank_span, run_groups, shard_outputs, workers_for  # noqa: F401 (available_cores: API)
 
@@ -71,8 +72,6 @@ def _order(rank: int | None) -> tuple[int, int]:
 def select_ranks(all_ranks: list[int | None], ranks: str | None = None, shard: str | None = None) -> list[int | None]:
     """The ranks a run analyses: ``--ranks 0,3,8-15`` and/or ``--shard K/N`` (the K-th of N contiguous
     blocks of the capture's ranks, K counted from 0: ``$SLURM_PROCID/$SLURM_NTASKS``)."""
-    from probes.window import parse_ranks  # noqa: PLC0415
-
     chosen = sorted(all_ranks, key=_order)
     if ranks is not None:
         try:

@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from forensics.core.formats.optrace import RECORD_HEAD
 from forensics.tracediff.traces import EVIDENCE_LEVELS
 
 BLOCK_BYTES = 8 << 20  # bytes of JSON lines parsed at once per file
@@ -62,9 +63,11 @@ SCHEMA = pa.schema([
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 _READ = pj.ReadOptions(block_size=1 << 20, use_threads=True)  # 1 MiB chunks: both cores busy
 _EXACT_PRODUCT = float(1 << 53)
-#: the start of a line as our tracer writes it; seq without leading zeros and within int64
-_HEAD = r'^\{"seq":(?P<seq>0|[1-9][0-9]{0,17}),"id":"(?P<id>[^"\\\x00-\x1f]+)",'
-_HEAD_ONLY = r'^\{"seq":(?:0|[1-9][0-9]{0,17}),'
+#: the start of a line as our tracer writes it (its first two keys: the format's RECORD_HEAD); seq
+#: without leading zeros and within int64
+_SEQ, _ID = RECORD_HEAD
+_HEAD = rf'^\{{"{_SEQ}":(?P<seq>0|[1-9][0-9]{{0,17}}),"{_ID}":"(?P<id>[^"\\\x00-\x1f]+)",'
+_HEAD_ONLY = rf'^\{{"{_SEQ}":(?:0|[1-9][0-9]{{0,17}}),'
 #: orjson (the walk's reader) refuses JSON nested deeper than 1,024 levels: a line with this many
 #: brackets is left to it
 _MAX_BRACKETS = 1000

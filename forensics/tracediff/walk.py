@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from forensics.core.errors import BadInput
+from forensics.core.window import parse_steps
 from forensics.tracediff.align import edit_script
 from forensics.tracediff.compare import DIFFER, EQUAL, UNOBSERVED, UNPROVEN, ListTest, compare_tensors, lists_equal
 from forensics.tracediff.provenance import input_sources
@@ -646,8 +647,6 @@ def _common_steps(spec_a: str | None, spec_b: str | None) -> Any:
     """The test for a step both runs traced when their step windows differ, else None."""
     if spec_a is None or spec_b is None:
         return None
-    from probes.window import parse_steps  # noqa: PLC0415
-
     try:
         wa, wb = parse_steps(spec_a), parse_steps(spec_b)
     except ValueError:

@@ -31,16 +31,16 @@ _chain_next_sitecustomize()
 
 
 def _import_own_packages() -> None:
-    """Import ``probes``, ``forensics`` and ``parsers`` from the directory that holds this bootstrap's package
-    (a checkout or site-packages) and take that directory off ``sys.path`` again: the traced
-    program sees the path it would see untraced, plus this bootstrap's entry. Submodules imported
-    later are found through the packages' own ``__path__``, not ``sys.path``."""
+    """Import ``probes`` and ``forensics`` (whose bottom layers the probes use; nothing in the
+    traced process reads ``parsers``) from the directory that holds this bootstrap's package (a
+    checkout or site-packages) and take that directory off ``sys.path`` again: the traced program
+    sees the path it would see untraced, plus this bootstrap's entry. Submodules imported later are
+    found through the packages' own ``__path__``, not ``sys.path``."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sys.path.insert(0, root)  # first, also where it is on the path already (site-packages comes last)
     try:
         import probes  # noqa: F401
         import forensics  # noqa: F401
-        import parsers  # noqa: F401
     finally:
         if sys.path and sys.path[0] == root:
             del sys.path[0]

@@ -1,4 +1,6 @@
-"""Reader of our own op-tracer output (``probes/optrace.py``): ``<dir>/rank<R>/trace.jsonl``.
+"""Reader of our own op-tracer output (``probes/optrace/``): ``<dir>/rank<R>/trace.jsonl``. The
+format's name, version, file name and key order are stated once in
+:mod:`forensics.core.formats.optrace`, which the tracer writes with.
 
 One JSON object per line: a header (``"type": "header"``, ``"schema": "forensics.optrace"``),
 records (``seq``, ``id``, ``op``, ``kind``, ``step``, ``in``, ``out``, ``meta``), and a footer
@@ -12,7 +14,6 @@ of 1.5, a digest that is not a string) is bad input (``file:line``), never a dif
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -24,6 +25,7 @@ from typing import Annotated, Any
 import msgspec
 
 from forensics.core.errors import BadInput
+from forensics.core.formats import optrace as optrace_format
 from forensics.tracediff.traces import (
     EVIDENCE_LEVELS,
     RankStream,
@@ -35,18 +37,13 @@ from forensics.tracediff.traces import (
     register_reader,
 )
 
-try:  # orjson is ~3x faster on these lines; json is the fallback
-    import orjson
-
-    _loads = orjson.loads
-    _JSONError: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
-except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
-    _JSONError = (ValueError,)
-
-SCHEMA = "forensics.optrace"
-SCHEMA_VERSION = 1
-FILE_NAME = "trace.jsonl"
+#: the format's owner states its name, version, file name and the JSON reader (orjson when
+#: installed, ~3x faster on these lines; json the fallback)
+_loads = optrace_format.loads
+_JSONError = optrace_format.JSON_ERRORS
+SCHEMA = optrace_format.SCHEMA
+SCHEMA_VERSION = optrace_format.VERSION
+FILE_NAME = optrace_format.FILE_NAME
 _RANK_DIR = re.compile(r"^rank(\d+)$")
 
 # --------------------------------------------------------------------------- the border: typed header and footer
@@ -55,7 +52,7 @@ _Rank = Annotated[int, msgspec.Meta(ge=0, le=(1 << 31) - 1)]
 
 
 class Header(msgspec.Struct):
-    """The first line of a rank file (probes/optrace.py writes it; docs/trace-format.md): the fields
+    """The first line of a rank file (probes/optrace/ writes it; docs/trace-format.md): the fields
     the differ uses, typed. Records are checked by hand on the hot path (:func:`_check_record`)."""
 
     type: str
@@ -132,19 +129,9 @@ def rank_files(path: Path) -> dict[int, Path]:
 
 
 def read_header(path: Path) -> dict[str, Any]:
-    """The first line of a rank file, checked for schema and version."""
-    with open(path, "rb") as f:
-        first = f.readline()
-    if not first.strip():
-        raise BadInput(path, "empty file: no trace header", 1)
-    try:
-        header = _loads(first)
-    except _JSONError:
-        raise BadInput(path, "first line is not JSON: not a forensics trace", 1) from None
-    if not isinstance(header, dict) or header.get("schema") != SCHEMA or header.get("type") != "header":
-        raise BadInput(path, f"foreign schema: first line is not a {SCHEMA} header", 1)
-    if header.get("version") != SCHEMA_VERSION:
-        raise BadInput(path, f"{SCHEMA} version {_brief(header.get('version'))}; this reader reads version {SCHEMA_VERSION}", 1)
+    """The first line of a rank file, checked for schema and version by the format's owner, then
+    typed (:class:`Header`)."""
+    header = optrace_format.read_header(path, _brief)
     _typed(header, Header, path, 1, "header")
     return header
 
@@ -179,7 +166,7 @@ def read_footer(path: Path) -> dict[str, Any] | None:
         obj = _loads(lines[-1])
     except _JSONError:
         return None
-    if not (isinstance(obj, dict) and obj.get("type") == "footer"):
+    if not optrace_format.is_footer(obj):
         return None
     _typed(obj, Footer, Path(path), None, "footer")
     return obj

@@ -1,0 +1,115 @@
+"""The op-trace format (``forensics.optrace``, version 1): one owner for its writer and readers.
+
+The tracer (``probes/optrace/``) writes one file per rank, ``rank<R>/trace.jsonl``: a header line,
+record lines, a footer line (docs/trace-format.md describes every field). The readers
+(``forensics/tracediff/traces/native.py``, the differ's columnar path
+``forensics/tracediff/columnar.py``, the capture's recogniser) take the name, the version, the
+file name and the key order from here. The key order is part of the format: the columnar path
+reads a record's ``seq`` and ``id`` from the start of its line (:data:`RECORD_HEAD`), so
+:func:`record` is the one place a record's keys are put in order.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from forensics.core.errors import BadInput
+
+SCHEMA = "forensics.optrace"
+VERSION = 1
+#: one file per rank under ``rank<R>/``; a second process of the same rank writes ``trace.<pid>.jsonl``
+FILE_NAME = "trace.jsonl"
+
+#: the header's keys, in the order they are written (``type``, ``schema``, ``version`` first)
+HEADER_KEYS = ("type", "schema", "version", "rank", "world_size", "argv", "script_argv", "pid", "versions", "env",
+               "steps", "ranks", "max_records", "hash", "chunks", "chunked_ops", "ordered", "compiled", "generators",
+               "storage_events", "program", "packages", "switches")
+#: a record's keys, in the order they are written (``meta`` only when it has something)
+RECORD_KEYS = ("seq", "id", "op", "kind", "step", "phase", "in", "out", "meta")
+#: the first two keys of every record line: the columnar reader matches them as text
+RECORD_HEAD = RECORD_KEYS[:2]
+#: the footer's keys, in the order they are written (``unwritten``, ``packages``, ``sources`` and
+#: ``imported`` only when there is something to say)
+FOOTER_KEYS = ("type", "records", "dropped", "last_step", "seeds", "stopped", "compiled_graphs", "unwritten",
+               "packages", "sources", "imported", "switches")
+
+try:  # records are written with orjson when present (the same compact JSON, several times faster)
+    import orjson as _orjson
+
+    loads = _orjson.loads
+    JSON_ERRORS: tuple[type[Exception], ...] = (_orjson.JSONDecodeError, ValueError)
+    _LINE = _orjson.OPT_APPEND_NEWLINE
+
+    def record_line(rec: dict[str, Any]) -> bytes:
+        """One record as a line of UTF-8 JSON, newline included (bytes: the file is binary, nothing
+        is re-encoded)."""
+        try:
+            return _orjson.dumps(rec, default=str, option=_LINE)
+        except TypeError:
+            try:  # a key that is not a string (slower option, so only when needed)
+                return _orjson.dumps(rec, default=str, option=_LINE | _orjson.OPT_NON_STR_KEYS)
+            except TypeError:  # an integer beyond 64 bits...: the standard encoder
+                return (json.dumps(rec, separators=(",", ":"), default=str) + "\n").encode()
+except ImportError:  # pragma: no cover - depends on the environment
+    loads = json.loads
+    JSON_ERRORS = (ValueError,)
+
+    def record_line(rec: dict[str, Any]) -> bytes:
+        return (json.dumps(rec, separators=(",", ":"), default=str) + "\n").encode()
+
+
+def record(seq: int, identity: str, op: str, kind: str, step: Any, phase: str, inputs: list, outputs: list,
+           meta: dict | None = None) -> dict[str, Any]:
+    """A record in :data:`RECORD_KEYS` order (``meta`` left out when empty)."""
+    rec = {"seq": seq, "id": identity, "op": op, "kind": kind, "step": step, "phase": phase,
+           "in": inputs, "out": outputs}
+    if meta:
+        rec["meta"] = meta
+    return rec
+
+
+def _ordered(kind: str, keys: tuple[str, ...], fields: dict[str, Any]) -> dict[str, Any]:
+    unknown = [k for k in fields if k not in keys]
+    if unknown:
+        raise ValueError(f"{SCHEMA} {kind}: unknown key(s) {', '.join(unknown)}")
+    return {k: fields[k] for k in keys if k in fields}
+
+
+def header_line(fields: dict[str, Any]) -> bytes:
+    """The header line: ``type``, ``schema`` and ``version`` first, then ``fields`` in
+    :data:`HEADER_KEYS` order (a key the format does not have is a ValueError: the writer's bug)."""
+    header = _ordered("header", HEADER_KEYS, {"type": "header", "schema": SCHEMA, "version": VERSION, **fields})
+    return (json.dumps(header, default=str) + "\n").encode()
+
+
+def footer_line(fields: dict[str, Any]) -> bytes:
+    """The footer line: ``type`` first, then ``fields`` in :data:`FOOTER_KEYS` order."""
+    footer = _ordered("footer", FOOTER_KEYS, {"type": "footer", **fields})
+    return (json.dumps(footer, default=str) + "\n").encode()
+
+
+def is_header(obj: Any) -> bool:
+    return isinstance(obj, dict) and obj.get("schema") == SCHEMA and obj.get("type") == "header"
+
+
+def is_footer(obj: Any) -> bool:
+    return isinstance(obj, dict) and obj.get("type") == "footer"
+
+
+def read_header(path: Path, brief: Any = repr) -> dict[str, Any]:
+    """The first line of a rank file, checked for schema and version (BadInput naming the file and
+    line 1 otherwise); ``brief`` shortens a foreign value for the message."""
+    with open(path, "rb") as f:
+        first = f.readline()
+    if not first.strip():
+        raise BadInput(path, "empty file: no trace header", 1)
+    try:
+        header = loads(first)
+    except JSON_ERRORS:
+        raise BadInput(path, "first line is not JSON: not a forensics trace", 1) from None
+    if not is_header(header):
+        raise BadInput(path, f"foreign schema: first line is not a {SCHEMA} header", 1)
+    if header.get("version") != VERSION:
+        raise BadInput(path, f"{SCHEMA} version {brief(header.get('version'))}; this reader reads version {VERSION}", 1)
+    return header
