@@ -1,6 +1,7 @@
 """What a file in a capture is, from its content: magic bytes, headers, JSON keys, SQLite tables.
 
-A file's name is a hint only: ``report1.sqlite`` is an nsys export because it holds nsys's tables,
+The text logs' line forms are their instruments' (``Instrument.line_form``, in registry order);
+the binary and JSON forms below are still written here. A file's name is a hint only: ``report1.sqlite`` is an nsys export because it holds nsys's tables,
 ``cublasLt.log``, ``log.cublaslt`` and ``cublas.log`` are library logs because their lines are, and
 ``sampled_rank-0.json.gz`` is a Kineto trace because its JSON says so. The name decides only between
 instruments whose content is the same format (a Chrome trace from the CPU probe, ``torchprof*``,
@@ -23,6 +24,8 @@ import zlib
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+
+from forensics import instruments as registry
 
 #: Bytes of a file (after gzip decompression) looked at to recognise it.
 HEAD = 64 << 10
@@ -47,11 +50,6 @@ class Recognised:
     known: bool = False
 
 
-_CUBLASLT_LINE = re.compile(rb"^(?:\[[^\]\n]*\])?\[cublasLt\]\[\d+\]\[[A-Za-z]+\]", re.M)
-_CUBLAS_LEGACY = re.compile(rb"^I! cuBLAS \(v[\d.]+\)", re.M)
-_ONEDNN = re.compile(rb"^(?:[\d.]+,)?(?:onednn|dnnl)_verbose,", re.M)
-_MKL = re.compile(rb"^MKL_VERBOSE ", re.M)
-_NCU_CSV = re.compile(rb'^"ID","Process ID","Process Name"', re.M)
 _NSYS_STATS_CSV = re.compile(
     rb"^(?:Time \(%\),Total Time \([a-z]+\),Instances|Start \([a-z]+\),Duration \([a-z]+\),CorrId"
     rb"|API Start \([a-z]+\),API Dur|NVTX Range,Style,PID|Start \([a-z]+\),Duration \([a-z]+\),Name,Result)", re.M)
@@ -194,16 +192,9 @@ def recognise(path: str | os.PathLike[str]) -> Recognised:
         if _name_hint(name, ("*.nsys-rep", "*.qdrep")):
             return Recognised("nsys_rep", "a binary file named as an Nsight Systems report; run `nsys export --type sqlite`")
         return Recognised(None, f"a binary file of no known instrument format (first bytes {head[:8].hex()})")
-    if _CUBLASLT_LINE.search(head):
-        return Recognised("cublaslt", "text with [cublasLt][pid][level] log lines")
-    if _CUBLAS_LEGACY.search(head):
-        return Recognised("cublas", "text with 'I! cuBLAS (vX)' records (legacy cuBLAS log)")
-    if _ONEDNN.search(head):
-        return Recognised("onednn", "text with onednn_verbose lines")
-    if _MKL.search(head):
-        return Recognised("mkl", "text with MKL_VERBOSE lines")
-    if _NCU_CSV.search(head):
-        return Recognised("ncu_csv", 'CSV with the ncu header ("ID","Process ID","Process Name",...)')
+    for inst, form in registry.line_forms():  # text logs: each instrument's own line form
+        if form.search(head):
+            return Recognised(inst.name, inst.line_why)
     if _NSYS_STATS_CSV.search(head) or _NSYS_STATS_TEXT.search(head):
         m = _NSYS_STATS_REPORT.search(head)
         csv_head = _NSYS_STATS_CSV.search(head)
