@@ -33,6 +33,7 @@ import pandas as pd
 import yaml
 
 from forensics import __version__
+from forensics.instruments.cublaslt import ALGO_COLUMNS as _CUBLASLT_ALGO
 from forensics.judge.arm_evidence import Evidence, load_evidence
 from forensics.core.redact import Redactor, redact_obj
 from forensics.runtime.atomic import OutputExists, atomic_output, refuse_existing  # noqa: F401 - OutputExists re-exported
@@ -55,8 +56,8 @@ ENV_KEYS = ("device", "capability", "sm_count", "driver", "cuda", "cublas", "cub
             "transformer_engine", "python", "platform")
 PROBLEM_COLUMNS = ["m", "n", "k", "layout", "a_type", "b_type", "c_type", "d_type", "compute_type", "epilogue",
                    "beta"]
-ALGO_COLUMNS = ["algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme", "cta_swizzling",
-                "cluster_shape", "scheduling_mode"]
+#: The cuBLASLt algo descriptor, all of it (forensics.instruments.cublaslt: the one definition).
+ALGO_COLUMNS = list(_CUBLASLT_ALGO)
 #: The CPU backend's library-call descriptors (oneMKL routine/CNR/threads, oneDNN primitive) and attribution.
 CPU_COLUMNS = ["transa", "transb", "routine", "cnr", "nthr", "primitive", "implementation", "prop_kind",
                "attributes", "problem_desc", "attributed_by"]

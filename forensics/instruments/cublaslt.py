@@ -12,6 +12,7 @@ from typing import Any
 
 from forensics.core.kernel_names import cublas_launch_role
 from forensics.instruments.base import CALLS, CUDA, Family, Instrument, Switch
+from parsers.cublaslt_grammar import ALGO_COLUMNS
 
 FAMILY = Family("cublaslt", "cuBLASLt log", "cuBLASLt", CUDA,
                 "no cuBLASLt log (CUBLASLT_LOG_LEVEL): no algo descriptor, no library-side call count")
@@ -38,9 +39,7 @@ CUBLASLT = Instrument(
     "cublaslt", CALLS, ("cublaslt*.log",), CUDA, "cublaslt", read_calls, "cuBLASLt log (CUBLASLT_LOG_LEVEL)",
     unit="cuBLASLt matmul calls",
     names=("algo descriptor", "problem descriptor (m, n, k, types, layouts)", "library version"),
-    launch_role=cublas_launch_role, confirms="GEMM kernels only",
-    algo_columns=("algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme", "cta_swizzling",
-                  "cluster_shape"),
+    launch_role=cublas_launch_role, confirms="GEMM kernels only", algo_columns=ALGO_COLUMNS,
     line_form=re.compile(rb"^(?:\[[^\]\n]*\])?\[cublasLt\]\[\d+\]\[[A-Za-z]+\]", re.M),
     line_why="text with [cublasLt][pid][level] log lines",
     switch=Switch(order=20, env=cublaslt_env))
