@@ -1,0 +1,72 @@
+"""Issue 30's claim, checked: a new instrument is its module, its parser and one registration line.
+
+A toy launch counter (SYNTHETIC: its line form and file are made up here, labelled so) of a new
+independent family is registered in the test, with a parser; nothing else in forensics is edited.
+A plain folder holding the real ex-gpu nsys export (../shared/corpus, an A100 run of Extra-P's
+ex-gpu, provenance in its .source.txt) and one toy file is then analyzed: the toy file is
+recognised by its line form, read by its parser, counted in its own column and judged as an
+independent family beside nsys.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from forensics import instruments as reg
+from forensics.core.model import LAUNCH_COLUMNS, conform
+from forensics.judge.analysis import NAMED, analyze
+
+TOY_LINE = re.compile(rb"^TOYPROF launch ", re.M)
+
+
+def read_toy(path: Path) -> pd.DataFrame:
+    """The toy parser: one launch per ``TOYPROF launch <kernel>`` line."""
+    rows = [{"kernel": line.split(" ", 2)[2], "short_name": line.split(" ", 2)[2].split("(")[0], "instrument": "toyprof",
+             "file": str(path), "line": i}
+            for i, line in enumerate(Path(path).read_text().splitlines(), 1) if line.startswith("TOYPROF launch ")]
+    return conform(pd.DataFrame(rows), LAUNCH_COLUMNS) if rows else conform(pd.DataFrame(columns=["kernel"]),
+                                                                            LAUNCH_COLUMNS)
+
+
+TOY_FAMILY = reg.Family("toyprof", "toy profiler", "toy", reg.CUDA, "no toy profiler trace")
+TOY = reg.Instrument("toyprof", reg.LAUNCHES, ("*.toy",), reg.CUDA, "toyprof", read_toy, "toy profiler trace",
+                     line_form=TOY_LINE, line_why="text with TOYPROF launch lines")
+
+
+@pytest.fixture
+def toy():
+    reg.register(TOY, family=TOY_FAMILY)
+    yield TOY
+    reg.unregister(TOY.name)
+
+
+def test_a_registered_instrument_is_recognised_read_counted_and_judged(toy, corpus, tmp_path):
+    (tmp_path / "window.sqlite").symlink_to(corpus / "nsys" / "extrap_ex-gpu.s10.sqlite")
+    # SYNTHETIC toy trace, named with no pattern of any instrument: recognised by its lines alone
+    init, add = "init_array(double*, unsigned long)", "vector_add(double const*, double const*, unsigned long, double*)"
+    (tmp_path / "toy-run.txt").write_text(f"TOYPROF launch {init}\nTOYPROF launch {init}\n"
+                                          f"TOYPROF launch {add}\nTOYPROF launch {add}\n")
+    an = analyze(tmp_path)
+    assert {f.instrument for f in an.capture.files} == {"nsys", "toyprof"}
+    assert "toyprof" in an.counts.columns
+    v = {r.short_name: r for r in an.verdicts.itertuples()}
+    assert v["init_array"].counts == {"cupti": 2, "toyprof": 2} and v["init_array"].verdict == NAMED
+    assert v["vector_add"].counts == {"cupti": 1, "toyprof": 2} and v["vector_add"].verdict == "DISAGREE"
+    assert v["vector_dot"].counts == {"cupti": 1, "toyprof": 0}  # the toy saw the window, not this kernel
+    assert an.capture.recognised[str(tmp_path / "toy-run.txt")] == "text with TOYPROF launch lines"
+
+
+def test_a_capture_without_the_registered_family_says_it_is_missing(toy, corpus, tmp_path):
+    (tmp_path / "window.sqlite").symlink_to(corpus / "nsys" / "extrap_ex-gpu.s10.sqlite")
+    assert "no toy profiler trace" in analyze(tmp_path).missing
+
+
+def test_unregistered_the_toy_file_is_not_recognised(corpus, tmp_path):
+    (tmp_path / "window.sqlite").symlink_to(corpus / "nsys" / "extrap_ex-gpu.s10.sqlite")
+    (tmp_path / "toy-run.txt").write_text("TOYPROF launch init_array\n")
+    an = analyze(tmp_path)
+    assert {f.instrument for f in an.capture.files} == {"nsys"}
+    assert [Path(u["path"]).name for u in an.capture.not_recognised] == ["toy-run.txt"]
