@@ -70,3 +70,35 @@ def test_unregistered_the_toy_file_is_not_recognised(corpus, tmp_path):
     an = analyze(tmp_path)
     assert {f.instrument for f in an.capture.files} == {"nsys"}
     assert [Path(u["path"]).name for u in an.capture.not_recognised] == ["toy-run.txt"]
+
+
+def _toy_argv(tool: str, report: Path, command: list[str], **_: object) -> list[str]:
+    return [tool, "record", "-o", str(report), *command]
+
+
+TOY_CAPTURED = reg.Instrument(
+    "toycap", reg.LAUNCHES, ("*.toycap",), reg.CUDA, "toyprof", read_toy, "toy profiler, captured",
+    switch=reg.Switch(order=50, env=lambda folder: {"TOY_LOG": str(folder / "toy.%p.log")},
+                      own_pass=reg.OwnPass("toytool", (), "toytool not found on PATH", _toy_argv)))
+
+
+def test_a_registered_switch_is_planned_by_kernel(tmp_path):
+    """The capture side of the same claim: `forensics kernel`'s plan gives every arm the toy's env and
+    runs the toy's own pass after ncu and nsys, with no edit of capture/passes.py."""
+    from forensics.capture.passes import Tools, default_instruments, describe_plan, plan_passes
+
+    reg.register(TOY, TOY_CAPTURED, family=TOY_FAMILY)
+    try:
+        assert default_instruments("cuda") == ("cupti", "cublaslt", "ncu", "nsys", "toycap")
+        tools = Tools(ncu="/x/ncu", nsys="/x/nsys", cuda=True, cuda_reason="", other={"toytool": "/x/toytool"})
+        plan = plan_passes("gemm:NT:acc0:grad1", ["python", "t.py"], out=tmp_path / "cap", tools=tools)
+        text = describe_plan(plan)
+    finally:
+        reg.unregister(TOY_CAPTURED.name)
+        reg.unregister(TOY.name)
+    assert [p.name for p in plan.passes] == ["a1", "a2", "ncu", "nsys", "toycap"]
+    assert plan.passes[0].env["TOY_LOG"] == str(tmp_path / "cap" / "a1" / "toy.%p.log")
+    toy = plan.passes[-1]
+    assert toy.argv == ["/x/toytool", "record", "-o", str(tmp_path / "cap" / "toycap" / "window"), "python", "t.py"]
+    assert toy.skip_reason is None and "pass toycap (pass of a1)" in text
+    assert default_instruments("cuda") == ("cupti", "cublaslt", "ncu", "nsys")  # unregistered: gone

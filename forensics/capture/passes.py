@@ -33,7 +33,8 @@ from probes.config import ProbeConfig, bootstrap_env
 from probes.window import parse_ranks, parse_steps
 
 #: Instruments each device backend runs, in pass order (the registry's ``Switch`` of each;
-#: docs/cpu-backend.md maps one backend onto the other).
+#: docs/cpu-backend.md maps one backend onto the other). The functions below ask the registry when
+#: called (an instrument registered later is planned too); these are the names at import.
 DEVICE_INSTRUMENTS: dict[str, tuple[str, ...]] = registry.capture_devices()
 INSTRUMENTS = DEVICE_INSTRUMENTS["cuda"]  # the CUDA backend's instruments (the default)
 DEVICES = tuple(DEVICE_INSTRUMENTS)
@@ -141,19 +142,19 @@ def resolve_device(device: str | None, tools: Tools, instruments: tuple[str, ...
     named (``--instruments cupti,cublaslt`` is cuda); else cuda when a CUDA device is present, else cpu."""
     if device is None or str(device).strip() == "":
         if instruments:
-            owners = [d for d, known in DEVICE_INSTRUMENTS.items() if set(instruments) <= set(known)]
+            owners = [d for d, known in registry.capture_devices().items() if set(instruments) <= set(known)]
             if len(owners) == 1:
                 return owners[0]
         return "cuda" if tools.cuda else "cpu"
     d = str(device).strip().lower()
-    if d not in DEVICE_INSTRUMENTS:
-        raise ValueError(f"--device {device!r} must be one of {', '.join(DEVICES)}")
+    if d not in (known := registry.capture_devices()):
+        raise ValueError(f"--device {device!r} must be one of {', '.join(known)}")
     return d
 
 
 def default_instruments(device: str) -> tuple[str, ...]:
     """Every instrument of a device backend."""
-    return DEVICE_INSTRUMENTS[device]
+    return registry.capture_devices()[device]
 
 
 def discover_tools() -> Tools:
@@ -217,16 +218,17 @@ def plan_passes(
     """
     tools = tools or Tools()
     out = Path(out)
-    if device not in DEVICE_INSTRUMENTS:
-        raise ValueError(f"--device {device!r} must be one of {', '.join(DEVICES)}")
-    own = DEVICE_INSTRUMENTS[device]
+    backends = registry.capture_devices()
+    if device not in backends:
+        raise ValueError(f"--device {device!r} must be one of {', '.join(backends)}")
+    own = backends[device]
     instruments = tuple(own if instruments is None else instruments)
     bad = [i for i in instruments if i not in own]
-    unknown = [i for i in bad if not any(i in known for known in DEVICE_INSTRUMENTS.values())]
+    unknown = [i for i in bad if not any(i in known for known in backends.values())]
     if unknown:
         raise ValueError(f"unknown instrument(s) {', '.join(unknown)}; choose from {', '.join(own)} (--device {device})")
     if bad:
-        other = [d for d, known in DEVICE_INSTRUMENTS.items() if d != device and set(bad) <= set(known)]
+        other = [d for d, known in backends.items() if d != device and set(bad) <= set(known)]
         hint = f" ({', '.join(bad)}: --device {other[0]})" if other else ""
         raise ValueError(f"instrument(s) {', '.join(bad)} not available with --device {device}; "
                          f"choose from {', '.join(own)}{hint}")
