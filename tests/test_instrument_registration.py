@@ -102,3 +102,27 @@ def test_a_registered_switch_is_planned_by_kernel(tmp_path):
     assert toy.argv == ["/x/toytool", "record", "-o", str(tmp_path / "cap" / "toycap" / "window"), "python", "t.py"]
     assert toy.skip_reason is None and "pass toycap (pass of a1)" in text
     assert default_instruments("cuda") == ("cupti", "cublaslt", "ncu", "nsys")  # unregistered: gone
+
+
+def test_a_registered_binary_form_is_recognised(tmp_path):
+    """A toy SQLite export (SYNTHETIC: one table of our choosing) is recognised by its instrument's
+    ``content`` (its tables), as nsys's export is; unregistered it is an SQLite file of no instrument."""
+    import sqlite3
+    from contextlib import closing
+
+    from forensics.instruments.recognise import recognise
+
+    db = tmp_path / "run.db"
+    with closing(sqlite3.connect(db)) as c:
+        c.execute("CREATE TABLE toy_kernel_dispatch (id INTEGER, name TEXT)")
+        c.commit()
+    toydb = reg.Instrument("toydb", reg.LAUNCHES, ("*.db",), reg.CUDA, "toyprof", read_toy, "toy database",
+                           content=lambda h: "SQLite with the toy's tables" if h.tables and
+                           "toy_kernel_dispatch" in h.tables else None)
+    assert recognise(db).instrument is None and "without Nsight Systems tables" in recognise(db).why
+    reg.register(toydb, family=TOY_FAMILY)
+    try:
+        seen = recognise(db)
+    finally:
+        reg.unregister(toydb.name)
+    assert (seen.instrument, seen.why) == ("toydb", "SQLite with the toy's tables")

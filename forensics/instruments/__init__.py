@@ -29,6 +29,7 @@ from forensics.instruments.base import (  # noqa: F401  (the interface, re-expor
     LAUNCHES,
     UNREAD,
     Family,
+    Head,
     Instrument,
     OwnPass,
     Switch,
@@ -199,6 +200,11 @@ def count_columns(device: str) -> list[str]:
     """The counting instruments of a device, family by family in registry order, each family's
     members in preference order: the per-instrument count columns a report shows."""
     return [n for f in counting_families(device) for n in preference(f) if role_of(n) in (LAUNCHES, CALLS)]
+
+
+def content_forms() -> list[Instrument]:
+    """Instruments recognised by a binary form (magic bytes, SQLite tables), in registry order."""
+    return [i for i in INSTRUMENTS if i.content is not None]
 
 
 def line_forms() -> list[tuple[Instrument, object]]:

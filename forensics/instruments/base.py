@@ -80,6 +80,17 @@ class Switch:
 
 
 @dataclass(frozen=True)
+class Head:
+    """What recognition reads of a file (forensics.instruments.recognise): its name, its first bytes
+    (decompressed from gzip), and for an SQLite file its table and view names (None otherwise)."""
+
+    name: str
+    data: bytes
+    gz: bool = False
+    tables: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
 class Instrument:
     """One instrument (or capture file kind) and everything the stages need to know about it."""
 
@@ -107,6 +118,9 @@ class Instrument:
     #: Text logs: a line of this form in a file's first bytes recognises the file (``why`` says it).
     line_form: re.Pattern[bytes] | None = None
     line_why: str = ""
+    #: Binary forms (magic bytes, an SQLite file's tables): Head -> what was seen when the file is this
+    #: instrument's, else None. Asked before the JSON and text forms.
+    content: Callable[[Head], str | None] | None = None
     #: How ``forensics kernel`` switches it on (None: read only, never captured by us).
     switch: Switch | None = None
 

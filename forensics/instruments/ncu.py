@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput
-from forensics.instruments.base import CUDA, LAUNCHES, Family, Instrument, OwnPass, Switch
+from forensics.instruments.base import CUDA, LAUNCHES, Family, Head, Instrument, OwnPass, Switch
 from probes.sites import NVTX_DOMAIN  # the site probe's NVTX domain, where its start/end ranges are
 
 FAMILY = Family("ncu", "Nsight Compute", "ncu", CUDA,
@@ -57,6 +57,11 @@ def ncu_argv(ncu: str, report: Path, command: list[str], *, site: str, mode: str
     return argv + list(command)
 
 
+def report_magic(head: Head) -> str | None:
+    """A ``.ncu-rep`` starts with ncu's ``NVR`` magic."""
+    return "Nsight Compute report (NVR magic)" if head.tables is None and head.data.startswith(b"NVR\x00") else None
+
+
 def read_report(path: Any) -> Any:
     from parsers.ncu import read_report as read  # heavy: pandas, only when a file is read
 
@@ -83,7 +88,7 @@ def read_csv(path: Any) -> Any:
 NCU = Instrument(
     "ncu", LAUNCHES, ("*.ncu-rep",), CUDA, "ncu", read_report, "Nsight Compute report",
     names=("kernel symbol (mangled, demangled)", "grid/block", "NVTX range (site occurrence)", "metrics"),
-    switch=Switch(order=30, own_pass=OwnPass(
+    content=report_magic, switch=Switch(order=30, own_pass=OwnPass(
         "ncu", NCU_GLOBS, "ncu (Nsight Compute) not found on PATH, /usr/local/cuda*/bin or /opt/nvidia",
         ncu_argv, profiler_window=lambda mode: mode == "window")))
 NCU_CSV = Instrument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from forensics.instruments.base import CUDA, LAUNCHES, UNREAD, Instrument, OwnPass, Switch
+from forensics.instruments.base import CUDA, LAUNCHES, UNREAD, Head, Instrument, OwnPass, Switch
 
 NSYS_GLOBS = ("/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
               "/usr/local/cuda*/nsight-systems*/bin/nsys")
@@ -22,6 +22,31 @@ def nsys_export_argv(nsys: str, report: Path) -> list[str]:
     return [nsys, "export", "--type", "sqlite", "-o", f"{report}.sqlite", f"{report}.nsys-rep"]
 
 
+#: Tables of an nsys export beside StringIds when it holds no CUPTI activity table.
+_NSYS_META = frozenset({"TARGET_INFO_GPU", "EXPORT_META_DATA", "META_DATA_EXPORT", "TARGET_INFO_SESSION_START_TIME",
+                        "ThreadNames"})
+
+
+def export_tables(head: Head) -> str | None:
+    """An SQLite file is nsys's export when it holds nsys's tables (StringIds and CUPTI_ACTIVITY_KIND_*)."""
+    if head.tables is None:
+        return None
+    cupti = sorted(t for t in head.tables if t.startswith("CUPTI_ACTIVITY_KIND_"))
+    if "StringIds" not in head.tables or not (cupti or head.tables & _NSYS_META):
+        return None
+    kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in head.tables
+    return "SQLite with nsys tables (StringIds, " + (
+        "CUPTI_ACTIVITY_KIND_KERNEL" if kernels else f"no kernel table; {len(cupti)} CUPTI_ACTIVITY_KIND_* tables") + ")"
+
+
+def report_title(head: Head) -> str | None:
+    """An ``.nsys-rep``/``.qdrep`` starts with a title naming an NVIDIA report."""
+    if head.tables is not None or not (head.data.startswith(b"NVIDIA") and b"Report" in head.data[:64]):
+        return None
+    title = head.data[:64].split(b"\n", 1)[0].decode("ascii", "replace").strip()
+    return f"Nsight Systems report ({title}); run `nsys export --type sqlite` to read it"
+
+
 def read_attributed(path: Any) -> Any:
     from parsers.nsys import read_attributed as read  # heavy: pandas, only when a file is read
 
@@ -32,11 +57,11 @@ NSYS = Instrument(
     "nsys", LAUNCHES, ("*.sqlite",), CUDA, "cupti", read_attributed, "Nsight Systems SQLite export",
     names=("kernel symbol (mangled where the export has it, demangled, short)", "grid/block", "stream",
            "device", "NVTX range (site occurrence)"),
-    switch=Switch(order=40, own_pass=OwnPass(
+    content=export_tables, switch=Switch(order=40, own_pass=OwnPass(
         "nsys", NSYS_GLOBS, "nsys (Nsight Systems) not found on PATH, /usr/local/cuda*/bin or /opt/nvidia",
         nsys_argv, post=lambda tool, report: [nsys_export_argv(tool, report)])))
 #: The report itself: recognised, never read (it must be exported first).
 NSYS_REP = Instrument("nsys_rep", UNREAD, ("*.nsys-rep", "*.qdrep"), CUDA,
-                      label="Nsight Systems report (run `nsys export --type sqlite`)")
+                      label="Nsight Systems report (run `nsys export --type sqlite`)", content=report_title)
 
 INSTRUMENTS = (NSYS, NSYS_REP)
