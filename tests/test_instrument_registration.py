@@ -126,3 +126,11 @@ def test_a_registered_binary_form_is_recognised(tmp_path):
     finally:
         reg.unregister(toydb.name)
     assert (seen.instrument, seen.why) == ("toydb", "SQLite with the toy's tables")
+
+
+def test_the_cpu_probe_runs_what_the_registry_switches_on():
+    """probes/ import nothing above them, so the CPU probe keeps its own list of what it can run: it
+    must be the registry's CPU backend (the instruments whose switch names the 'cpu' probe)."""
+    from probes import cpu
+
+    assert set(cpu.INSTRUMENTS) == {i.name for i in reg.captured(reg.CPU) if i.switch.probe == "cpu"}
