@@ -24,9 +24,9 @@ TOY_LINE = re.compile(rb"^TOYPROF launch ", re.M)
 
 def read_toy(path: Path) -> pd.DataFrame:
     """The toy parser: one launch per ``TOYPROF launch <kernel>`` line."""
-    rows = [{"kernel": line.split(" ", 2)[2], "short_name": line.split(" ", 2)[2].split("(")[0], "instrument": "toyprof",
-             "file": str(path), "line": i}
-            for i, line in enumerate(Path(path).read_text().splitlines(), 1) if line.startswith("TOYPROF launch ")]
+    rows = [{"kernel": name, "short_name": name.split("(")[0], "instrument": "toyprof", "file": str(path), "line": i}
+            for i, line in enumerate(Path(path).read_text().splitlines(), 1) if line.startswith("TOYPROF launch ")
+            for name in [line.split(" ", 2)[2]]]
     return conform(pd.DataFrame(rows), LAUNCH_COLUMNS) if rows else conform(pd.DataFrame(columns=["kernel"]),
                                                                             LAUNCH_COLUMNS)
 

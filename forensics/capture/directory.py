@@ -44,7 +44,6 @@ _PID = re.compile(r"\.(\d+)\.log$")
 MAX_RANK, MAX_PID = (1 << 31) - 1, (1 << 63) - 1
 
 
-
 @dataclass
 class InstrumentFile:
     """One instrument output found in a capture."""

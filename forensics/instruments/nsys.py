@@ -34,9 +34,9 @@ def export_tables(head: Head) -> str | None:
     cupti = sorted(t for t in head.tables if t.startswith("CUPTI_ACTIVITY_KIND_"))
     if "StringIds" not in head.tables or not (cupti or head.tables & _NSYS_META):
         return None
-    kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in head.tables
-    return "SQLite with nsys tables (StringIds, " + (
-        "CUPTI_ACTIVITY_KIND_KERNEL" if kernels else f"no kernel table; {len(cupti)} CUPTI_ACTIVITY_KIND_* tables") + ")"
+    kernels = ("CUPTI_ACTIVITY_KIND_KERNEL" if "CUPTI_ACTIVITY_KIND_KERNEL" in head.tables
+               else f"no kernel table; {len(cupti)} CUPTI_ACTIVITY_KIND_* tables")
+    return f"SQLite with nsys tables (StringIds, {kernels})"
 
 
 def report_title(head: Head) -> str | None:

@@ -13,7 +13,8 @@ from forensics.instruments import _cpu_sites
 from forensics.instruments.base import CALLS, CPU, Family, Instrument, Switch
 
 FAMILY = Family("onednn", "oneDNN verbose log", "oneDNN", CPU,
-                "no oneDNN verbose log (onednn.<pid>.log): no oneDNN primitive ran inside the window, or its log was off")
+                "no oneDNN verbose log (onednn.<pid>.log): no oneDNN primitive ran inside the window, "
+                "or its log was off")
 
 
 def onednn_env(folder: Path | None = None) -> dict[str, str]:

@@ -5,7 +5,8 @@ Each instrument module says what its files look like: a binary form (``Instrumen
 (``Instrument.line_form``), asked in registry order; the JSON forms (Kineto, the CPU probe's
 trace, our own JSON lines files) and what is positively no instrument's (`nsys stats` reports,
 ncu's console output, capture metadata) are written here. A file's name is a hint only:
-``report1.sqlite`` is an nsys export because it holds nsys's tables, ``cublasLt.log``, ``log.cublaslt`` and ``cublas.log`` are library logs because their lines are, and
+``report1.sqlite`` is an nsys export because it holds nsys's tables, ``cublasLt.log``,
+``log.cublaslt`` and ``cublas.log`` are library logs because their lines are, and
 ``sampled_rank-0.json.gz`` is a Kineto trace because its JSON says so. The name decides only between
 instruments whose content is the same format (a Chrome trace from the CPU probe, ``torchprof*``,
 vs a Kineto trace of a CUDA run) and for our own context files.

@@ -4,12 +4,12 @@ scope's library calls confirm the implementation ops the profiler saw there.
 :mod:`forensics.judge.analysis` calls :func:`match` for every call log whose instrument says
 ``per_execution`` (``onednn``, ``mkl``), so it runs the same two-instrument rule on both backends.
 
-**Attribution** (the instrument modules' own: :func:`forensics.instruments.onednn.attribute`,
-:func:`forensics.instruments.mkl.attribute`, called through ``Instrument.attribute``). The library logs carry no
-NVTX range and no correlation id; the site probe records, for every occurrence, what the logs can
-be compared with (``cpu`` in ``sites.jsonl``: ``t0_ns``/``t1_ns`` from ``time.time_ns()``
-around the call, the calling thread, and the size of the process's oneMKL log before and after
-the call). A oneDNN line belongs to the occurrence whose ``[t0_ns, t1_ns]`` holds its timestamp
+**Attribution** (the instrument modules' own, called through ``Instrument.attribute``:
+:func:`forensics.instruments.onednn.attribute`, :func:`forensics.instruments.mkl.attribute`). The
+library logs carry no NVTX range and no correlation id; the site probe records, for every
+occurrence, what the logs can be compared with (``cpu`` in ``sites.jsonl``: ``t0_ns``/``t1_ns``
+from ``time.time_ns()`` around the call, the calling thread, and the size of the process's oneMKL
+log before and after the call). A oneDNN line belongs to the occurrence whose ``[t0_ns, t1_ns]`` holds its timestamp
 (``ONEDNN_VERBOSE_TIMESTAMP``: the primitive's start, same clock); a oneMKL line to the
 occurrence whose recorded byte range of ``mkl.<pid>.log`` holds it (oneMKL writes each line when
 the call returns). Only the same process's occurrences are considered (pid from the file name).
