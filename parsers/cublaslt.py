@@ -98,11 +98,8 @@ CALL_COLUMNS: dict[str, str] = {
     "raw": "string",
 }
 
-#: Algo descriptor columns (what differs when cuBLASLt picks another kernel).
-ALGO_COLUMNS = [
-    "algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme",
-    "cta_swizzling", "cluster_shape", "scheduling_mode", "inner_shape",
-]
+#: Algo descriptor columns (what differs when cuBLASLt picks another kernel): the grammar's one list.
+ALGO_COLUMNS = list(grammar.ALGO_COLUMNS)
 
 #: ``[Api][cublasLtMatmulAlgoGetHeuristic*]`` queries, with the problem descriptor of a call.
 HEURISTIC_COLUMNS: dict[str, str] = {

@@ -159,6 +159,14 @@ EPILOGUES = frozenset({
     "EPILOGUE_RELU_AUX_BIAS", "EPILOGUE_DRELU", "EPILOGUE_DRELU_BGRAD", "EPILOGUE_GELU", "EPILOGUE_GELU_AUX",
     "EPILOGUE_GELU_BIAS", "EPILOGUE_GELU_AUX_BIAS", "EPILOGUE_DGELU", "EPILOGUE_DGELU_BGRAD", "EPILOGUE_BGRADA",
     "EPILOGUE_BGRADB", "EPILOGUE_UNKNOWN"})
+#: The algo descriptor's columns, as the log's ``algo=[...]`` block names them (what differs when
+#: cuBLASLt picks another kernel): every field of a cublasLtMatmulAlgo_t's configuration
+#: (CUBLASLT_ALGO_CONFIG_*, ALGO_CONFIG above), scheduling_mode and inner_shape included. The one
+#: definition: the parser's call frame, the arm verdict, the bundle, repro.py and sweep tables read it.
+ALGO_COLUMNS = (
+    "algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme",
+    "cta_swizzling", "cluster_shape", "scheduling_mode", "inner_shape",
+)
 OPS = frozenset({"OP_N", "OP_T", "OP_C", "OP_CONJG", "OP_UNKNOWN"})
 ORDERS = frozenset({"ORDER_COL", "ORDER_ROW", "ORDER_COL32", "ORDER_COL4_4R2_8C", "ORDER_COL32_2R_4R4",
                     "CUBLASLT_ORDER_UNKNOWN"})

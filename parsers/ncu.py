@@ -287,6 +287,10 @@ def parse_number(text):
     return text
 
 
+#: The CSV reader's refusal of a file with no ncu header row (forensics.instruments.ncu says what it is).
+NO_HEADER = 'not an ncu --csv export: no header row starting with "ID"'
+
+
 def _csv_rows(path: Path) -> tuple[list[str], list[list[str]], int]:
     """(header, data rows, header line number): tool chatter (``==PROF==``, ``$ cmd``) skipped."""
     try:
@@ -302,12 +306,8 @@ def _csv_rows(path: Path) -> tuple[list[str], list[list[str]], int]:
     if header_at is None:
         if errors:
             raise BadInput(path, f"the ncu run failed, no CSV header: {errors[0]}")
-        from forensics.capture.recognise import recognise  # noqa: PLC0415
-
-        seen = recognise(path)
-        if seen.known:  # positively something else (an `nsys stats` report): say what, and what to give
-            raise BadInput(path, f"not an ncu --csv export: {seen.why}")
-        raise BadInput(path, 'not an ncu --csv export: no header row starting with "ID"')
+        # what the file is instead (an `nsys stats` report) is said by the ncu_csv instrument's reader
+        raise BadInput(path, NO_HEADER)
     body = [ln for ln in lines[header_at:] if not ln.startswith("==")]
     try:
         rows = list(csv.reader(io.StringIO("\n".join(body))))

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from forensics.capture.directory import load_capture
-from forensics.capture.recognise import recognise
+from forensics.instruments.recognise import recognise
 from forensics.cli import main
 from forensics.core.errors import EXIT_BAD_INPUT, BadInput
 from forensics.judge.analysis import NAMED, SINGLE, analyze
@@ -267,10 +267,10 @@ def test_nsys_stats_output_is_listed_with_why(tmp_path):
     assert "no NVTX range and no correlation to site occurrences" in why["kern_sum_raw.csv"]
     assert "nsys export --type sqlite" in why["kern_sum_raw.csv"]
     assert why["kern_sum_raw.csv"].startswith("an `nsys stats` report (CSV, a summary such as cuda_gpu_kern_sum)")
-    from parsers import ncu  # a manifest that lists it as an ncu export: the reader says what it is
+    from forensics import instruments  # a manifest that lists it as an ncu export: its reader says what it is
 
     with pytest.raises(BadInput, match=r"kern_sum_raw.csv: not an ncu --csv export: an `nsys stats` report"):
-        ncu.read_csv(cap / "a1" / "kern_sum_raw.csv")
+        instruments.get("ncu_csv").read(cap / "a1" / "kern_sum_raw.csv")
 
 
 def _conv1d(tmp_path: Path) -> Path:

@@ -145,21 +145,22 @@ def _fake_reader(path):
     return pd.DataFrame(rows)
 
 
-def test_a_new_family_is_counted_and_judged_without_other_edits(corpus, tmp_path, monkeypatch):
-    """One Family and one Instrument entry make a new independent source count in analyze: here a
+def test_a_new_family_is_counted_and_judged_without_other_edits(corpus, tmp_path):
+    """One Family and one Instrument, registered, make a new independent source count in analyze: here a
     SYNTHETIC second CUDA launch counter 'fake' beside the real ex-gpu nsys export; its counts show
     up per family and in the judge (DISAGREE: it saw 2 of a kernel nsys never saw)."""
     fam = reg.Family("fake", "fake family", "fake", reg.CUDA, "no fake")
-    inst = reg.Instrument("fake", reg.LAUNCHES, ("*.fake",), reg.CUDA, "fake", f"{__name__}:_fake_reader", "fake")
-    monkeypatch.setattr(reg, "FAMILIES", {**reg.FAMILIES, "fake": fam})
-    monkeypatch.setattr(reg, "INSTRUMENTS", reg.INSTRUMENTS + (inst,))
-    monkeypatch.setattr(reg, "_BY_NAME", {**reg._BY_NAME, "fake": inst})
-    (tmp_path / "x.fake").write_text("synthetic\n")
-    write_manifest(tmp_path, new_manifest(files=[
-        {"path": str(corpus / "nsys" / "extrap_ex-gpu.s10.sqlite"), "instrument": "nsys", "arm": "a1", "rank": 0},
-        {"path": "x.fake", "instrument": "fake", "arm": "a1", "rank": 0}]))
-    an = analyze(tmp_path)
-    assert "fake" in an.counts.columns
+    inst = reg.Instrument("fake", reg.LAUNCHES, ("*.fake",), reg.CUDA, "fake", _fake_reader, "fake")
+    reg.register(inst, family=fam)
+    try:
+        (tmp_path / "x.fake").write_text("synthetic\n")
+        write_manifest(tmp_path, new_manifest(files=[
+            {"path": str(corpus / "nsys" / "extrap_ex-gpu.s10.sqlite"), "instrument": "nsys", "arm": "a1", "rank": 0},
+            {"path": "x.fake", "instrument": "fake", "arm": "a1", "rank": 0}]))
+        an = analyze(tmp_path)
+    finally:
+        reg.unregister("fake")
+    assert "fake" in an.counts.columns and reg.get("fake") is None and "fake" not in reg.FAMILIES
     conv = an.verdicts[an.verdicts["short_name"] == "aten::_slow_conv2d_forward"].iloc[0]
     assert conv.counts == {"cupti": 0, "fake": 2} and conv.verdict == "DISAGREE"
     init = an.verdicts[an.verdicts["short_name"] == "init_array"].iloc[0]

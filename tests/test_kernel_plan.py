@@ -10,18 +10,9 @@ import pytest
 
 from forensics.core.errors import BadInput
 from forensics.capture.kernel import load_run_config, run_pass
-from forensics.capture.passes import (
-    NCU_PERMISSION_REASON,
-    Tools,
-    describe_plan,
-    find_tool,
-    ncu_argv,
-    ncu_nvtx_include,
-    ncu_permission_denied,
-    nsys_argv,
-    nsys_export_argv,
-    plan_passes,
-)
+from forensics.capture.passes import Tools, describe_plan, find_tool, plan_passes
+from forensics.instruments.ncu import NCU_PERMISSION_REASON, ncu_argv, ncu_nvtx_include, ncu_permission_denied
+from forensics.instruments.nsys import nsys_argv, nsys_export_argv
 
 CMD = ["torchrun", "--nproc-per-node", "8", "train.py", "--lr", "1e-4"]
 GPU = Tools(ncu="/opt/nvidia/nsight-compute/2025.3.1/ncu", nsys="/usr/local/cuda/bin/nsys", cuda=True, cuda_reason="")

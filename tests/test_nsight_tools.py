@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from forensics.capture.passes import ncu_argv, nsys_argv
+from forensics.instruments.ncu import ncu_argv
+from forensics.instruments.nsys import nsys_argv
 from parsers import ncu, nsys
 
 NCU = shutil.which("ncu")

@@ -30,7 +30,7 @@ import yaml
 from forensics import __version__
 from forensics.core.errors import BadInput
 from forensics import instruments as _reg
-from forensics.capture.recognise import METADATA, recognise
+from forensics.instruments.recognise import METADATA, recognise
 from forensics.instruments import file_patterns
 
 MANIFEST = "manifest.yaml"
@@ -42,9 +42,6 @@ _RANK_DIR = re.compile(r"^rank[-_]?(\d+)$")
 _PID = re.compile(r"\.(\d+)\.log$")
 #: Ranks and process ids read from names (rank folders, log names) are bounded like the manifest's.
 MAX_RANK, MAX_PID = (1 << 31) - 1, (1 << 63) - 1
-
-#: Instruments the two-instrument rule can use, for "what is missing" messages.
-COUNTING_INSTRUMENTS = ("cupti", "kineto", "nsys", "ncu", "cublaslt")
 
 
 @dataclass
@@ -345,7 +342,7 @@ def _manifest_from_campaign(summary: Path) -> dict[str, Any]:
 def load_capture(root: str | os.PathLike[str]) -> Capture:
     """Discover a capture: a capture directory, a plain folder of instrument files, or one file.
 
-    Files are recognised by content (:mod:`forensics.capture.recognise`); every other file is kept
+    Files are recognised by content (:mod:`forensics.instruments.recognise`); every other file is kept
     in ``Capture.unread`` with the reason. Files directly inside a folder without a manifest are arm
     ``a1``, rank 0; a single file is a capture of that file alone (arm ``a1``, rank 0). Raises
     BadInput only when the path itself is unusable: absent, not a capture at all (a source
@@ -575,10 +572,8 @@ def _report_missing(cap: Capture) -> None:
         cap.missing.append("no instrument files found (empty capture)" + (f": {why}" if why else ""))
         return
     # one line per counting family of the capture's device(s) with no member present (the registry's words)
-    from forensics import instruments as reg  # noqa: PLC0415
-
     device = cap.manifest.get("device") if isinstance(cap.manifest, dict) else None
-    cap.missing.extend(reg.missing_families(present, device if device in (reg.CPU, reg.CUDA) else None))
+    cap.missing.extend(_reg.missing_families(present, device if device in (_reg.CPU, _reg.CUDA) else None))
     if "sites" not in present:
         cap.missing.append("no site JSONL (sites.jsonl): no digests, kernels cannot be tied to site occurrences by id")
     if "nsys_rep" in present and "nsys" not in present:

@@ -12,6 +12,9 @@ tested. A *pass* is one run of the user's command:
   start/end ranges in the ``forensics`` domain (``ncu_filter="nvtx"``);
 * an **nsys pass** of the first arm: ``nsys profile -t cuda,nvtx,cublas
   --capture-range=cudaProfilerApi`` then ``nsys export --type sqlite``.
+
+What each instrument contributes (an arm's env, an in-process probe, a pass of its own with its
+argv) is its module's ``Switch`` (:mod:`forensics.instruments`); this module only assembles them.
 """
 from __future__ import annotations
 
@@ -23,32 +26,35 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from probes.config import ProbeConfig
+from forensics import instruments as registry
+from forensics.core.redact import is_secret_key
+from forensics.instruments.ncu import NCU_PERMISSION_REASON, ncu_permission_denied  # noqa: F401 (capture.kernel's)
+from probes.config import ProbeConfig, bootstrap_env
 from probes.window import parse_ranks, parse_steps
 
-INSTRUMENTS = ("cupti", "cublaslt", "ncu", "nsys")  # the CUDA backend's instruments (the default)
-#: Instruments each device backend runs (docs/cpu-backend.md maps one onto the other).
-DEVICE_INSTRUMENTS: dict[str, tuple[str, ...]] = {
-    "cuda": INSTRUMENTS,
-    "cpu": ("torch_profiler", "onednn", "mkl"),
-}
+#: Instruments each device backend runs, in pass order (the registry's ``Switch`` of each;
+#: docs/cpu-backend.md maps one backend onto the other). The functions below ask the registry when
+#: called (an instrument registered later is planned too); these are the names at import.
+DEVICE_INSTRUMENTS: dict[str, tuple[str, ...]] = registry.capture_devices()
+INSTRUMENTS = DEVICE_INSTRUMENTS["cuda"]  # the CUDA backend's instruments (the default)
 DEVICES = tuple(DEVICE_INSTRUMENTS)
-NVTX_DOMAIN = "forensics"
-NCU_PERMISSION_MARK = "ERR_NVGPUCTRPERM"
-NCU_GLOBS = ("/usr/local/cuda*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/nsight-compute*/ncu")
-NSYS_GLOBS = ("/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
-              "/usr/local/cuda*/nsight-systems*/bin/nsys")
 _ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass
 class Tools:
-    """What this machine offers; resolved once by :func:`discover_tools` (or given by a test)."""
+    """What this machine offers; resolved once by :func:`discover_tools` (or given by a test).
+    ``ncu``/``nsys``: their paths; ``other``: the path of any other own-pass instrument's tool."""
 
     ncu: str | None = None
     nsys: str | None = None
     cuda: bool = False
     cuda_reason: str = "no CUDA device visible"
+    other: dict[str, str | None] = field(default_factory=dict)
+
+    def path(self, tool: str) -> str | None:
+        """Where ``tool`` is on this machine (None: not found)."""
+        return getattr(self, tool) if tool in ("ncu", "nsys") else self.other.get(tool)
 
 
 @dataclass
@@ -136,36 +142,27 @@ def resolve_device(device: str | None, tools: Tools, instruments: tuple[str, ...
     named (``--instruments cupti,cublaslt`` is cuda); else cuda when a CUDA device is present, else cpu."""
     if device is None or str(device).strip() == "":
         if instruments:
-            owners = [d for d, known in DEVICE_INSTRUMENTS.items() if set(instruments) <= set(known)]
+            owners = [d for d, known in registry.capture_devices().items() if set(instruments) <= set(known)]
             if len(owners) == 1:
                 return owners[0]
         return "cuda" if tools.cuda else "cpu"
     d = str(device).strip().lower()
-    if d not in DEVICE_INSTRUMENTS:
-        raise ValueError(f"--device {device!r} must be one of {', '.join(DEVICES)}")
+    if d not in (known := registry.capture_devices()):
+        raise ValueError(f"--device {device!r} must be one of {', '.join(known)}")
     return d
 
 
 def default_instruments(device: str) -> tuple[str, ...]:
     """Every instrument of a device backend."""
-    return DEVICE_INSTRUMENTS[device]
+    return registry.capture_devices()[device]
 
 
 def discover_tools() -> Tools:
-    """Look for ncu, nsys and a CUDA device on this machine."""
+    """Look for every own-pass instrument's tool (ncu, nsys) and a CUDA device on this machine."""
     ok, reason = cuda_status()
-    return Tools(ncu=find_tool("ncu", NCU_GLOBS), nsys=find_tool("nsys", NSYS_GLOBS), cuda=ok, cuda_reason=reason)
-
-
-def ncu_permission_denied(log_text: str) -> bool:
-    """True when an ncu log says the GPU performance counters are not accessible to this user."""
-    return NCU_PERMISSION_MARK in log_text
-
-
-NCU_PERMISSION_REASON = (
-    "ncu has no permission to read GPU performance counters (ERR_NVGPUCTRPERM): run as root, or set "
-    "NVreg_RestrictProfilingToAdminUsers=0 for the nvidia module (docs/capture.md)"
-)
+    found = {p.tool: find_tool(p.tool, p.globs) for i in registry.INSTRUMENTS
+             if i.switch is not None and (p := i.switch.own_pass) is not None}
+    return Tools(ncu=found.pop("ncu", None), nsys=found.pop("nsys", None), cuda=ok, cuda_reason=reason, other=found)
 
 
 # --------------------------------------------------------------------------- argv builders
@@ -184,64 +181,7 @@ def toggle_arm_name(index: int, name: str) -> str:
     """Folder name of the index-th toggle arm (1-based): ``t1-cublas_workspace_config``; a knob named
     like a secret (``NVTE_API_TOKEN``) gives ``t1-redacted-knob``
     (an arm's name is a folder and a key of reports, and a bundle redacts the values of secret names)."""
-    from forensics.core.redact import is_secret_key  # noqa: PLC0415
-
     return f"t{index}-redacted-knob" if is_secret_key(name) else f"t{index}-{name.lower()}"
-
-
-def ncu_nvtx_include(site: str) -> str:
-    """ncu ``--nvtx-include`` expression matching every ``SITE#N`` start/end range (or one occurrence).
-
-    Start/end ranges are written ``Domain@Range`` (no trailing ``/``, which would mean push/pop);
-    a whole site needs a regex over its occurrences.
-    """
-    if "#" in site:
-        return f"{NVTX_DOMAIN}@{site}"
-    return f"regex:{NVTX_DOMAIN}@{re.escape(site)}#[0-9]+"
-
-
-def ncu_argv(ncu: str, report: Path, command: list[str], *, site: str, mode: str = "window") -> list[str]:
-    """The ncu wrapper: all processes, NVTX state per kernel, base units, LaunchStats, ``-o`` report.
-
-    ``mode="window"``: profiling starts off and the probe brackets the step window with
-    cudaProfilerStart/Stop (what the GPU campaign used). ``mode="nvtx"``: only kernels inside the
-    site's NVTX start/end ranges. Never ``-f``: the report goes into a fresh capture folder.
-    """
-    argv = [ncu, "--target-processes", "all", "--nvtx"]
-    if mode == "window":
-        argv += ["--profile-from-start", "off"]
-    elif mode == "nvtx":
-        argv += ["--nvtx-include", ncu_nvtx_include(site)]
-    else:
-        raise ValueError(f"ncu mode {mode!r} must be 'window' or 'nvtx'")
-    argv += ["--clock-control", "none", "--print-units", "base", "--section", "LaunchStats",
-             "--metrics", "gpu__time_duration.sum", "-o", str(report)]
-    return argv + list(command)
-
-
-def nsys_argv(nsys: str, report: Path, command: list[str]) -> list[str]:
-    """``nsys profile`` over the cudaProfilerStart/Stop window, CUDA + NVTX + cuBLAS traces."""
-    return [nsys, "profile", "-t", "cuda,nvtx,cublas", "--capture-range=cudaProfilerApi",
-            "--capture-range-end=stop", "--sample=none", "--cpuctxsw=none", "-o", str(report)] + list(command)
-
-
-def nsys_export_argv(nsys: str, report: Path) -> list[str]:
-    """``nsys export --type sqlite`` of ``<report>.nsys-rep`` to ``<report>.sqlite`` (never over a file)."""
-    return [nsys, "export", "--type", "sqlite", "-o", f"{report}.sqlite", f"{report}.nsys-rep"]
-
-
-def onednn_env() -> dict[str, str]:
-    """oneDNN stamps each verbose line with the primitive's start (epoch ms): how lines meet site occurrences.
-
-    Verbose itself is switched on only inside the step window, by the probe (``mkldnn_set_verbose``);
-    so is oneMKL's (``mkl_verbose``), whose output file the probe names per process.
-    """
-    return {"ONEDNN_VERBOSE_TIMESTAMP": "1"}
-
-
-def cublaslt_env(folder: Path) -> dict[str, str]:
-    """cuBLASLt API-trace logging into the arm folder, one file per process (``%i`` = pid)."""
-    return {"CUBLASLT_LOG_LEVEL": "5", "CUBLASLT_LOG_FILE": str(folder / "cublaslt.%i.log")}
 
 
 # --------------------------------------------------------------------------- the plan
@@ -278,16 +218,17 @@ def plan_passes(
     """
     tools = tools or Tools()
     out = Path(out)
-    if device not in DEVICE_INSTRUMENTS:
-        raise ValueError(f"--device {device!r} must be one of {', '.join(DEVICES)}")
-    own = DEVICE_INSTRUMENTS[device]
+    backends = registry.capture_devices()
+    if device not in backends:
+        raise ValueError(f"--device {device!r} must be one of {', '.join(backends)}")
+    own = backends[device]
     instruments = tuple(own if instruments is None else instruments)
     bad = [i for i in instruments if i not in own]
-    unknown = [i for i in bad if not any(i in known for known in DEVICE_INSTRUMENTS.values())]
+    unknown = [i for i in bad if not any(i in known for known in backends.values())]
     if unknown:
         raise ValueError(f"unknown instrument(s) {', '.join(unknown)}; choose from {', '.join(own)} (--device {device})")
     if bad:
-        other = [d for d, known in DEVICE_INSTRUMENTS.items() if d != device and set(bad) <= set(known)]
+        other = [d for d, known in backends.items() if d != device and set(bad) <= set(known)]
         hint = f" ({', '.join(bad)}: --device {other[0]})" if other else ""
         raise ValueError(f"instrument(s) {', '.join(bad)} not available with --device {device}; "
                          f"choose from {', '.join(own)}{hint}")
@@ -297,9 +238,11 @@ def plan_passes(
     parse_ranks(ranks)
     arm_specs: list[tuple[str, dict[str, str], dict[str, str]]] = []  # (name, env, toggle)
     if env_arms:
+        # folders of their own: the passes' logs and each own-pass instrument's pass (ncu, nsys)
+        reserved = ("passes", *(i.name for i in registry.INSTRUMENTS if i.switch and i.switch.own_pass))
         for name, env in env_arms.items():
-            if not _ARM_NAME.match(name) or name in ("passes", "ncu", "nsys"):
-                raise ValueError(f"arm name {name!r} must be letters, digits, '_.-' and not passes/ncu/nsys")
+            if not _ARM_NAME.match(name) or name in reserved:
+                raise ValueError(f"arm name {name!r} must be letters, digits, '_.-' and not {'/'.join(reserved)}")
             env = {str(k): str(v) for k, v in (env or {}).items()}
             arm_specs.append((name, env, dict(env)))
     else:
@@ -322,16 +265,17 @@ def plan_passes(
         parse_toggle(f"{k}=")  # a variable name, or ValueError
     arm_specs = [(name, {**base, **env}, toggle) for name, env, toggle in arm_specs]
 
-    cpu_list = [i for i in DEVICE_INSTRUMENTS["cpu"] if i in instruments] if device == "cpu" else []
-    probe_list = ["sites"] + (["cupti"] if "cupti" in instruments else []) + (["cpu"] if cpu_list else [])
+    # each chosen instrument's switch: env in every arm, an in-process probe, or a pass of its own
+    chosen = [i for i in registry.captured(device) if i.name in instruments]
+    cpu_list = [i.name for i in chosen if i.switch.probe == "cpu"]
+    probe_list = ["sites"] + list(dict.fromkeys(i.switch.probe for i in chosen if i.switch.probe))
     passes: list[Pass] = []
     for name, env, toggle in arm_specs:
         folder = out / name
         add = dict(env)
-        if "cublaslt" in instruments:
-            add.update(cublaslt_env(folder))
-        if "onednn" in cpu_list:
-            add.update(onednn_env())
+        for inst in chosen:
+            if inst.switch.env is not None:
+                add.update(inst.switch.env(folder))
         cfg = ProbeConfig(out_dir=str(folder), probes=probe_list, arm=name, site=site, steps=steps, ranks=ranks,
                           max_records=max_records, cpu_instruments=cpu_list, nvtx=device != "cpu")
         passes.append(Pass(name=name, arm=name, role="arm", folder=folder, argv=list(commands[name]), env=add,
@@ -339,27 +283,21 @@ def plan_passes(
                            config_path=folder / "probe.json", toggle=toggle, arm_env=env))
     first = arm_specs[0][0]
     first_env = arm_specs[0][1]
-    if "ncu" in instruments:
-        folder = out / "ncu"
-        cfg = ProbeConfig(out_dir=str(folder), probes=["sites"], arm="ncu", site=site, steps=steps, ranks=ranks,
-                          cuda_profiler_window=(ncu_mode == "window"), max_records=max_records,
+    for inst in chosen:
+        own = inst.switch.own_pass
+        if own is None:
+            continue
+        folder = out / inst.name
+        cfg = ProbeConfig(out_dir=str(folder), probes=["sites"], arm=inst.name, site=site, steps=steps, ranks=ranks,
+                          cuda_profiler_window=own.profiler_window(ncu_mode), max_records=max_records,
                           extra={"digests": False})  # no hash kernels to replay; the arms have the digests
-        p = Pass(name="ncu", arm=first, role="pass", folder=folder,
-                 argv=ncu_argv(tools.ncu or "ncu", folder / "window", command, site=site, mode=ncu_mode),
-                 env=dict(first_env), log_path=out / "passes" / "ncu.log", probe_config=cfg,
-                 config_path=folder / "probe.json", arm_env=first_env)
-        p.skip_reason = _skip(tools, tools.ncu, "ncu (Nsight Compute) not found on PATH, /usr/local/cuda*/bin or /opt/nvidia")
-        passes.append(p)
-    if "nsys" in instruments:
-        folder = out / "nsys"
-        cfg = ProbeConfig(out_dir=str(folder), probes=["sites"], arm="nsys", site=site, steps=steps, ranks=ranks,
-                          cuda_profiler_window=True, max_records=max_records, extra={"digests": False})
         report = folder / "window"
-        p = Pass(name="nsys", arm=first, role="pass", folder=folder,
-                 argv=nsys_argv(tools.nsys or "nsys", report, command), env=dict(first_env),
-                 log_path=out / "passes" / "nsys.log", probe_config=cfg, config_path=folder / "probe.json",
-                 post=[nsys_export_argv(tools.nsys or "nsys", report)], arm_env=first_env)
-        p.skip_reason = _skip(tools, tools.nsys, "nsys (Nsight Systems) not found on PATH, /usr/local/cuda*/bin or /opt/nvidia")
+        tool = tools.path(own.tool) or own.tool
+        p = Pass(name=inst.name, arm=first, role="pass", folder=folder,
+                 argv=own.argv(tool, report, command, site=site, mode=ncu_mode), env=dict(first_env),
+                 log_path=out / "passes" / f"{inst.name}.log", probe_config=cfg, config_path=folder / "probe.json",
+                 post=own.post(tool, report), arm_env=first_env)
+        p.skip_reason = _skip(tools, tools.path(own.tool), own.missing)
         passes.append(p)
     return Plan(out=out, site=site, command=list(command), steps=steps, ranks=ranks, instruments=instruments,
                 passes=passes, device=device)
@@ -375,8 +313,6 @@ def _skip(tools: Tools, tool: str | None, missing: str) -> str | None:
 
 def describe_plan(plan: Plan, base_env: dict[str, str] | None = None) -> str:
     """Human-readable plan: every pass's exact argv and environment additions (``--dry-run``)."""
-    import shlex  # noqa: PLC0415
-
     lines = [f"capture: {plan.out}", f"site: {plan.site}   steps: {plan.steps}   ranks: {plan.ranks}   "
              f"device: {plan.device}   instruments: {','.join(plan.instruments)}"]
     for p in plan.passes:
@@ -386,8 +322,6 @@ def describe_plan(plan: Plan, base_env: dict[str, str] | None = None) -> str:
         env = dict(p.env)
         if p.config_path is not None:
             env["FORENSICS_CONFIG"] = str(p.config_path)
-            from probes.config import bootstrap_env  # noqa: PLC0415
-
             # the exact value the pass gets: the bootstrap dir, then the inherited PYTHONPATH
             env["PYTHONPATH"] = bootstrap_env(p.config_path, dict(base_env or os.environ))["PYTHONPATH"]
         for k, v in env.items():

@@ -32,7 +32,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from forensics import __version__
+from forensics import __version__, instruments
+from forensics.instruments.cublaslt import ALGO_COLUMNS as _CUBLASLT_ALGO
 from forensics.judge.arm_evidence import Evidence, load_evidence
 from forensics.core.redact import Redactor, redact_obj
 from forensics.runtime.atomic import OutputExists, atomic_output, refuse_existing  # noqa: F401 - OutputExists re-exported
@@ -55,8 +56,8 @@ ENV_KEYS = ("device", "capability", "sm_count", "driver", "cuda", "cublas", "cub
             "transformer_engine", "python", "platform")
 PROBLEM_COLUMNS = ["m", "n", "k", "layout", "a_type", "b_type", "c_type", "d_type", "compute_type", "epilogue",
                    "beta"]
-ALGO_COLUMNS = ["algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme", "cta_swizzling",
-                "cluster_shape", "scheduling_mode"]
+#: The cuBLASLt algo descriptor, all of it (forensics.instruments.cublaslt: the one definition).
+ALGO_COLUMNS = list(_CUBLASLT_ALGO)
 #: The CPU backend's library-call descriptors (oneMKL routine/CNR/threads, oneDNN primitive) and attribution.
 CPU_COLUMNS = ["transa", "transb", "routine", "cnr", "nthr", "primitive", "implementation", "prop_kind",
                "attributes", "problem_desc", "attributed_by"]
@@ -185,8 +186,6 @@ def collect(capture_dir: str | Path | Evidence, site: str | None = None) -> tupl
 
 def _device(ev: Evidence) -> str:
     """"cpu" for a capture of the CPU backend alone (its counts are implementation-op executions), else "cuda"."""
-    from forensics import instruments  # noqa: PLC0415
-
     if ev.manifest.get("device") in ("cpu", "cuda"):  # what `forensics kernel` ran: the backend, whatever was captured
         return str(ev.manifest["device"])
     try:
@@ -293,8 +292,6 @@ def _raw_members(ev: Evidence, bundle: Bundle) -> dict[str, str]:
         for r in an_sites[an_sites["label"].isin(labels)].to_dict("records"):
             for f in ev.capture.of("sites", arm=r.get("folder", r["arm"]), rank=r["rank"]):
                 lines_of.setdefault(f.path, set()).add(int(r["line"]))
-    from forensics import instruments  # noqa: PLC0415
-
     call_logs = instruments.names_of_role(instruments.CALLS)  # cuBLASLt, cuBLAS, oneDNN, oneMKL: line-oriented text
     for frame, text_instruments in ((ev.launches, ("cupti",)), (ev.calls, call_logs)):  # text files only
         if frame is None or frame.empty or "line" not in frame.columns:
@@ -392,7 +389,8 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
 
     out.append("## Verdict\n")
     cpu = b.device == "cpu" or (bool(len(b.counts)) and any(
-        c in b.counts.columns and b.counts[c].fillna(0).astype(bool).any() for c in ("torch_profiler",)))
+        c in b.counts.columns and b.counts[c].fillna(0).astype(bool).any()
+        for c in instruments.names_of_role(instruments.LAUNCHES) if instruments.device_of(c) == instruments.CPU))
     unit = "implementation-op execution count" if cpu else "launch count"
     named = b.verdicts[b.verdicts["verdict"] == NAMED] if len(b.verdicts) else b.verdicts
     if len(named):
@@ -468,10 +466,11 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     if cpu:
         out.append("On the CPU backend the profiler counts implementation-op executions; the oneDNN and oneMKL logs "
                    "are independent of it and of each other.\n")
-        cols = ["arm", "rank", "scope", "short_name"] + [c for c in ("torch_profiler", "onednn", "mkl") if c in b.counts]
+        cols = ["arm", "rank", "scope", "short_name"] + [c for c in instruments.count_columns(instruments.CPU)
+                                                         if c in b.counts]
     else:
         out.append("CUPTI, Kineto and nsys are one source; ncu and the cuBLASLt log are independent of it.\n")
-        cols = ["arm", "rank", "scope", "short_name", "cupti", "kineto", "nsys", "ncu", "cublaslt"]
+        cols = ["arm", "rank", "scope", "short_name", *instruments.count_columns(instruments.CUDA)]
     out.append(_md_table(b.counts, cols))
     out.append("\nTwo-instrument rule, per scope:\n")
     out.append(_md_table(b.verdicts, ["arm", "rank", "scope", "short_name", "verdict", "reason"]))
@@ -791,6 +790,7 @@ def _repro(ev: Evidence, bundle: Bundle) -> str:
         by_inst: dict[str, list[dict[str, Any]]] = {}
         for c in calls:
             by_inst.setdefault(str(c.get("instrument")), []).append(c)
-        seen = "; ".join(f"{inst}: {describe_calls(pd.DataFrame(rows), inst)}" if inst in ("onednn", "mkl")
+        per_execution = {i.name for i in instruments.of_role(instruments.CALLS) if i.per_execution}
+        seen = "; ".join(f"{inst}: {describe_calls(pd.DataFrame(rows), inst)}" if inst in per_execution
                          else f"{inst}: {len(rows)} call(s)" for inst, rows in by_inst.items())
     return render_repro(problem, repro_knobs(arm_knobs(ev, arm)), arm, bundle.capture, label, seen)

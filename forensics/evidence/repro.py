@@ -14,8 +14,9 @@ import pprint
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from forensics import __version__
+from forensics import __version__, instruments
 from forensics.core.site import parse_site, split_label
+from forensics.instruments.cublaslt import ALGO_COLUMNS
 
 #: cuBLASLt type tokens -> torch dtype names.
 LT_TO_TORCH = {"R_32F": "float32", "R_16F": "float16", "R_16BF": "bfloat16", "R_64F": "float64",
@@ -23,8 +24,7 @@ LT_TO_TORCH = {"R_32F": "float32", "R_16F": "float16", "R_16BF": "bfloat16", "R_
                # the CPU libraries' type names (oneMKL precision letters, oneDNN data types)
                "f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16", "c64": "complex64",
                "c128": "complex128", "s8": "int8", "u8": "uint8", "s32": "int32"}
-ALGO_KEYS = ("algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme", "cta_swizzling",
-             "cluster_shape", "scheduling_mode")
+ALGO_KEYS = ALGO_COLUMNS  # the cuBLASLt algo descriptor the repro records (forensics.instruments.cublaslt)
 #: aten ops that are one GEMM (an ``aten.<op>`` site of these has a GEMM problem descriptor).
 GEMM_ATEN_OPS = frozenset({"mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "matmul",
                            "_scaled_mm", "_addmm_activation"})
@@ -87,8 +87,6 @@ def gemm_problem(label: str, site_row: dict[str, Any], call: dict[str, Any] | No
     if not gemm_op:
         call = None  # a library GEMM under another op (the thnn convolution's SGEMMs) is not the site's problem
     if call is not None and call.get("m") is not None and _dtype(call.get("a_type")):
-        from forensics import instruments  # noqa: PLC0415
-
         inst = instruments.get(str(call.get("instrument")))
         source = inst.label if inst is not None and call.get("instrument") != "cublaslt" else "cuBLASLt log"
         return GemmProblem(label, int(call["m"]), int(call["n"]), int(call["k"]), str(call.get("transa") or "N"),

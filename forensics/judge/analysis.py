@@ -33,6 +33,7 @@ from forensics.core.errors import BadInput, doing
 from forensics.core.kernel_names import AUXILIARY, describe_kernel, kernel_keys
 from forensics.core.model import LAUNCH_COLUMNS, conform, empty_frame
 from forensics.core.site import parse_site_or_occurrence, split_label
+from forensics.judge import cpu
 from forensics.judge.verdicts import CONFLICT, identity_verdict
 
 NAMED, DISAGREE, SINGLE = "NAMED", "DISAGREE", "SINGLE-SOURCE"
@@ -526,8 +527,8 @@ def match_calls(lf: pd.DataFrame, cf: pd.DataFrame,
         ref_fam = next((f for f in launch_fams if len(here) and (here["family"] == f).any()), None)
         ref = _launch_order(here[here["family"] == ref_fam]) if ref_fam else here.iloc[0:0]
         calls = calls.sort_values(["file", "line"], kind="stable") if "line" in calls.columns else calls
-        if inst is not None and inst.matcher:  # a log whose calls are not one per launch group (CPU libraries)
-            res = inst.match(ref, calls)
+        if inst is not None and inst.per_execution:  # a log whose calls are not one per launch group (CPU libraries)
+            res = cpu.match(inst, ref, calls)
             for k, n in res["matched"].items():
                 matched[(arm, rank, scope, k, inst_name)] = matched.get((arm, rank, scope, k, inst_name), 0) + n
             for k, launch, its_calls in res.get("pairs") or []:
@@ -666,7 +667,7 @@ def _rule(by_family: dict[str, int], sources: dict[str, str], not_confirmable: l
         counted = next((reg.get(sources[f]).unit for f in by_family
                         if reg.get(sources[f]) and reg.get(sources[f]).role == reg.LAUNCHES), "kernel launches")
         what = "launch(es)" if counted == "kernel launches" else counted
-        units = [i.unit for i in call_logs if not i.matcher]
+        units = [i.unit for i in call_logs if not i.per_execution]
         how = f" ({', '.join(units)} matched one to one to their launches in host order)" if units else ""
         return NAMED, f"{src} agree on {next(iter(values))} {what}{how}"
     return DISAGREE, f"launch counts differ: {text}"
@@ -794,9 +795,7 @@ def no_launch_message(site: str, labels: list[str], instruments: set[str], devic
     seen = [x for x in labels if x == site or x.split("#", 1)[0] == site]
     if not seen:
         return f"no launch attributed to site {site} (sites seen: {', '.join(labels[:8]) or 'none'})"
-    from forensics import instruments as registry  # noqa: PLC0415
-
-    if device == registry.CPU or (device is None and registry.devices_of(instruments) == {registry.CPU}):
+    if device == reg.CPU or (device is None and reg.devices_of(instruments) == {reg.CPU}):
         return (f"site {site} ran inside the window ({', '.join(seen[:4])}), but no op inside it calls a library "
                 "that a second instrument logs (oneDNN, oneMKL): ATen's own CPU kernels (layer norm, elementwise "
                 "ops, reductions) have the profiler's word only, so nothing there can be NAMED")

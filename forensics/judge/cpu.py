@@ -1,15 +1,15 @@
 """The CPU backend's judging rules: which site occurrence a library log line belongs to, and how a
 scope's library calls confirm the implementation ops the profiler saw there.
 
-Called through the instrument registry (``Instrument.attribute`` and ``Instrument.matcher`` of the
-``onednn`` and ``mkl`` entries), so :mod:`forensics.judge.analysis` runs the same two-instrument
-rule on both backends.
+:mod:`forensics.judge.analysis` calls :func:`match` for every call log whose instrument says
+``per_execution`` (``onednn``, ``mkl``), so it runs the same two-instrument rule on both backends.
 
-**Attribution** (:func:`attribute_onednn`, :func:`attribute_mkl`). The library logs carry no
-NVTX range and no correlation id; the site probe records, for every occurrence, what the logs can
-be compared with (``cpu`` in ``sites.jsonl``: ``t0_ns``/``t1_ns`` from ``time.time_ns()``
-around the call, the calling thread, and the size of the process's oneMKL log before and after
-the call). A oneDNN line belongs to the occurrence whose ``[t0_ns, t1_ns]`` holds its timestamp
+**Attribution** (the instrument modules' own, called through ``Instrument.attribute``:
+:func:`forensics.instruments.onednn.attribute`, :func:`forensics.instruments.mkl.attribute`). The
+library logs carry no NVTX range and no correlation id; the site probe records, for every
+occurrence, what the logs can be compared with (``cpu`` in ``sites.jsonl``: ``t0_ns``/``t1_ns``
+from ``time.time_ns()`` around the call, the calling thread, and the size of the process's oneMKL
+log before and after the call). A oneDNN line belongs to the occurrence whose ``[t0_ns, t1_ns]`` holds its timestamp
 (``ONEDNN_VERBOSE_TIMESTAMP``: the primitive's start, same clock); a oneMKL line to the
 occurrence whose recorded byte range of ``mkl.<pid>.log`` holds it (oneMKL writes each line when
 the call returns). Only the same process's occurrences are considered (pid from the file name).
@@ -29,87 +29,11 @@ how many library calls stood behind each execution.
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from forensics.core.cpu_ops import LIBRARY
-
-
-# --------------------------------------------------------------------------- attribution
-def _occurrences(sites: pd.DataFrame) -> dict[tuple, list[dict[str, Any]]]:
-    """(folder, rank, pid) -> the site records that carry a ``cpu`` bracket, in record order."""
-    out: dict[tuple, list[dict[str, Any]]] = {}
-    if sites is None or not len(sites) or "cpu" not in sites.columns:
-        return out
-    for r in sites.to_dict("records"):
-        cpu = r.get("cpu")
-        if not isinstance(cpu, dict) or r.get("pid") is None or pd.isna(r.get("pid")):
-            continue
-        out.setdefault((r.get("folder"), int(r["rank"]) if pd.notna(r.get("rank")) else None, int(r["pid"])),
-                       []).append({"label": r["label"], **cpu})
-    return out
-
-
-def _frame_keys(calls: pd.DataFrame):
-    for (folder, rank, pid), g in calls.groupby(["folder", "rank", "pid"], dropna=False, sort=False):
-        yield (folder, None if pd.isna(rank) else int(rank), None if pd.isna(pid) else int(pid)), g
-
-
-def attribute_onednn(calls: pd.DataFrame, sites: pd.DataFrame) -> pd.DataFrame:
-    """``site_label`` and ``attributed_by`` for oneDNN primitive executions: timestamp inside an occurrence."""
-    calls = calls.copy()
-    labels = pd.Series([None] * len(calls), index=calls.index, dtype="object")
-    how = pd.Series([None] * len(calls), index=calls.index, dtype="object")
-    occ = _occurrences(sites)
-    for key, g in _frame_keys(calls):
-        spans = [(o["t0_ns"], o["t1_ns"], o["label"]) for o in occ.get(key, []) if o.get("t0_ns") and o.get("t1_ns")]
-        if not spans:
-            how.loc[g.index] = "unattributed: no site occurrence of this process recorded a time bracket"
-            continue
-        for idx, ts in zip(g.index, g["ts_ns"]):
-            if ts is None or pd.isna(ts):
-                how.at[idx] = "unattributed: the line has no timestamp (ONEDNN_VERBOSE_TIMESTAMP was off)"
-                continue
-            hit = [s for s in spans if s[0] <= int(ts) <= s[1]]
-            if len(hit) == 1:
-                labels.at[idx] = hit[0][2]
-                how.at[idx] = "timestamp within the occurrence's [t0, t1] (same process)"
-            else:
-                how.at[idx] = ("unattributed: timestamp outside every site occurrence" if not hit else
-                               f"unattributed: timestamp inside {len(hit)} overlapping occurrences")
-    calls["site_label"] = labels
-    calls["attributed_by"] = how
-    return calls
-
-
-def attribute_mkl(calls: pd.DataFrame, sites: pd.DataFrame) -> pd.DataFrame:
-    """``site_label`` and ``attributed_by`` for oneMKL calls: the line lies in the byte range the
-    occurrence recorded for the same file (its size before and after the call)."""
-    calls = calls.copy()
-    labels = pd.Series([None] * len(calls), index=calls.index, dtype="object")
-    how = pd.Series([None] * len(calls), index=calls.index, dtype="object")
-    occ = _occurrences(sites)
-    for key, g in _frame_keys(calls):
-        files = set(g["file"].map(lambda p: Path(str(p)).name))
-        spans = [(o["mkl_span"][0], o["mkl_span"][1], o["label"]) for o in occ.get(key, [])
-                 if isinstance(o.get("mkl_span"), list) and len(o["mkl_span"]) == 2 and None not in o["mkl_span"]
-                 and (o.get("mkl_file") is None or o.get("mkl_file") in files)]
-        if not spans:
-            how.loc[g.index] = "unattributed: no site occurrence of this process recorded the oneMKL file's size"
-            continue
-        for idx, start, end in zip(g.index, g["offset"], g["end_offset"]):
-            hit = [s for s in spans if s[0] <= int(start) and int(end) <= s[1]]
-            if len(hit) == 1:
-                labels.at[idx] = hit[0][2]
-                how.at[idx] = "file offset within the size the occurrence recorded before and after its call"
-            else:
-                how.at[idx] = "unattributed: written outside every site occurrence" if not hit else \
-                    f"unattributed: inside {len(hit)} overlapping occurrences"
-    calls["site_label"] = labels
-    calls["attributed_by"] = how
-    return calls
 
 
 # --------------------------------------------------------------------------- matching

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from forensics import instruments as reg
 from forensics.judge.arm_evidence import ALGO_COLUMNS, Evidence, from_analysis, kernel_family, load_evidence, missing
 from forensics.capture.directory import Capture
 from forensics.core.environment import RELEVANT_PREFIXES
@@ -130,7 +131,6 @@ def identity_verdict(verdict: str, reason: str, kernel: str, launches: dict[str,
     ``(verdict, reason, {"checked": [...], "unchecked": [...], "conflicts": [...]})``; the reason
     of a NAMED verdict ends with what was checked and what could not be.
     """
-    from forensics import instruments as reg  # noqa: PLC0415
     from forensics.core.cpu_ops import check_op  # noqa: PLC0415
     from forensics.judge.analysis import NAMED  # noqa: PLC0415
     from forensics.core.kernel_names import check_call  # noqa: PLC0415
@@ -455,7 +455,7 @@ def implementation_text(launches: Any, calls: Any) -> str | None:
         return None
     text = _kernels_text(sig)
     rows = _as_rows(calls)
-    for inst in ("onednn", "mkl"):
+    for inst in (i.name for i in reg.of_role(reg.CALLS) if i.per_execution):  # the CPU library logs
         mine = [r for r in rows if r.get("instrument") == inst]
         if mine:
             from forensics.judge.cpu import main_call  # noqa: PLC0415

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forensics.instruments.cublaslt import ALGO_COLUMNS
+
 INVARIANT, VARIANT, UNCHECKED = "BATCH-INVARIANT", "VARIANT", "NOT CHECKED"
 
 #: Per call-log instrument: the problem fields and the algo fields a row shows.
@@ -34,8 +36,7 @@ PROBLEM_FIELDS = {
 ALGO_FIELDS = {
     "mkl": ("cnr", "nthr", "dyn", "fastmm"),
     "onednn": ("implementation", "attributes"),
-    "cublaslt": ("algo_id", "tile", "stages", "custom_option", "num_splits_k", "reduction_scheme",
-                 "cta_swizzling", "cluster_shape", "scheduling_mode", "inner_shape"),
+    "cublaslt": ALGO_COLUMNS,
     "cublas": ("algo",),
 }
 

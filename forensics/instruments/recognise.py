@@ -1,7 +1,12 @@
 """What a file in a capture is, from its content: magic bytes, headers, JSON keys, SQLite tables.
 
-A file's name is a hint only: ``report1.sqlite`` is an nsys export because it holds nsys's tables,
-``cublasLt.log``, ``log.cublaslt`` and ``cublas.log`` are library logs because their lines are, and
+Each instrument module says what its files look like: a binary form (``Instrument.content``: ncu's
+``NVR`` magic, an nsys report's title, the tables of nsys's SQLite export) or a text log's line
+(``Instrument.line_form``), asked in registry order; the JSON forms (Kineto, the CPU probe's
+trace, our own JSON lines files) and what is positively no instrument's (`nsys stats` reports,
+ncu's console output, capture metadata) are written here. A file's name is a hint only:
+``report1.sqlite`` is an nsys export because it holds nsys's tables, ``cublasLt.log``,
+``log.cublaslt`` and ``cublas.log`` are library logs because their lines are, and
 ``sampled_rank-0.json.gz`` is a Kineto trace because its JSON says so. The name decides only between
 instruments whose content is the same format (a Chrome trace from the CPU probe, ``torchprof*``,
 vs a Kineto trace of a CUDA run) and for our own context files.
@@ -24,6 +29,8 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from forensics import instruments as registry
+from forensics.instruments.base import Head
 from forensics.core.formats import optrace as optrace_format
 from forensics.core.formats import sites as sites_format
 
@@ -50,11 +57,6 @@ class Recognised:
     known: bool = False
 
 
-_CUBLASLT_LINE = re.compile(rb"^(?:\[[^\]\n]*\])?\[cublasLt\]\[\d+\]\[[A-Za-z]+\]", re.M)
-_CUBLAS_LEGACY = re.compile(rb"^I! cuBLAS \(v[\d.]+\)", re.M)
-_ONEDNN = re.compile(rb"^(?:[\d.]+,)?(?:onednn|dnnl)_verbose,", re.M)
-_MKL = re.compile(rb"^MKL_VERBOSE ", re.M)
-_NCU_CSV = re.compile(rb'^"ID","Process ID","Process Name"', re.M)
 _NSYS_STATS_CSV = re.compile(
     rb"^(?:Time \(%\),Total Time \([a-z]+\),Instances|Start \([a-z]+\),Duration \([a-z]+\),CorrId"
     rb"|API Start \([a-z]+\),API Dur|NVTX Range,Style,PID|Start \([a-z]+\),Duration \([a-z]+\),Name,Result)", re.M)
@@ -97,23 +99,28 @@ def _head(path: Path) -> tuple[bytes, bool]:
     return raw, False
 
 
-def _sqlite(path: Path) -> Recognised:
+def _sqlite(path: Path, head: bytes) -> Recognised:
     try:
         uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro&immutable=1"
         with closing(sqlite3.connect(uri, uri=True)) as c:
             tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     except sqlite3.DatabaseError as e:
         return Recognised(None, f"an SQLite file that does not open ({e}): corrupt or truncated")
-    cupti = sorted(t for t in tables if t.startswith("CUPTI_ACTIVITY_KIND_"))
-    if "StringIds" in tables and (cupti or tables & {"TARGET_INFO_GPU", "EXPORT_META_DATA", "META_DATA_EXPORT",
-                                                     "TARGET_INFO_SESSION_START_TIME", "ThreadNames"}):
-        kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in tables
-        return Recognised("nsys", "SQLite with nsys tables (StringIds, " + (
-            "CUPTI_ACTIVITY_KIND_KERNEL" if kernels else f"no kernel table; {len(cupti)} CUPTI_ACTIVITY_KIND_* tables")
-            + ")")
+    seen = _content(Head(path.name, head, False, frozenset(tables)))  # nsys's export, by its tables
+    if seen is not None:
+        return seen
     shown = ", ".join(sorted(tables)[:6]) or "no tables"
     return Recognised(None, f"an SQLite database without Nsight Systems tables (StringIds, CUPTI_ACTIVITY_KIND_*; "
                             f"it has {shown}): not an nsys export")
+
+
+def _content(head: Head) -> Recognised | None:
+    """The first instrument whose binary form (``Instrument.content``) the file has."""
+    for inst in registry.content_forms():
+        why = inst.content(head)
+        if why is not None:
+            return Recognised(inst.name, why)
+    return None
 
 
 def _json_kind(path: Path, head: bytes, gz: bool) -> Recognised | None:
@@ -182,12 +189,10 @@ def recognise(path: str | os.PathLike[str]) -> Recognised:
     except OSError as e:
         return Recognised(None, f"cannot be read: {e.strerror}")
     if head.startswith(b"SQLite format 3\x00"):
-        return _sqlite(path)
-    if head.startswith(b"NVR\x00"):
-        return Recognised("ncu", "Nsight Compute report (NVR magic)")
-    if head.startswith(b"NVIDIA") and b"Report" in head[:64]:
-        title = head[:64].split(b"\n", 1)[0].decode("ascii", "replace").strip()
-        return Recognised("nsys_rep", f"Nsight Systems report ({title}); run `nsys export --type sqlite` to read it")
+        return _sqlite(path, head)
+    seen = _content(Head(name, head, gz))  # magic bytes: ncu's NVR, an nsys report's title
+    if seen is not None:
+        return seen
     if gz and not head:
         return Recognised(None, "a gzip file that does not decompress (corrupt or truncated)")
     kind = _json_kind(path, head, gz)
@@ -197,16 +202,9 @@ def recognise(path: str | os.PathLike[str]) -> Recognised:
         if _name_hint(name, ("*.nsys-rep", "*.qdrep")):
             return Recognised("nsys_rep", "a binary file named as an Nsight Systems report; run `nsys export --type sqlite`")
         return Recognised(None, f"a binary file of no known instrument format (first bytes {head[:8].hex()})")
-    if _CUBLASLT_LINE.search(head):
-        return Recognised("cublaslt", "text with [cublasLt][pid][level] log lines")
-    if _CUBLAS_LEGACY.search(head):
-        return Recognised("cublas", "text with 'I! cuBLAS (vX)' records (legacy cuBLAS log)")
-    if _ONEDNN.search(head):
-        return Recognised("onednn", "text with onednn_verbose lines")
-    if _MKL.search(head):
-        return Recognised("mkl", "text with MKL_VERBOSE lines")
-    if _NCU_CSV.search(head):
-        return Recognised("ncu_csv", 'CSV with the ncu header ("ID","Process ID","Process Name",...)')
+    for inst, form in registry.line_forms():  # text logs: each instrument's own line form
+        if form.search(head):
+            return Recognised(inst.name, inst.line_why)
     if _NSYS_STATS_CSV.search(head) or _NSYS_STATS_TEXT.search(head):
         m = _NSYS_STATS_REPORT.search(head)
         csv_head = _NSYS_STATS_CSV.search(head)
