@@ -25,7 +25,6 @@ TOP = "forensics.top"
 #: Imports that still run up, each with the reason it is tolerated; the list only shrinks.
 KNOWN: dict[tuple[str, str], str] = {
     ("forensics.capture", "forensics.judge"): "capture/kernel.py analyses after capturing (moving up)",
-    ("parsers", "forensics.capture"): "parsers/ncu.py asks capture/recognise what a file is (moving)",
 }
 
 
