@@ -1,0 +1,106 @@
+"""`forensics kernel`'s flow (issue 30): the site parsed once, the run config read and merged once, the
+passes planned once, the analysis above the capture (no capture module imports the judge), an
+analysis that fails never exits 0, a refused plan leaves no folder. Real `kernel` runs of a tiny
+command on the CPU backend (no torch needed in the command)."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import forensics.capture.kernel as capture_kernel_mod
+import forensics.core.site as site_mod
+from forensics.cli import main
+from forensics.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, BadInput
+from forensics.judge import analysis as analysis_mod
+
+REPO = Path(__file__).resolve().parents[1]
+SITE = "gemm:NT:acc0:grad1#2"
+
+
+def _argv(out: Path, *extra: str) -> list[str]:
+    return ["kernel", "--device", "cpu", "--arms", "1", "--instruments", "torch_profiler", "-q", "--out", str(out),
+            *extra, "--", sys.executable, "-c", "pass"]
+
+
+def _count(monkeypatch, module, name: str) -> list[int]:
+    calls = [0]
+    real = getattr(module, name)
+
+    def counted(*a, **kw):
+        calls[0] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_site_parsed_config_read_and_passes_planned_once(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"site: '{SITE}'\nsteps: '1-2'\n")
+    parses = _count(monkeypatch, site_mod, "parse_site")
+    reads = _count(monkeypatch, capture_kernel_mod, "load_run_config")
+    plans = _count(monkeypatch, capture_kernel_mod, "plan_passes")
+    seen = []
+    real_analyze = analysis_mod.analyze
+    monkeypatch.setattr(analysis_mod, "analyze", lambda cap, site=None, **kw: seen.append(site) or real_analyze(
+        cap, site=site, **kw))
+    code = main(_argv(tmp_path / "cap", "--config", str(cfg)))
+    capsys.readouterr()
+    assert code in (0, 1)  # a verdict (nothing NAMED here: `pass` runs no GEMM)
+    assert parses[0] == 1, "the site is parsed once, in the command"
+    assert reads[0] == 1 and plans[0] == 1
+    assert isinstance(seen[0], site_mod.Occurrence) and str(seen[0]) == SITE  # the parsed value travels
+    man = yaml.safe_load((tmp_path / "cap" / "manifest.yaml").read_text())
+    assert man["site"] == SITE and man["passes_run"] == "sequential"
+    assert man["environment"]["torch"]  # described without a second torch import (torch/version.py)
+
+
+def test_a_refused_plan_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "cap"
+    code = main(["kernel", "--device", "cpu", "--site", SITE, "--arms", "0", "-q", "--out", str(out), "--",
+                 sys.executable, "-c", "pass"])
+    assert code == 2 and "--arms must be at least 1" in capsys.readouterr().err  # plan_passes' refusal
+    assert not out.exists()
+    code = main(["kernel", "--device", "cpu", "--site", SITE, "--steps", "2-1", "-q", "--", sys.executable, "-c",
+                 "pass"])  # the default folder: none is left either
+    assert code == 2 and not (Path.cwd() / "forensics-capture").exists()
+
+
+def test_an_analysis_that_refuses_the_capture_is_exit_3_never_0(tmp_path, monkeypatch, capsys):
+    def refuse(cap, site=None, **kw):
+        raise BadInput(Path(cap) / "a1" / "rank0" / "sites.jsonl", "truncated line", 3)
+
+    monkeypatch.setattr(analysis_mod, "analyze", refuse)
+    code = main(_argv(tmp_path / "cap", "--site", SITE))
+    out = capsys.readouterr().out
+    assert code == EXIT_BAD_INPUT
+    assert "analysis failed:" in out and "sites.jsonl:3: truncated line" in out
+    assert (tmp_path / "cap" / "manifest.yaml").is_file()  # the capture stays
+
+
+def test_a_bug_in_the_analysis_is_an_internal_error_not_a_retry(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def broken(cap, site=None, keep_going=False):
+        calls.append(keep_going)
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(analysis_mod, "analyze", broken)
+    monkeypatch.setenv("FORENSICS_CRASH_DIR", str(tmp_path / "crashes"))
+    code = main(_argv(tmp_path / "cap", "--site", SITE))
+    err = capsys.readouterr().err
+    assert code == EXIT_INTERNAL and calls == [True]  # once: no second, stricter analysis
+    assert "analysing the capture" in err and (tmp_path / "cap" / "manifest.yaml").is_file()
+
+
+def test_no_capture_module_imports_the_judge():
+    for path in sorted((REPO / "forensics" / "capture").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.startswith("forensics.judge") for n in names), f"{path.name} imports {names}"
