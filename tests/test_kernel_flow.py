@@ -104,3 +104,34 @@ def test_no_capture_module_imports_the_judge():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.startswith("forensics.judge") for n in names), f"{path.name} imports {names}"
+
+
+def test_a_signal_to_kernel_reaches_the_pass_and_stops_the_rest(tmp_path):
+    """SIGTERM to `forensics kernel` while pass a1 runs: passed on to a1's command, a2 never starts, the
+    manifest says so, exit 143 (before: the signal killed kernel and a1 ran on, an orphan)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    ready, out = tmp_path / "ready", tmp_path / "cap"
+    child = (f"import signal, sys, time, pathlib; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+             f"pathlib.Path({str(ready)!r}).write_text('1'); time.sleep(120)")
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "forensics", "kernel", "--device", "cpu", "--site", SITE, "--arms", "2",
+                             "--instruments", "torch_profiler", "-q", "--out", str(out), "--", sys.executable, "-c", child],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while not ready.exists():
+            assert time.monotonic() < end and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "got SIGTERM: passed to pass a1" in stderr and "the passes after a1 were not run" in stderr
+    arms = {a["name"]: a for a in yaml.safe_load((out / "manifest.yaml").read_text())["arms"]}
+    assert arms["a1"]["status"] == "interrupted" and arms["a2"]["status"] == "skipped"
