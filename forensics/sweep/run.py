@@ -161,14 +161,23 @@ def discover_boundaries(inputs: Path, sizes: list[int], timeout_s: float, log_di
     env.pop("FORENSICS_CONFIG", None)
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([repo] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    log = log_dir / "discover.log"
+    log, result = log_dir / "discover.log", log_dir / "discover.out"
     try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
-        log.write_text("$ " + " ".join(cmd) + "\n" + r.stdout + r.stderr)
-        if r.returncode == 0:
-            return [int(m) for m in json.loads(r.stdout.strip().splitlines()[-1])["boundaries"]]
-    except (OSError, subprocess.SubprocessError, ValueError, KeyError, IndexError) as e:
-        log.write_text("$ " + " ".join(cmd) + f"\nfailed: {type(e).__name__}: {e}\n")
+        with open(log, "w") as err, open(result, "w") as out:
+            err.write("$ " + " ".join(cmd) + "\n")
+            err.flush()
+            ended = launch(cmd, env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, timeout_s=timeout_s,
+                           who="forensics kernel --rows", what="the boundary scan")
+        if ended.received is not None:
+            raise Interrupted(ended.received, f"the boundary scan was stopped: forensics was sent "
+                                              f"{signal_name(ended.received)} (passed on to it); log: {log}")
+        if ended.returncode == 0 and not ended.timed_out:
+            return [int(m) for m in json.loads(result.read_text().strip().splitlines()[-1])["boundaries"]]
+        with open(log, "a") as err:
+            err.write("timed out (--timeout)\n" if ended.timed_out else f"exit status {ended.returncode}\n")
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        with open(log, "a") as err:
+            err.write(f"failed: {type(e).__name__}: {e}\n")
     return []
 
 
