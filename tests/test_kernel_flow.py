@@ -17,6 +17,7 @@ from forensics.cli import main
 from forensics.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, BadInput
 from forensics.judge import analysis as analysis_mod
 
+pytestmark = pytest.mark.slow  # integration lane: real kernel runs (35 s on 2 cores)
 REPO = Path(__file__).resolve().parents[1]
 SITE = "gemm:NT:acc0:grad1#2"
 

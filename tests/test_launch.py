@@ -15,6 +15,7 @@ import pytest
 
 from forensics.runtime.launch import Ended, exit_code, launch
 
+pytestmark = pytest.mark.slow  # integration lane: real processes (4 s on 2 cores)
 REPO = Path(__file__).resolve().parents[1]
 
 #: The child: writes its pid, then waits; on SIGINT/SIGTERM it writes which one it got and exits 0.
