@@ -410,8 +410,8 @@ def capture_kernel(opts: dict[str, Any], *, progress: bool = True, tools: Tools 
                           cuda_reason=None if tools.cuda else tools.cuda_reason, site=site)
     stopped = next((r for r in results if r.status == "interrupted"), None)
     if stopped is not None:
-        raise Interrupted(stopped.received or 2, f"kernel: {stopped.reason}; the passes after {stopped.name} were not run; what ran is in "
-                          f"{capture_dir} (`forensics analyze` reads it)")
+        raise Interrupted(stopped.received or 2, f"kernel: {stopped.reason}; the passes after {stopped.name} were "
+                                                 f"not run; what ran is in {capture_dir} (`forensics analyze` reads it)")
     return result
 
 
