@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
 
         cuda: CUPTI, cuBLASLt log, ncu, nsys. cpu: torch.profiler, oneDNN and oneMKL verbose logs.
         Exit 0: a kernel NAMED; 1: none NAMED; 2: usage; 3: bad input (--out exists without --force);
-        4: nothing could run.
+        4: nothing could run; 128+N: sent signal N (passed on to the running pass).
         """
         from forensics.capture import kernel as lib
         from forensics.capture.passes import (default_instruments, describe_plan, discover_tools, parse_toggle,
