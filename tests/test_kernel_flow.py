@@ -136,3 +136,41 @@ def test_a_signal_to_kernel_reaches_the_pass_and_stops_the_rest(tmp_path):
     assert "got SIGTERM: passed to pass a1" in stderr and "the passes after a1 were not run" in stderr
     arms = {a["name"]: a for a in yaml.safe_load((out / "manifest.yaml").read_text())["arms"]}
     assert arms["a1"]["status"] == "interrupted" and arms["a2"]["status"] == "skipped"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_kernel_killed_with_sigkill_takes_its_pass_along(tmp_path):
+    """`forensics kernel` SIGKILLed while pass a1 runs: a1's command gets SIGTERM (before: it ran on, an orphan)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    ready, got, out = tmp_path / "ready", tmp_path / "got", tmp_path / "cap"
+    child = (f"import os, signal, sys, time, pathlib; "
+             f"signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path({str(got)!r}).write_text('SIGTERM'), sys.exit(0))); "
+             f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(120)")
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "forensics", "kernel", "--device", "cpu", "--site", SITE, "--arms", "1",
+                             "--instruments", "torch_profiler", "-q", "--out", str(out), "--", sys.executable, "-c", child],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    pid = None
+    try:
+        end = time.monotonic() + 120
+        while not ready.exists():
+            assert time.monotonic() < end and proc.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.1)
+        pid = int(ready.read_text())
+        proc.kill()
+        proc.wait(timeout=30)
+        end = time.monotonic() + 30
+        while not got.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert got.exists() and got.read_text() == "SIGTERM", "the pass outlived its SIGKILLed kernel"
+    finally:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
