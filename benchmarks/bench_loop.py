@@ -1,7 +1,8 @@
 """Time to verdict: the whole loop on a real small CPU program, as a ratio to plain runs of it.
 
 The loop a user runs (README): two traced runs, ``diff``, ``kernel`` with the site from the diff's
-``next:`` line, ``analyze``, ``compare`` and ``bundle``. Every step is a real ``forensics``
+``next:`` line, ``analyze``, ``compare``, ``knob NAME --values V`` (dynamic scope at that site:
+two baseline arms and one per value; ``--knob``) and ``bundle``. Every step is a real ``forensics``
 command on a real program (default: examples/cpu-divergence/train.py at 1 and 2 threads), in its
 own process, timed by wall clock; the plain runs of the same program are timed in the same run
 (interleaved with the loop when ``--repeat`` > 1), so that the ratio, not the seconds, is the
@@ -12,13 +13,13 @@ figure (a loaded machine slows both).
 The table gives each step's wall and CPU seconds (user + system of the command and every process it
 waited for: on a shared, loaded machine wall time moves with the neighbours, CPU time far less)
 and their ratios to the plain runs it stands for: a trace
-to one plain run, ``kernel`` to one plain run per arm (its passes, parsed from its own ``pass aN:``
-lines, and the rest: start-up, planning, analysis). ``start-up`` is ``forensics --help`` (the
+to one plain run, ``kernel`` and ``knob`` to one plain run per arm (their passes, parsed from their
+own ``pass aN:`` lines, and the rest: start-up, planning, analysis), the others to one plain run. ``start-up`` is ``forensics --help`` (the
 interpreter, the CLI's imports). ``--profile DIR`` also writes ``python -X importtime`` of the
 CLI and a cProfile of ``kernel`` and ``analyze`` (the parent process) there.
 
 The loop's ratio is its total over the plain runs the loop needs (2 for the traces, one per
-kernel arm): the target of issue 33 is <= 2x. Exit status is non-zero only on error (a slow
+kernel and knob arm): the target of issue 33 is <= 2x. Exit status is non-zero only on error (a slow
 loop is reported, not failed).
 """
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "examples" / "cpu-divergence" / "train.py"
-_PASS = re.compile(r"^\s*pass (\S+): ok (\d+):(\d\d):(\d\d)\s*$", re.M)
+_PASS = re.compile(r"^\s*pass (\S+): ok\s+(\d+):(\d\d):(\d\d)\s*$", re.M)
 
 
 def cpu_model() -> str:
@@ -91,9 +92,23 @@ def next_command(diff_out: str) -> list[str]:
     raise SystemExit(f"error: diff printed no next: line:\n{diff_out}")
 
 
-def one_loop(work: Path, program: list[str], threads: tuple[int, int], fx: list[str]) -> dict[str, tuple[float, float]]:
-    """One pass of the loop in ``work``: each step's (wall, CPU) seconds (kernel's passes: wall only, from its lines)."""
+def _passes(out: str, step: str, t: dict[str, tuple[float, float]]) -> int:
+    """Add ``step``'s passes (its own ``pass X: ok H:MM:SS`` lines) and the rest of it to ``t``; the arm count."""
+    passes = [(m[1], int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4])) for m in _PASS.finditer(out)]
+    if not passes:
+        raise SystemExit(f"error: {step} printed no 'pass aN: ok' lines:\n{out}")
+    for name, s in passes:
+        t[f"  {step} pass {name} (wall, whole seconds)"] = (s, float("nan"))
+    t[f"  rest of {step} (start-up, planning, analysis)"] = (t[step][0] - sum(s for _, s in passes), float("nan"))
+    return len(passes)
+
+
+def one_loop(work: Path, program: list[str], threads: tuple[int, int], fx: list[str],
+             knob: tuple[str, str]) -> tuple[dict[str, tuple[float, float]], dict[str, int]]:
+    """One pass of the loop in ``work``: each step's (wall, CPU) seconds (passes: wall only, from the
+    command's own lines), and the arms of kernel and knob (the plain runs each stands for)."""
     t: dict[str, tuple[float, float]] = {}
+    arms: dict[str, int] = {}
     for arm, n in zip("AB", threads):
         t[f"trace {arm}"], _ = run(fx + ["trace", "--out", f"run{arm}", "--"] + program + ["--threads", str(n)], work)
     t["diff"], out = run(fx + ["diff", "runA", "runB"], work, ok=(1,))
@@ -101,18 +116,26 @@ def one_loop(work: Path, program: list[str], threads: tuple[int, int], fx: list[
     if nxt[:2] != ["forensics", "kernel"]:
         raise SystemExit(f"error: unexpected next: line {shlex.join(nxt)}")
     t["kernel"], out = run(fx + nxt[1:] + [], work, ok=(0,))
-    passes = [(m[1], int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4])) for m in _PASS.finditer(out)]
-    if not passes:
-        raise SystemExit(f"error: kernel printed no 'pass aN: ok' lines:\n{out}")
-    t["kernel arms"] = (len(passes), len(passes))
-    for name, s in passes:
-        t[f"  pass {name} (wall, whole seconds)"] = (s, float("nan"))
-    t["  rest of kernel (start-up, planning, analysis)"] = (t["kernel"][0] - sum(s for _, s in passes), float("nan"))
+    arms["kernel"] = _passes(out, "kernel", t)
     cap = "forensics-capture"
     t["analyze"], _ = run(fx + ["analyze", cap], work)
     t["compare"], _ = run(fx + ["compare", cap], work, ok=(0, 1))
+    site = next((a.split("=", 1)[1] for a in nxt if a.startswith("--site=")), None)
+    if site is None:
+        site = nxt[nxt.index("--site") + 1] if "--site" in nxt else _site_of(work / cap)
+    name, value = knob
+    t["knob"], out = run(fx + ["knob", name, "--site", site, "--device", "cpu", "--values", value, "--out", "knobcap",
+                               "--"] + program + ["--threads", str(threads[0])], work, ok=(0, 1))
+    arms["knob"] = _passes(out, "knob", t)
     t["bundle"], _ = run(fx + ["bundle", cap, "-o", "bundle.tar.gz"], work)
-    return t
+    return t, arms
+
+
+def _site_of(capture: Path) -> str:
+    for line in (capture / "manifest.yaml").read_text().splitlines():
+        if line.startswith("site:"):
+            return line.split(":", 1)[1].strip().strip("'\"")
+    raise SystemExit(f"error: no site: in {capture}/manifest.yaml")
 
 
 def profile(out: Path, work: Path, fx: list[str], kernel_argv: list[str]) -> None:
@@ -137,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", default="1,2", help="thread counts of runs A and B (default 1,2)")
     ap.add_argument("--profile", type=Path, help="also write -X importtime and cProfile output to this folder")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (printed)")
+    ap.add_argument("--knob", default="ONEDNN_MAX_CPU_ISA=SSE41",
+                    help="NAME=VALUE of the knob step (knob --dynamic at the kernel's site; default %(default)s)")
     args = ap.parse_args(argv)
     a, b = (int(x) for x in args.threads.split(","))
     program = [sys.executable, str(PROGRAM)]
@@ -151,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     plain: list[tuple[float, float]] = []
     startup: list[tuple[float, float]] = []
     loops: list[dict[str, tuple[float, float]]] = []
+    arm_counts: dict[str, int] = {}
+    knob = tuple(args.knob.split("=", 1))
     try:
         for i in range(args.repeat):
             for n in (a, b):
@@ -158,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             startup.append(run(fx + ["--help"], base)[0])
             work = base / f"loop{i}"
             work.mkdir()
-            loops.append(one_loop(work, program, (a, b), fx))
+            t, arm_counts = one_loop(work, program, (a, b), fx, knob)
+            loops.append(t)
             print(f"loop {i + 1}/{args.repeat} done, {load()}", flush=True)
         if args.profile:
             profile(args.profile, base / "loop0", fx, next_command(run(fx + ["diff", "runA", "runB"], base / "loop0", ok=(1,))[1])[1:])
@@ -173,24 +201,28 @@ def main(argv: list[str] | None = None) -> int:
 
     p, pc = median(plain, 0), median(plain, 1)
     med = {k: (median([lp[k] for lp in loops], 0), median([lp[k] for lp in loops], 1)) for k in loops[0]}
-    arms = int(med.pop("kernel arms")[0])
-    unit = {"trace A": 1, "trace B": 1, "kernel": arms}
+    unit = {"trace A": 1, "trace B": 1, **arm_counts}
     print(f"after         {load()}")
     print(f"plain run     {p:7.2f} s wall (median of {len(plain)}: {', '.join(f'{x:.2f}' for x, _ in plain)}),"
           f" {pc:.2f} s CPU ({', '.join(f'{c:.2f}' for _, c in plain)})")
     print(f"start-up      {median(startup, 0):7.2f} s wall, {median(startup, 1):.2f} s CPU (forensics --help: interpreter and CLI imports)")
     print()
-    print(f"{'step':48s} {'wall s':>8s} {'x plain':>8s} {'CPU s':>8s} {'x plain':>8s}")
+    print("x plain: the step over the plain runs it stands for (a trace: 1; kernel and knob: one per arm; the")
+    print("others: 1, as the cost of one more run of the program)")
+    print(f"{'step':52s} {'wall s':>8s} {'x plain':>8s} {'CPU s':>8s} {'x plain':>8s}")
     for k, (w, c) in med.items():
         u = unit.get(k, 1)
+        what = f"{k} ({u} arms)" if k in arm_counts else k
         cpu = "" if c != c else f" {c:8.2f} {c / (pc * u):8.2f}"
-        print(f"{k:48s} {w:8.2f} {w / (p * u):8.2f}{cpu}")
-    steps = ("trace A", "trace B", "diff", "kernel", "analyze", "compare", "bundle")
+        print(f"{what:52s} {w:8.2f} {w / (p * u):8.2f}{cpu}")
+    steps = ("trace A", "trace B", "diff", "kernel", "analyze", "compare", "knob", "bundle")
     total, total_c = sum(med[k][0] for k in steps), sum(med[k][1] for k in steps)
-    runs = 2 + arms
-    print(f"{'whole loop':48s} {total:8.2f} {total / (p * runs):8.2f} {total_c:8.2f} {total_c / (pc * runs):8.2f}"
-          f"  (over {runs} plain runs: 2 traced, {arms} kernel arms)")
-    for what, w, c, n in (("kernel alone", med["kernel"][0], med["kernel"][1], arms), ("whole loop", total, total_c, runs)):
+    runs = 2 + sum(arm_counts.values())
+    print(f"{'whole loop':52s} {total:8.2f} {total / (p * runs):8.2f} {total_c:8.2f} {total_c / (pc * runs):8.2f}"
+          f"  (over {runs} plain runs: 2 traced, {arm_counts['kernel']} kernel arms, {arm_counts['knob']} knob arms)")
+    for what, w, c, n in (("kernel alone", med["kernel"][0], med["kernel"][1], arm_counts["kernel"]),
+                          ("knob alone", med["knob"][0], med["knob"][1], arm_counts["knob"]),
+                          ("whole loop", total, total_c, runs)):
         print(f"{what}: {w / (p * n):.2f}x its {n} plain runs by wall, {c / (pc * n):.2f}x by CPU"
               f" (target <= 2x: {'met' if w <= 2 * p * n else 'NOT met'} by wall, {'met' if c <= 2 * pc * n else 'NOT met'} by CPU)")
     return 0

@@ -279,7 +279,7 @@ def test_probe_never_breaks_the_program_when_the_profiler_is_taken(tmp_path):
         "    for _ in range(3):\n"
         "        m(torch.randn(4, 8)).sum().backward(); opt.step()\n"
         "print('done')\n")
-    from forensics.capture.kernel import run_kernel
+    from forensics.pipeline import run_kernel
 
     res = run_kernel("aten.addmm.default", [sys.executable, str(script)], device="cpu", arms=1, out=tmp_path / "c",
                      progress=False, timeout_s=300)
@@ -346,7 +346,7 @@ def test_instruments_first_wanted_inside_backward_leave_the_profiler_off_and_the
         "for _ in range(2):\n"
         "    Scale.apply(x, w).sum().backward(); opt.step()\n"
         "print('done')\n")
-    from forensics.capture.kernel import run_kernel
+    from forensics.pipeline import run_kernel
 
     res = run_kernel("aten.mm.default", [sys.executable, str(script)], device="cpu", arms=1, out=tmp_path / "c",
                      steps="0", progress=False, timeout_s=300)

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from forensics.cli import main
-from forensics.capture.kernel import KernelResult, run_kernel
+from forensics.capture.kernel import KernelResult
+from forensics.pipeline import run_kernel
 from forensics.capture.passes import Tools, cuda_status
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)

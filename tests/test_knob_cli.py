@@ -128,7 +128,7 @@ def test_bundle_section_is_markdown_and_json(tree):
 
 
 def test_dynamic_path_with_fake_capture_and_verdicts(tree, tmp_path, capsys, monkeypatch):
-    """The dynamic wiring (arms -> run_kernel -> toggle_report -> report) with FAKE stand-ins for
+    """The dynamic wiring (arms -> capture_kernel -> toggle_report -> report) with FAKE stand-ins for
     the GPU capture and the verdicts: SYNTHETIC results, no instrument output is invented here."""
     import forensics.capture.kernel
     import forensics.capture.passes
@@ -149,8 +149,8 @@ def test_dynamic_path_with_fake_capture_and_verdicts(tree, tmp_path, capsys, mon
         def for_knob(self, name):
             return [FakeToggle()] if name == KNOB else []
 
-    def fake_run_kernel(site, command, **kw):
-        calls["run_kernel"] = (site, command, kw["env_arms"])
+    def fake_capture_kernel(opts, **kw):
+        calls["capture_kernel"] = (str(opts["site"]), opts["command"], opts["env_arms"])
         return forensics.capture.kernel.KernelResult(capture_dir=tmp_path / "cap", passes=[])
 
     def fake_toggle_report(source, site=None, names=None, comparison=None):
@@ -158,13 +158,13 @@ def test_dynamic_path_with_fake_capture_and_verdicts(tree, tmp_path, capsys, mon
         return FakeReport()
 
     monkeypatch.setattr(forensics.capture.passes, "cuda_status", lambda timeout_s=60: (True, "fake GPU"))
-    monkeypatch.setattr(forensics.capture.kernel, "run_kernel", fake_run_kernel)
+    monkeypatch.setattr(forensics.capture.kernel, "capture_kernel", fake_capture_kernel)
     monkeypatch.setattr(forensics.judge.verdicts, "toggle_report", fake_toggle_report)
     code = main(["knob", KNOB, "--path", str(tree), "--site", "gemm:NT:acc0:grad1", "--values", ":0:0", "--json", "-",
                  "--", "python", "train.py"])
     assert code == EXIT_OK
     data = json.loads(capsys.readouterr().out)
-    site, command, arms = calls["run_kernel"]
+    site, command, arms = calls["capture_kernel"]
     assert site == "gemm:NT:acc0:grad1" and command == ["python", "train.py"]
     assert arms == {"a1": {}, "a2": {}, "k1-_0_0": {KNOB: ":0:0"}}
     assert calls["toggle_report"][1:] == ("gemm:NT:acc0:grad1", [KNOB])

@@ -85,6 +85,53 @@ def describe(probe_torch: bool = True) -> dict[str, Any]:
     return info
 
 
+def describe_without_torch(cuda_available: bool | None = None) -> dict[str, Any]:
+    """:func:`describe` without importing torch: its version and CUDA build from ``torch/version.py``
+    (read as text, as ``import torch`` would set ``torch.__version__`` and ``torch.version.cuda``).
+
+    ``cuda_available``: what the caller found (no GPU device node: False); None leaves it out unless
+    this torch is built without CUDA (then False, and no cuDNN). Device properties are left out:
+    they need CUDA initialised (:func:`describe` in a side process does that on a GPU).
+    """
+    info = describe(probe_torch=False)
+    version = _torch_version_file()
+    if version is None:
+        info["torch"] = "absent: no readable torch/version.py"
+        return info
+    info["torch"], info["cuda"] = version.get("__version__"), version.get("cuda")
+    if info["cuda"] is None:  # a CPU build: no CUDA, no cuDNN, whatever the machine has
+        cuda_available, info["cudnn"] = False, None
+    if cuda_available is not None:
+        info["cuda_available"] = bool(cuda_available)
+    return info
+
+
+def _torch_version_file() -> dict[str, Any] | None:
+    """The literal assignments of the installed torch's ``version.py`` (None: no torch, or unreadable)."""
+    import ast  # noqa: PLC0415
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "version.py")
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(1 << 16))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    out: dict[str, Any] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
+            node.target if isinstance(node, ast.AnnAssign) else None)
+        if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
+            out[target.id] = node.value.value
+    return out if "__version__" in out else None
+
+
 def _module_version(name: str) -> str | None:
     try:
         from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415

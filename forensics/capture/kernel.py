@@ -1,16 +1,17 @@
-"""``forensics kernel`` as a library: plan the passes, run them, write the manifest, analyse.
+"""``forensics kernel``'s capture as a library: merge the options, plan the passes once, run them, write the manifest.
 
-``run_kernel(site, command)`` reruns ``command`` (unmodified; probes enter through the
+``capture_kernel(site, command)`` reruns ``command`` (unmodified; probes enter through the
 environment) once per arm and once per instrument pass, each into its own folder of a fresh
-capture directory, then calls :func:`forensics.judge.analysis.analyze` on it.
+capture directory, one process start per pass (:func:`forensics.runtime.launch.launch`). The
+analysis is the judge's (:mod:`forensics.pipeline` runs one after the other): nothing here
+imports :mod:`forensics.judge`.
 """
 from __future__ import annotations
 
-import functools
+import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +21,11 @@ import yaml
 
 from forensics import __version__
 from forensics.capture.directory import fresh_dir, new_manifest, write_manifest
-from forensics.capture.environment import describe
+from forensics.capture.environment import describe, describe_without_torch
 from forensics.core.environment import redact_env, redact_obj, relevant_env
 from forensics.capture.exits import describe_exit, signal_of
 from forensics.core.errors import BadInput
 from forensics.capture.passes import (
-    INSTRUMENTS,
     NCU_PERMISSION_REASON,
     Pass,
     Plan,
@@ -36,7 +36,8 @@ from forensics.capture.passes import (
     plan_passes,
     resolve_device,
 )
-from forensics.core.site import parse_site_or_occurrence
+from forensics.core.site import Occurrence, Site, parse_site_or_occurrence
+from forensics.runtime.launch import Interrupted, launch, signal_name
 from probes.config import bootstrap_env
 
 #: Keys a ``--config run.yaml`` may hold (the flags' names; flags override the file).
@@ -56,18 +57,22 @@ class PassResult:
     log_path: Path
     returncode: int | None
     seconds: float
+    received: int | None = None  # a signal forensics was sent while this pass ran (passed on to it)
 
 
 @dataclass
 class KernelResult:
-    """What ``run_kernel`` leaves: the capture directory, every pass, and the analysis (or None)."""
+    """What ``capture_kernel`` leaves: the capture directory, every pass, and (filled by
+    :func:`forensics.pipeline.analyse`) the analysis or why there is none."""
 
     capture_dir: Path
     passes: list[PassResult] = field(default_factory=list)
     analysis: Any = None
     analysis_error: str | None = None
+    analysis_exit: int | None = None  # the exit code of an analysis that refused the capture (bad input)
     device: str = "cuda"
     cuda_reason: str | None = None  # why no CUDA device is usable here (None when one is)
+    site: Site | Occurrence | None = None  # the site, parsed once (forensics.core.site)
 
     def ran(self, name: str) -> bool:
         return any(p.name == name and p.status == "ok" for p in self.passes)
@@ -165,6 +170,34 @@ def _check_config_types(data: dict[str, Any], path: Path) -> None:
                                 for x in data["arm_commands"]]
 
 
+# --------------------------------------------------------------------------- options
+#: Every option of ``forensics kernel`` and its default (the config keys, with ``env`` for ``--env``).
+DEFAULTS: dict[str, Any] = dict(site=None, command=None, steps="1-2", ranks="all", arms=2, instruments=None,
+                                toggles=(), env_arms=None, out=None, timeout_s=1800, ncu_mode="window",
+                                max_records=2_000_000, device=None, env=None, arm_commands=())
+
+
+def merge_options(given: dict[str, Any], config: str | os.PathLike[str] | dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one merge of flags and run config: a flag given (not None, not empty) wins, else the
+    config's value, else the default. ``config`` is a run YAML path (read with
+    :func:`load_run_config`) or a dict of the same keys. Every key of :data:`DEFAULTS` is in the result."""
+    cfg = (load_run_config(config) if not isinstance(config, dict) else dict(config)) if config is not None else {}
+    out: dict[str, Any] = {}
+    for key, default in DEFAULTS.items():
+        v = given.get(key)
+        if v is None or (isinstance(v, (list, tuple, dict, str)) and not v and key != "site"):
+            v = cfg.get(key)
+        out[key] = default if v is None else v
+    for key in ("instruments", "toggles", "arm_commands"):
+        if out[key] is not None:
+            out[key] = tuple(out[key])
+    if out["instruments"] == ():
+        out["instruments"] = None
+    for key in ("steps", "ranks"):
+        out[key] = str(out[key])
+    return out
+
+
 # --------------------------------------------------------------------------- running
 def default_command(device: str = "cuda") -> list[str]:
     """The bundled example workload (TE-style linear layers), run with this Python on ``device``."""
@@ -200,21 +233,25 @@ def run_pass(p: Pass, timeout_s: float, base_env: dict[str, str] | None = None) 
         return PassResult(p.name, p.arm, "skipped", p.skip_reason, p.log_path, None, 0.0)
     env = pass_env(p, base_env)
     t0 = time.monotonic()
-    status, reason, rc = "ok", None, None
+    status, reason, rc, received = "ok", None, None, None
     with open(p.log_path, "w") as log:
         for argv in [p.argv] + p.post:
             log.write("$ " + " ".join(argv) + "\n")
             log.flush()
             try:
                 left = max(1.0, timeout_s - (time.monotonic() - t0))
-                proc = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=left,
-                                      stdin=subprocess.DEVNULL)
-                rc = proc.returncode
-            except subprocess.TimeoutExpired:
-                status, reason = "timeout", f"stopped after {timeout_s:.0f} s (--timeout)"
-                break
+                ended = launch(argv, env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                               timeout_s=left, who="forensics kernel", what=f"pass {p.name}")
             except OSError as e:
                 status, reason, rc = "failed", f"could not start {argv[0]}: {e.strerror or e}", None
+                break
+            rc = ended.returncode
+            if ended.received is not None:
+                status, reason = "interrupted", f"forensics was sent {signal_name(ended.received)} (passed on to the pass)"
+                received = ended.received
+                break
+            if ended.timed_out:
+                status, reason = "timeout", f"stopped after {timeout_s:.0f} s (--timeout)"
                 break
             if rc != 0:
                 status, reason = "failed", describe_exit(rc)
@@ -226,7 +263,7 @@ def run_pass(p: Pass, timeout_s: float, base_env: dict[str, str] | None = None) 
         last = _last_line(text)
         if last:
             reason = f"{reason}: {last}"
-    return PassResult(p.name, p.arm, status, reason, p.log_path, rc, round(time.monotonic() - t0, 2))
+    return PassResult(p.name, p.arm, status, reason, p.log_path, rc, round(time.monotonic() - t0, 2), received)
 
 
 def _last_line(text: str) -> str:
@@ -234,8 +271,10 @@ def _last_line(text: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
-def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...]) -> dict[str, Any]:  # noqa: D401
-    """The manifest contract: arms and passes, knobs and environment, without secrets."""
+def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...],
+                   environment: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: D401
+    """The manifest contract: arms and passes, knobs and environment (``describe(probe_torch=False)``
+    when not given), without secrets."""
     arms = []
     for p in plan.passes:
         entry: dict[str, Any] = {"name": p.name, "role": p.role}
@@ -257,26 +296,52 @@ def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...])
         instruments=list(instruments),
         arms=arms,
         knobs=relevant_env(),
-        environment=describe(probe_torch=False),
+        environment=redact_obj(dict(environment)) if environment is not None else describe(probe_torch=False),
+        passes_run="sequential",  # see _run_all: arms sharing cores or a GPU could run differently
     )
 
 
-@functools.lru_cache(maxsize=1)
-def environment_snapshot(timeout_s: float = 120) -> dict[str, Any]:
-    """``describe()`` run in a subprocess (CUDA never initialised in this process); without torch on failure.
+class EnvironmentProbe:
+    """The environment of the capture, described beside the first pass, never twice.
 
-    Taken once per ``forensics`` process (``forensics knob`` runs several captures in a row).
+    With a CUDA device to describe (its name, SMs, capability, cuBLAS), ``describe()`` runs in one
+    side process started before the first pass (CUDA is never initialised in this process) and is
+    collected after the last. Otherwise (the CPU backend, or no CUDA device here) nothing is
+    started: :func:`forensics.capture.environment.describe_without_torch` reads torch's version
+    file instead of importing torch (a second torch import per ``kernel`` was ~1.7 s of CPU on a
+    2-core machine, competing with the arms).
     """
-    import json  # noqa: PLC0415
 
-    code = "import json,sys; from forensics.capture.environment import describe; sys.stdout.write(json.dumps(describe()))"
-    try:
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
-        if r.returncode == 0:
-            return json.loads(r.stdout)
-    except (OSError, subprocess.SubprocessError, ValueError):
-        pass
-    return describe(probe_torch=False)
+    def __init__(self, device: str, tools: Tools):
+        self.proc: subprocess.Popen | None = None
+        self.static: dict[str, Any] | None = None
+        if device == "cuda" and tools.cuda:
+            code = ("import json,sys; from forensics.capture.environment import describe; "
+                    "sys.stdout.write(json.dumps(describe()))")
+            try:
+                self.proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,  # noqa: S603
+                                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+            except OSError:
+                self.proc = None
+        if self.proc is None:
+            self.static = describe_without_torch(cuda_available=tools.cuda if device == "cuda" else None)
+
+    def now(self) -> dict[str, Any]:
+        """What is known before the passes run (the whole description when no side process runs)."""
+        return self.static if self.static is not None else describe(probe_torch=False)
+
+    def result(self, timeout_s: float = 120) -> dict[str, Any]:
+        if self.static is not None:
+            return self.static
+        assert self.proc is not None
+        try:
+            out, _ = self.proc.communicate(timeout=timeout_s)
+            if self.proc.returncode == 0:
+                return json.loads(out)
+        except (subprocess.SubprocessError, ValueError):
+            self.proc.kill()
+            self.proc.wait()
+        return describe(probe_torch=False)
 
 
 def _record_results(capture_dir: Path, results: list[PassResult], environment: dict[str, Any] | None = None) -> None:
@@ -299,87 +364,88 @@ def _record_results(capture_dir: Path, results: list[PassResult], environment: d
     write_manifest(capture_dir, data, overwrite=True)
 
 
-def run_kernel(
-    site: str,
-    command: list[str] | None,
-    *,
-    steps: str = "1-2",
-    ranks: str = "all",
-    arms: int = 2,
-    instruments: tuple[str, ...] | list[str] | None = None,
-    toggles: tuple[str, ...] | list[str] = (),
-    env_arms: dict[str, dict[str, str]] | None = None,
-    out: str | os.PathLike[str] | None = None,
-    timeout_s: float = 1800,
-    config: str | os.PathLike[str] | dict[str, Any] | None = None,
-    progress: bool = True,
-    tools: Tools | None = None,
-    ncu_mode: str = "window",
-    max_records: int = 2_000_000,
-    device: str | None = None,
-    base_env: dict[str, str] | None = None,
-    arm_commands: tuple[list[str], ...] | list[list[str]] = (),
-) -> KernelResult:
-    """Run every pass of ``command`` for ``site`` into a fresh capture directory, then analyse it.
-
-    ``config`` (a run YAML path or a dict) fills any argument left at its default. ``tools``
-    overrides the discovery of ncu/nsys/CUDA (tests); ``max_records`` is the per-rank CUPTI record
-    budget. ``device`` (cuda | cpu; default: cuda when a CUDA device is present, else cpu) picks
-    the backend; ``instruments=None`` means all of the device's. Never overwrites an existing capture.
-    """
-    given = dict(steps=steps, ranks=ranks, arms=arms, instruments=None if instruments is None else tuple(instruments),
-                 toggles=tuple(toggles), env_arms=env_arms, out=out, timeout_s=timeout_s, ncu_mode=ncu_mode,
-                 command=command, site=site, max_records=max_records, device=device, env=base_env,
-                 arm_commands=tuple(arm_commands))
-    defaults = dict(steps="1-2", ranks="all", arms=2, instruments=None, toggles=(), env_arms=None, out=None,
-                    timeout_s=1800, ncu_mode="window", command=None, site=None, max_records=2_000_000, device=None,
-                    env=None, arm_commands=())
-    if config is not None:
-        cfg = load_run_config(config) if not isinstance(config, dict) else dict(config)
-        for k, v in cfg.items():
-            if k in given and given[k] == defaults[k]:
-                given[k] = tuple(v) if k in ("instruments", "toggles") else v
-    site = given["site"]
+def as_site(site: Site | Occurrence | str | None) -> Site | Occurrence:
+    """The parsed site: a :class:`Site` or :class:`Occurrence` as given, text parsed (BadSite)."""
+    if isinstance(site, (Site, Occurrence)):
+        return site
     if not site:
         raise ValueError("no site given (--site or site: in the run config)")
-    parse_site_or_occurrence(str(site))
+    return parse_site_or_occurrence(str(site))
+
+
+def capture_kernel(opts: dict[str, Any], *, progress: bool = True, tools: Tools | None = None) -> KernelResult:
+    """Run every pass of ``opts`` (:func:`merge_options`'s result) into a fresh capture directory.
+
+    ``opts["site"]`` is parsed once here when it is text (a parsed value is used as it is).
+    ``tools`` is what :func:`discover_tools` found (looked up here when None). The plan is made
+    once, into the capture directory; a plan that is refused (ValueError) leaves no folder. A
+    signal sent to this process is passed on to the pass that runs, the passes after it are not
+    run, the manifest records what ran, and :class:`Interrupted` (exit 128+N) is raised.
+    """
+    site = as_site(opts["site"])
     tools = tools or discover_tools()
-    dev = resolve_device(given["device"], tools, given["instruments"])
-    instruments = tuple(given["instruments"]) if given["instruments"] is not None else default_instruments(dev)
-    cmd = list(given["command"] or default_command(dev))
-    out_base = Path(given["out"] or DEFAULT_OUT)
+    dev = resolve_device(opts["device"], tools, opts["instruments"])
+    instruments = tuple(opts["instruments"]) if opts["instruments"] is not None else default_instruments(dev)
+    cmd = list(opts["command"] or default_command(dev))
+    out_base = Path(opts["out"] or DEFAULT_OUT)
     if out_base.exists() and not out_base.is_dir():
         raise BadInput(out_base, "exists and is not a directory; --out takes a capture directory")
-    plan_passes(str(site), cmd, out=out_base, steps=str(given["steps"]), ranks=str(given["ranks"]),
-                arms=int(given["arms"]), instruments=instruments, toggles=given["toggles"],
-                env_arms=given["env_arms"], tools=tools, ncu_mode=given["ncu_mode"],
-                max_records=int(given["max_records"]), device=dev, base_env=given["env"],
-                arm_commands=tuple(given["arm_commands"]))  # ValueError before any folder is made
+    before = set(os.listdir(out_base.parent)) if out_base.parent.is_dir() else set()
     capture_dir = fresh_dir(out_base).resolve()
-    plan = plan_passes(str(site), cmd, out=capture_dir, steps=str(given["steps"]), ranks=str(given["ranks"]),
-                       arms=int(given["arms"]), instruments=instruments, toggles=given["toggles"],
-                       env_arms=given["env_arms"], tools=tools, ncu_mode=given["ncu_mode"],
-                       max_records=int(given["max_records"]), device=dev, base_env=given["env"],
-                       arm_commands=tuple(given["arm_commands"]))
+    try:
+        plan = plan_passes(str(site), cmd, out=capture_dir, steps=opts["steps"], ranks=opts["ranks"],
+                           arms=int(opts["arms"]), instruments=instruments, toggles=opts["toggles"],
+                           env_arms=opts["env_arms"], tools=tools, ncu_mode=opts["ncu_mode"],
+                           max_records=int(opts["max_records"]), device=dev, base_env=opts["env"],
+                           arm_commands=tuple(opts["arm_commands"]))
+    except ValueError:
+        _unclaim(capture_dir, made=capture_dir.name not in before)
+        raise
     prepare(plan)
-    env_box: dict[str, Any] = {}
-    env_thread = threading.Thread(target=lambda: env_box.update(environment=environment_snapshot()), daemon=True)
-    env_thread.start()  # torch's import in a side process overlaps the first pass
-    write_manifest(capture_dir, build_manifest(plan, cmd, instruments))
-    results = _run_all(plan, float(given["timeout_s"]), progress)
-    env_thread.join(timeout=180)
-    _record_results(capture_dir, results, env_box.get("environment"))
+    environment = EnvironmentProbe(dev, tools)
+    write_manifest(capture_dir, build_manifest(plan, cmd, instruments, environment.now()))
+    results = _run_all(plan, float(opts["timeout_s"]), progress)
+    _record_results(capture_dir, results, None if environment.static is not None else environment.result())
     result = KernelResult(capture_dir=capture_dir, passes=results, device=dev,
-                          cuda_reason=None if tools.cuda else tools.cuda_reason)
-    result.analysis, result.analysis_error = _analyse(capture_dir, str(site))
+                          cuda_reason=None if tools.cuda else tools.cuda_reason, site=site)
+    stopped = next((r for r in results if r.status == "interrupted"), None)
+    if stopped is not None:
+        raise Interrupted(stopped.received or 2, f"kernel: {stopped.reason}; the passes after {stopped.name} were "
+                                                 f"not run; what ran is in {capture_dir} (`forensics analyze` reads it)")
     return result
 
 
+def _unclaim(capture_dir: Path, made: bool) -> None:
+    """Undo the claim of a capture directory nothing was written to (removed when this run made it)."""
+    from forensics.runtime.atomic import release_dir  # noqa: PLC0415 - used only when a plan is refused
+
+    release_dir(capture_dir)
+    if made:
+        try:
+            capture_dir.rmdir()
+        except OSError:
+            pass
+
+
 def _run_all(plan: Plan, timeout_s: float, progress: bool) -> list[PassResult]:
+    """Every pass, one after the other (the capture records ``passes_run: sequential``): on a CPU
+    arm its threads and its oneDNN/oneMKL kernel choice depend on the cores it finds free, so two
+    arms sharing the cores could run differently from each other and from the program alone;
+    on a GPU, arms sharing a device change its timing-dependent paths. After an interrupted pass
+    the rest are recorded as not run."""
     results: list[PassResult] = []
+
+    def one(p: Pass) -> PassResult:
+        if any(r.status == "interrupted" for r in results):
+            why = "not run: an earlier pass was interrupted"
+            return PassResult(p.name, p.arm, "skipped", why, p.log_path, None, 0.0)
+        return run_pass(p, timeout_s)
+
     if not progress:
-        return [run_pass(p, timeout_s) for p in plan.passes]
-    from forensics.runtime.console import make_console  # noqa: PLC0415
+        for p in plan.passes:
+            results.append(one(p))
+        return results
+    from forensics.runtime.console import make_console  # noqa: PLC0415 - rich, only with a progress display
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
     console = make_console(stderr=True)
@@ -387,25 +453,8 @@ def _run_all(plan: Plan, timeout_s: float, progress: bool) -> list[PassResult]:
                   transient=False) as bar:
         for p in plan.passes:
             task = bar.add_task(f"pass {p.name}", total=1)
-            r = run_pass(p, timeout_s)
+            r = one(p)
             # the status only: the reason is printed once, whole, with the results (stdout)
             bar.update(task, completed=1, description=f"pass {p.name}: {r.status}")
             results.append(r)
     return results
-
-
-def _analyse(capture_dir: Path, site: str) -> tuple[Any, str | None]:
-    """``forensics.judge.analysis.analyze`` on the capture, or (None, why) when it is absent or fails."""
-    try:
-        from forensics.judge import analysis  # noqa: PLC0415
-    except ImportError as e:
-        return None, f"analysis unavailable ({e})"
-    try:
-        return analysis.analyze(capture_dir, site=site, keep_going=True), None
-    except TypeError:
-        try:
-            return analysis.analyze(capture_dir, site=site), None
-        except Exception as e:  # noqa: BLE001
-            return None, f"analysis failed: {type(e).__name__}: {e}"
-    except Exception as e:  # noqa: BLE001
-        return None, f"analysis failed: {type(e).__name__}: {e}"

@@ -8,7 +8,7 @@ import typer
 
 from forensics.runtime.output import examples
 
-from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from forensics.core.errors import EXIT_BAD_INPUT, EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
 SHIPPED_CAPTURE = "tests/fixtures/cpu/conv1d-threads"  # a real capture of the CPU backend, in the repository
 
@@ -68,13 +68,13 @@ def register(app: typer.Typer) -> None:
 
         cuda: CUPTI, cuBLASLt log, ncu, nsys. cpu: torch.profiler, oneDNN and oneMKL verbose logs.
         Exit 0: a kernel NAMED; 1: none NAMED; 2: usage; 3: bad input (--out exists without --force);
-        4: nothing could run.
+        4: nothing could run; 128+N: sent signal N (passed on to the running pass).
         """
         from forensics.capture import kernel as lib
         from forensics.capture.passes import (default_instruments, describe_plan, discover_tools, parse_toggle,
                                               plan_passes, resolve_device)
-        from forensics.core.site import parse_site_or_occurrence
-        from forensics.commands.suggest import check_site_text
+        from forensics.core.site import Occurrence, parse_site_or_occurrence
+        from forensics.commands.suggest import check_op_site
 
         if from_report is not None:
             site, ranks, steps, command, found = _from_report(from_report, site, ranks, steps, command)
@@ -83,47 +83,44 @@ def register(app: typer.Typer) -> None:
                 env = list(env or []) + [e for e in d.base_env if e.split("=", 1)[0] not in _names(env)]
                 toggle = list(toggle or []) + [t for t in d.toggles if t not in (toggle or [])]
                 arm_command = list(arm_command or []) + [c for c in d.arm_commands if c not in (arm_command or [])]
-        cfg = lib.load_run_config(config) if config else {}
         import shlex
 
         try:
-            base_env = dict(parse_toggle(e) for e in env or []) or cfg.get("env")
-            arm_commands = [shlex.split(c) for c in arm_command or []] or cfg.get("arm_commands") or []
+            base_env = dict(parse_toggle(e) for e in env or []) or None
+            arm_commands = [shlex.split(c) for c in arm_command or []]
         except ValueError as e:
             _usage(f"--env/--arm-command: {e}")
-        opts = {
-            "site": site or cfg.get("site"),
-            "steps": steps or cfg.get("steps", "1-2"),
-            "ranks": ranks or cfg.get("ranks", "all"),
-            "arms": arms if arms is not None else int(cfg.get("arms", 2)),
-            "instruments": tuple(_split(instruments) or cfg.get("instruments") or ()) or None,
-            "toggles": tuple(toggle or cfg.get("toggles") or ()),
-            "env_arms": cfg.get("env_arms"),
-            "out": out or cfg.get("out"),
-            "timeout_s": timeout if timeout is not None else float(cfg.get("timeout_s", 1800)),
-            "ncu_mode": ncu_mode or cfg.get("ncu_mode", "window"),
-        }
+        cfg = lib.load_run_config(config) if config else {}  # read once
+        # the one merge of flags and --config (flags win): every later step reads opts
+        opts = lib.merge_options({
+            "site": site, "command": list(command or []), "steps": steps, "ranks": ranks, "arms": arms,
+            "instruments": tuple(_split(instruments)), "toggles": tuple(toggle or ()), "out": out,
+            "timeout_s": timeout, "ncu_mode": ncu_mode, "device": device, "env": base_env,
+            "arm_commands": arm_commands}, cfg)
         from forensics.runtime.output import check_output, replacing
 
         named_out = opts["out"]  # named by --out or the config's out: refused when it exists, unless --force
         check_output(named_out, force=force, flag="--out", what="capture", directory=True)  # before anything runs
         if not opts["site"]:
             _usage("--site is required (or site: in --config), e.g. --site gemm:NT:acc0:grad1")
-        parse_site_or_occurrence(opts["site"])  # BadSite: one line, exit 2 (forensics.cli)
-        check_site_text(opts["site"])  # an op torch does not register: exit 2 with a did-you-mean, before any run
-        cmd = list(command or cfg.get("command") or [])
+        parsed = parse_site_or_occurrence(str(opts["site"]))  # the one parse; BadSite: one line, exit 2 (forensics.cli)
+        op_site = parsed.site if isinstance(parsed, Occurrence) else parsed
+        if op_site.is_aten and from_report is None:  # a typed op name torch does not register: exit 2 before any
+            check_op_site(op_site.name)  # run (a site from a diff's report was recorded from a run: it exists)
+        opts["site"] = parsed
         tools = discover_tools()
         try:
-            dev = resolve_device(device or cfg.get("device"), tools, opts["instruments"])
+            dev = resolve_device(opts["device"], tools, opts["instruments"])
         except ValueError as e:
             _usage(str(e))
-        if not cmd:
+        opts["device"] = dev
+        if not opts["command"]:
             if dev == "cuda" and not tools.cuda and not dry_run:
                 typer.echo(f"forensics kernel: the bundled example on --device cuda needs a CUDA GPU ({tools.cuda_reason}); "
                            f"run it on the CPU backend with --device cpu, or try `forensics analyze {SHIPPED_CAPTURE}` "
                            "(a real capture of the CPU backend)", err=True)
                 raise typer.Exit(EXIT_UNAVAILABLE)
-            cmd = lib.default_command(dev)
+            opts["command"] = lib.default_command(dev)
         if rows is not None and not dry_run:  # the batch-invariance sweep (forensics.sweep)
             from forensics.sweep.cli import run_and_print
 
@@ -132,7 +129,7 @@ def register(app: typer.Typer) -> None:
                        "(a knob's effect on batch invariance: forensics knob NAME --site SITE --rows ... --values V -- CMD)")
 
             with replacing(named_out, force=force, flag="--out", what="capture"):
-                code = run_and_print("forensics kernel", opts["site"], cmd, rows, quiet=quiet,
+                code = run_and_print("forensics kernel", str(parsed), opts["command"], rows, quiet=quiet,
                                      steps=opts["steps"], ranks=ranks or cfg.get("ranks", "0"), device=dev,
                                      instruments=opts["instruments"], out=opts["out"],
                                      timeout_s=opts["timeout_s"], tools=tools,
@@ -141,25 +138,22 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             where = Path(opts["out"] or lib.DEFAULT_OUT).resolve()
             try:
-                plan = plan_passes(opts["site"], cmd, out=where, steps=opts["steps"], ranks=opts["ranks"],
-                                   arms=opts["arms"], instruments=opts["instruments"] or default_instruments(dev),
+                plan = plan_passes(str(parsed), opts["command"], out=where, steps=opts["steps"], ranks=opts["ranks"],
+                                   arms=int(opts["arms"]), instruments=opts["instruments"] or default_instruments(dev),
                                    toggles=opts["toggles"], env_arms=opts["env_arms"], tools=tools,
-                                   ncu_mode=opts["ncu_mode"], device=dev, base_env=base_env,
-                                   arm_commands=arm_commands)
+                                   ncu_mode=opts["ncu_mode"], max_records=int(opts["max_records"]), device=dev,
+                                   base_env=opts["env"], arm_commands=opts["arm_commands"])
             except ValueError as e:
                 _usage(str(e))
             typer.echo(describe_plan(plan))
             typer.echo("\n(dry run: nothing was started; an existing --out is refused unless --force, the default "
                        "folder gets a -2, -3... suffix)")
             raise typer.Exit(EXIT_OK)
+        from forensics.pipeline import analyse
+
         try:
             with replacing(named_out, force=force, flag="--out", what="capture"):
-                result = lib.run_kernel(opts["site"], cmd, steps=opts["steps"], ranks=opts["ranks"], arms=opts["arms"],
-                                        instruments=opts["instruments"], toggles=opts["toggles"],
-                                        env_arms=opts["env_arms"], out=opts["out"], timeout_s=opts["timeout_s"],
-                                        progress=not quiet, tools=tools, ncu_mode=opts["ncu_mode"],
-                                        max_records=int(cfg.get("max_records", 2_000_000)), device=dev,
-                                        base_env=base_env, arm_commands=arm_commands)
+                result = analyse(lib.capture_kernel(opts, progress=not quiet, tools=tools))
         except ValueError as e:
             _usage(str(e))
         raise typer.Exit(_report(result, quiet))
@@ -214,7 +208,7 @@ def _report(result, quiet: bool) -> int:  # noqa: ANN001
         if no_gpu:
             console.print(_no_gpu_verdict(result.cuda_reason), soft_wrap=True)
             return EXIT_UNAVAILABLE
-        return EXIT_OK
+        return result.analysis_exit or EXIT_BAD_INPUT  # never 0: that reads as a kernel NAMED
     if not quiet:
         from forensics.judge.report import print_table
 

@@ -55,18 +55,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from forensics.knobs import check_knob_name, scan  # noqa: PLC0415
         from forensics.knobs.catalog import load_catalog, lookup  # noqa: PLC0415
-        from forensics.commands.suggest import check_knob_typo, check_site_text  # noqa: PLC0415
+        from forensics.commands.suggest import check_knob_typo, check_op_site  # noqa: PLC0415
         from forensics.knobs.dynamic import IN_TIME_NOTE, late_assignments, run_dynamic, script_of  # noqa: PLC0415
         from forensics.knobs.report import KnobReport, knob_json, render  # noqa: PLC0415
         from forensics.knobs.scope import DEVICES, assess, choose_device  # noqa: PLC0415
-        from forensics.core.site import parse_site_or_occurrence  # noqa: PLC0415
+        from forensics.core.site import Occurrence, parse_site_or_occurrence  # noqa: PLC0415
 
         check_knob_name(name)
         if not uncatalogued:  # a typo of a catalogued name: exit 2 with a did-you-mean, before any scan
             check_knob_typo(name, load_catalog())
-        parsed_site = parse_site_or_occurrence(site) if site else None
-        if site:
-            check_site_text(site)
+        parsed_site = parse_site_or_occurrence(site) if site else None  # the one parse of --site
+        op_site = parsed_site.site if isinstance(parsed_site, Occurrence) else parsed_site
+        if op_site is not None and op_site.is_aten:  # an op torch does not register: exit 2 before any scan
+            check_op_site(op_site.name)
         value_list = [v.strip() for v in values.split(",")] if values is not None else []
         if values is not None and not command:
             _usage("--values needs the command to run after '--', e.g. forensics knob NAME --site S --values 0,1 -- python train.py")
@@ -112,7 +113,7 @@ def register(app: typer.Typer) -> None:
         if value_list:
             try:
                 with replacing(out, force=force, flag="--out", what="capture"):
-                    report.dynamic = run_dynamic(name, str(parsed_site), value_list, list(command or []),
+                    report.dynamic = run_dynamic(name, parsed_site, value_list, list(command or []),
                                                  out=str(out) if out else None, steps=steps,
                                                  device=None if device == "auto" else device)
             except Unavailable as e:

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import typer
 
+from forensics.runtime.launch import launch
 from forensics.runtime.output import examples
 
 from forensics.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, BadInput
@@ -20,7 +19,6 @@ class UsageError(ValueError):
 CONFIG_NAME = "optrace-config.json"
 ORDERED_MODES = ("auto", "inputs", "all", "off")
 COMPILED_MODES = ("compiled", "eager")  # probes/optrace/tracer.py COMPILED_MODES
-FORWARDED_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 
 def _only_leftover_config(out: Path) -> bool:
@@ -47,96 +45,11 @@ def _cleanup(out: Path, created: bool) -> None:
         out.rmdir()
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the traced command gets SIGTERM if `forensics trace` dies (never an orphan)."""
-    import ctypes  # noqa: PLC0415
-    import os  # noqa: PLC0415
-    import signal  # noqa: PLC0415
-
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def exit_code(returncode: int) -> int:
-    """A child's exit status as a shell reports it: 128+N when signal N ended it."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
-    """Run ``command``; signals sent to this process (SIGTERM, SIGHUP, SIGINT, ...) are passed on
-    to it, and this process waits for it to stop. Returns its exit status (128+N when signal N
-    ended it), or 128+N when this process was sent signal N (it passed it on and waited).
-
-    The handlers are installed before the command starts: a signal that arrives while it is being
-    started (this process descheduled between the fork and the handlers, under load) is passed on
-    as soon as it runs, instead of killing this process by the default action and leaving the
-    command to PR_SET_PDEATHSIG. One that arrives before the start means the command never starts."""
-    import signal  # noqa: PLC0415
-
-    preexec = _die_with_parent if sys.platform.startswith("linux") else None
-    received: list[int] = []
-    started: list[subprocess.Popen] = []  # the command, once started (a handler may run before)
-
-    def forward(signum: int, _frame: object) -> None:
-        received.append(signum)
-        if signum == signal.SIGINT and _child_got_terminal_sigint():
-            return  # Ctrl-C in a terminal reached the whole foreground group, the child included
-        if not started:
-            return  # not started yet: passed on as soon as it is (below)
-        pass_on(signum, len(received))
-
-    def pass_on(signum: int, count: int) -> None:
-        proc = started[0]
-        if count == 1:
-            sys.stderr.write(f"forensics trace: got {signal.Signals(signum).name}: passed to the traced command "
-                             f"(pid {proc.pid}); waiting for it to stop (send it again to kill it)\n")
-        try:
-            proc.send_signal(signal.SIGKILL if count > 1 and signum != signal.SIGINT else signum)
-        except (ProcessLookupError, OSError):
-            pass
-
-    previous = {}
-    for name in FORWARDED_SIGNALS:
-        sig = getattr(signal, name, None)
-        if sig is None:
-            continue
-        try:
-            previous[sig] = signal.signal(sig, forward)
-        except (ValueError, OSError):  # not the main thread
-            pass
-    try:
-        if received:  # asked to stop before anything started
-            sys.stderr.write(f"forensics trace: got {signal.Signals(received[0]).name} before the traced command "
-                             "started: not started\n")
-            return 128 + int(received[0])
-        proc = subprocess.Popen(command, env=env, preexec_fn=preexec)  # noqa: PLW1509 - no threads in this process
-        started.append(proc)
-        if received:  # arrived while it was being started: pass it on now
-            pass_on(received[0], 1)
-        returncode = proc.wait()
-    finally:
-        for sig, handler in previous.items():
-            try:
-                signal.signal(sig, handler)
-            except (ValueError, OSError):
-                pass
-    if received:  # asked to stop: say so the way a shell would, whatever the command made of it
-        return 128 + int(received[0])
-    return exit_code(returncode)
-
-
-def _child_got_terminal_sigint() -> bool:
-    import os  # noqa: PLC0415
-
-    try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except (OSError, ValueError, AttributeError):
-        return False
+    """Run ``command`` (:func:`forensics.runtime.launch.launch`: signals passed on, dies with this
+    process); its exit status (128+N when signal N ended it), or 128+N when this process was sent
+    signal N (it passed it on and waited)."""
+    return launch(command, env, who="forensics trace", what="the traced command").status
 
 
 def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str = "all",

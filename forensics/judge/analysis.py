@@ -32,7 +32,7 @@ from forensics import instruments as reg
 from forensics.core.errors import BadInput, doing
 from forensics.core.kernel_names import AUXILIARY, describe_kernel, kernel_keys
 from forensics.core.model import LAUNCH_COLUMNS, conform, empty_frame
-from forensics.core.site import parse_site_or_occurrence, split_label
+from forensics.core.site import Occurrence, Site, parse_site_or_occurrence, split_label
 from forensics.judge import cpu
 from forensics.judge.verdicts import CONFLICT, identity_verdict
 
@@ -340,7 +340,7 @@ def _scope_of(label: Any, use_sites: bool) -> str:
 KEYS = ["arm", "rank", "scope"]
 
 
-def scoped(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def scoped(launches: pd.DataFrame, calls: pd.DataFrame, site: str | Site | Occurrence | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Launches and calls with their ``scope`` (``SITE#N``, or the whole window when no instrument
     saw a site range), limited to ``site`` and to one instrument per family (what is counted)."""
     use_sites = bool(launches["site_label"].notna().any()) or bool(len(calls) and calls["site_label"].notna().any())
@@ -352,8 +352,7 @@ def scoped(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None = None)
         lf = lf[lf["scope"] != WINDOW]
         cf = cf[cf["scope"] != WINDOW]
     if site:
-        want = parse_site_or_occurrence(site)
-        text = str(want)
+        text = str(site if isinstance(site, (Site, Occurrence)) else parse_site_or_occurrence(site))
         if "#" in text:
             lf, cf = lf[lf["scope"] == text], cf[cf["scope"] == text]
         else:
@@ -804,20 +803,22 @@ def no_launch_message(site: str, labels: list[str], instruments: set[str], devic
 
 
 # --------------------------------------------------------------------------- entry point
-def analyze(capture: str | Path | Capture, site: str | None = None, keep_going: bool = False) -> Analysis:
-    """Load a capture directory and apply the two-instrument rule (offline; no GPU)."""
+def analyze(capture: str | Path | Capture, site: str | Site | Occurrence | None = None,
+            keep_going: bool = False) -> Analysis:
+    """Load a capture directory and apply the two-instrument rule (offline; no GPU). ``site`` is
+    text (parsed here, before anything is read) or a parsed :class:`Site`/:class:`Occurrence`."""
+    parsed = (site if isinstance(site, (Site, Occurrence)) else parse_site_or_occurrence(site)) if site else None
+    site = str(parsed) if parsed is not None else None
     cap = capture if isinstance(capture, Capture) else load_capture(capture)
-    if site:
-        parse_site_or_occurrence(site)  # fail early on a malformed site
     notes: list[str] = []
     facts: list[dict[str, Any]] = []
     losses: list[dict[str, Any]] = []
     launches, calls, sites = load(cap, keep_going=keep_going, notes=notes, facts=facts, losses=losses)
     identity: dict[str, dict] = {}
-    counts, observed = count_launches(launches, calls, site, identity)
+    counts, observed = count_launches(launches, calls, parsed, identity)
     notes.extend(not_counted_members(launches, calls))
     verdicts = judge(counts, observed, losses, identity)
-    extra = library_rows(launches, calls, observed, site)
+    extra = library_rows(launches, calls, observed, parsed)
     if len(extra):  # library calls no verdict row shows are rows too (SINGLE-SOURCE), never dropped
         verdicts = pd.concat([verdicts, extra], ignore_index=True) if len(verdicts) else extra
     missing = list(cap.missing)

@@ -1,6 +1,6 @@
 """Dynamic scope: run one arm per knob value through the capture path and compare the site.
 
-Uses ``forensics.capture.kernel.run_kernel`` (capture) and ``forensics.judge.verdicts.toggle_report`` (kernel /
+Uses ``forensics.capture.kernel.capture_kernel`` (capture) and ``forensics.judge.verdicts.toggle_report`` (kernel /
 algo / bits changed against the baseline arm), both imported lazily: without them, or without a
 CUDA device, :func:`run_dynamic` raises :class:`Unavailable` with one line.
 
@@ -284,7 +284,7 @@ def env_arms(name: str, values: list[str]) -> dict[str, dict[str, str]]:
     """Two baseline arms (the launching environment, for run-to-run) then one arm per value.
 
     Arm names are folder names (``a1``, ``a2``, ``k1-_4096_8`` for ``:4096:8``); the value itself is
-    recorded as the arm's toggle in the capture manifest by ``run_kernel``.
+    recorded as the arm's toggle in the capture manifest by ``capture_kernel``.
     """
     arms: dict[str, dict[str, str]] = {"a1": {}, "a2": {}}
     for i, v in enumerate(values, 1):
@@ -292,21 +292,23 @@ def env_arms(name: str, values: list[str]) -> dict[str, dict[str, str]]:
     return arms
 
 
-def check_available(device: str | None = None) -> str:
+def check_available(device: str | None = None, tools: Any = None) -> str:
     """The capture backend to use (cuda | cpu); :class:`Unavailable` (one line) when it cannot run here.
 
     ``device=None``: cuda when a CUDA device is present, else the CPU backend (docs/cpu-backend.md).
+    ``tools``: what :func:`forensics.capture.passes.discover_tools` found (asked here when None).
     """
     try:
         from forensics.capture import kernel as _kernel  # noqa: F401, PLC0415
         from forensics.judge import verdicts as _verdicts  # noqa: F401, PLC0415
     except ImportError as e:
         raise Unavailable(f"dynamic scope unavailable: the capture/verdict modules cannot be imported ({e})") from None
-    try:
+    if tools is not None:
+        ok, reason = tools.cuda, tools.cuda_reason
+    else:
         from forensics.capture.passes import cuda_status  # noqa: PLC0415
-    except ImportError:
-        return device or "cuda"
-    ok, reason = cuda_status()
+
+        ok, reason = cuda_status()
     if device in (None, "") and not ok:
         return "cpu"
     if device == "cuda" and not ok:
@@ -314,17 +316,28 @@ def check_available(device: str | None = None) -> str:
     return device or "cuda"
 
 
-def run_dynamic(name: str, site: str, values: list[str], command: list[str], *, out: str | None = None,
+def run_dynamic(name: str, site: Any, values: list[str], command: list[str], *, out: str | None = None,
                 steps: str = "1-2", timeout_s: float = 1800, progress: bool = True,
                 device: str | None = None) -> DynamicResult:
-    """Capture one arm per value (plus the baseline replicas) and report what changed at the site."""
-    dev = check_available(device)
-    from forensics.capture.kernel import run_kernel  # noqa: PLC0415
+    """Capture one arm per value (plus the baseline replicas) and report what changed at the site.
+
+    ``site`` is a parsed :class:`forensics.core.site.Site` or ``Occurrence`` (text is parsed once).
+    The machine is probed once (:func:`discover_tools`), the passes planned once, and the capture
+    read once, by the toggle report (no ``analyze`` of it first: its table is not printed here).
+    """
+    # capture and judge (pandas) only when dynamic scope runs: the static scan never needs them
+    from forensics.capture.kernel import as_site, capture_kernel, merge_options  # noqa: PLC0415
+    from forensics.capture.passes import discover_tools  # noqa: PLC0415
     from forensics.judge.verdicts import toggle_report  # noqa: PLC0415
 
+    parsed = as_site(site)
+    site = str(parsed)
+    tools = discover_tools()
+    dev = check_available(device, tools)
     arms = env_arms(name, values)
-    kr = run_kernel(site, command, steps=steps, env_arms=arms, out=out, timeout_s=timeout_s, progress=progress,
-                    device=dev)
+    opts = merge_options({"site": parsed, "command": list(command), "steps": steps, "env_arms": arms,
+                          "out": out, "timeout_s": timeout_s, "device": dev})
+    kr = capture_kernel(opts, progress=progress, tools=tools)
     result = DynamicResult(name, site, values, str(kr.capture_dir), arms, device=dev,
                            passes=[{"name": p.name, "arm": p.arm, "status": p.status, "reason": p.reason} for p in kr.passes])
     try:

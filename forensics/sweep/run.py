@@ -7,7 +7,7 @@
    refuses: a reduction dimension, an op with none);
 3. **replay**: one arm per row count (and per knob setting), each a fresh process running
    ``python -m forensics.sweep.replay`` under the device's instruments through
-   :func:`forensics.capture.kernel.run_kernel` (CPU: torch.profiler + oneMKL/oneDNN logs; GPU:
+   :func:`forensics.pipeline.run_kernel` (CPU: torch.profiler + oneMKL/oneDNN logs; GPU:
    CUPTI + the cuBLASLt log, then ncu and nsys on the first arm);
 4. **table**: :mod:`forensics.sweep.table` joins each arm's anchor-row result with what the
    instruments NAMED and logged, and gives the verdict.
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forensics.runtime.launch import Interrupted, launch, signal_name
 from forensics.sweep.rows import NotBatchable, RowPlan, plan_rows, refuse_site
 
 DEFAULT_BUDGET = 256 << 20
@@ -111,12 +112,16 @@ def keep_inputs(site: str, command: list[str], folder: Path, *, steps: str, rank
         f.write("$ " + " ".join(command) + "\n")
         f.flush()
         try:
-            rc = subprocess.run(command, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                timeout=timeout_s).returncode
-        except subprocess.TimeoutExpired:
-            raise SweepRefused(f"the keep run stopped after {timeout_s:.0f} s (--timeout); log: {log}") from None
+            ended = launch(command, env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                           timeout_s=timeout_s, who="forensics kernel --rows", what="the keep run")
         except OSError as e:
             raise SweepRefused(f"could not start {command[0]}: {e.strerror or e}") from None
+    if ended.received is not None:
+        raise Interrupted(ended.received, f"the keep run was stopped: forensics was sent {signal_name(ended.received)} "
+                                          f"(passed on to it); log: {log}")
+    if ended.timed_out:
+        raise SweepRefused(f"the keep run stopped after {timeout_s:.0f} s (--timeout); log: {log}")
+    rc = ended.returncode
     found = sorted(folder.glob("rank*/site-inputs.json"))
     if not found:
         why = f"exit status {rc}; " if rc else ""
@@ -156,14 +161,23 @@ def discover_boundaries(inputs: Path, sizes: list[int], timeout_s: float, log_di
     env.pop("FORENSICS_CONFIG", None)
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([repo] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    log = log_dir / "discover.log"
+    log, result = log_dir / "discover.log", log_dir / "discover.out"
     try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
-        log.write_text("$ " + " ".join(cmd) + "\n" + r.stdout + r.stderr)
-        if r.returncode == 0:
-            return [int(m) for m in json.loads(r.stdout.strip().splitlines()[-1])["boundaries"]]
-    except (OSError, subprocess.SubprocessError, ValueError, KeyError, IndexError) as e:
-        log.write_text("$ " + " ".join(cmd) + f"\nfailed: {type(e).__name__}: {e}\n")
+        with open(log, "w") as err, open(result, "w") as out:
+            err.write("$ " + " ".join(cmd) + "\n")
+            err.flush()
+            ended = launch(cmd, env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, timeout_s=timeout_s,
+                           who="forensics kernel --rows", what="the boundary scan")
+        if ended.received is not None:
+            raise Interrupted(ended.received, f"the boundary scan was stopped: forensics was sent "
+                                              f"{signal_name(ended.received)} (passed on to it); log: {log}")
+        if ended.returncode == 0 and not ended.timed_out:
+            return [int(m) for m in json.loads(result.read_text().strip().splitlines()[-1])["boundaries"]]
+        with open(log, "a") as err:
+            err.write("timed out (--timeout)\n" if ended.timed_out else f"exit status {ended.returncode}\n")
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        with open(log, "a") as err:
+            err.write(f"failed: {type(e).__name__}: {e}\n")
     return []
 
 
@@ -182,7 +196,7 @@ def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "aut
     :class:`SweepRefused` (nothing kept: the site never ran, its inputs are over the budget).
     """
     from forensics.capture.directory import fresh_dir  # noqa: PLC0415
-    from forensics.capture.kernel import run_kernel  # noqa: PLC0415
+    from forensics.pipeline import run_kernel  # noqa: PLC0415 - judge and pandas, only when a sweep runs
     from forensics.sweep import table as tbl  # noqa: PLC0415
 
     reason = refuse_site(site)
