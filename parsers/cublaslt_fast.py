@@ -9,11 +9,12 @@ errors are always the per-line path's. tests/test_cublaslt_fastpath.py proves th
 """
 from __future__ import annotations
 
+import ctypes
 import queue
 import re
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from itertools import repeat
@@ -592,11 +593,34 @@ def fast_read(path: str | PathLike[str], tolerate_truncated_tail: bool) -> Cubla
     return _result(reader, frames)
 
 
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None elsewhere: musl, macOS, Windows)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError, TypeError):
+        return None
+
+
+_TRIM = _malloc_trim()
+#: Columns joined between two returns of freed memory to the OS (each return costs ~1 ms).
+_TRIM_EVERY = 8
+
+
+def _give_back() -> None:
+    """Return the C heap's free pages to the OS. The chunk frames' integer and object columns are
+    small allocations from the heap; once joined, their pieces are free but glibc keeps the pages,
+    and the joined columns (large, mapped apart) come on top: on a 257 MiB log the join raised RSS
+    by 92 MiB where the data grew by nothing."""
+    if _TRIM is not None:
+        _TRIM(0)
+
+
 def _concat_columns(parts: list[pd.DataFrame], contract: dict[str, str]) -> pd.DataFrame:
     """Concatenate chunk frames column by column, releasing each part's column once copied.
 
-    Peak memory is the result plus one column, not twice the frame (Arrow string columns are
-    joined as chunks, without copying their text).
+    Peak memory is the result plus a few columns, not twice the frame (Arrow string columns are
+    joined as chunks, without copying their text); the pieces' freed memory goes back to the OS
+    every :data:`_TRIM_EVERY` columns.
     """
     if len(parts) <= 1:
         return _concat(parts, contract)
@@ -604,12 +628,16 @@ def _concat_columns(parts: list[pd.DataFrame], contract: dict[str, str]) -> pd.D
     # its block each time (0.69 s of 2.06 s CPU on a 64 MiB log, 8 MiB chunks)
     arrays = [{col: p[col].array for col in contract} for p in parts]
     parts.clear()
+    _give_back()  # what the chunks' work arrays left free, before the joined columns are allocated
     columns: dict[str, Any] = {}
-    for col in contract:
+    for i, col in enumerate(contract, 1):
         chunks = [a.pop(col) for a in arrays]
         if all(type(c) is type(chunks[0]) and c.dtype == chunks[0].dtype for c in chunks):
             columns[col] = type(chunks[0])._concat_same_type(chunks)
         else:  # parts typed differently: pandas finds the common dtype
             columns[col] = pd.concat([pd.Series(c, copy=False) for c in chunks], ignore_index=True).array
         del chunks
+        if i % _TRIM_EVERY == 0:
+            _give_back()
+    _give_back()
     return pd.DataFrame(columns, copy=False)
