@@ -32,7 +32,6 @@ import ctypes
 import functools
 import hashlib
 import json
-import re
 import os
 import signal
 import sys
@@ -48,6 +47,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
+from forensics.core.ops import RANDOM as RANDOM_OPS  # ops that draw random numbers (the differ reads the same)
 from probes import forks as _forks
 from probes.config import ProbeConfig
 from probes.digests import _GOLDEN, _INT_OF_SIZE, holds_elements, ordered_device, plain_real, row_major_pieces  # noqa: F401  (ordered_device: part of this module's API)
@@ -188,10 +188,6 @@ METADATA_INPLACE_OPS = frozenset({"set_", "resize_", "resize_as_", "as_strided_"
 RECEIPT_OPS = frozenset({"empty", "set_"})
 #: where torch rebuilds received tensors (``rebuild_tensor``, ``rebuild_storage_fd``...)
 _RECEIPT_FILE = os.path.join("torch", "multiprocessing", "reductions.py")
-#: ops that draw random numbers (besides those with a ``Generator?`` argument): ``rand``, ``randn``,
-#: ``randint``, ``randperm`` and ``native_dropout`` take none and draw from the default generator.
-#: The differ's ``RANDOM_OPS`` (forensics/tracediff/verdicts.py) is the same pattern.
-RANDOM_OPS = re.compile(r"(rand|normal|uniform|bernoulli|dropout|multinomial|exponential|cauchy|geometric|log_normal)")
 #: Ops never recorded (the tracer's own work, or pure metadata queries).
 SKIPPED_OPS = frozenset({"hash_tensor", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel",
                          "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"})

@@ -32,6 +32,7 @@ from forensics import instruments as reg
 from forensics.core.errors import BadInput, doing
 from forensics.core.kernel_names import AUXILIARY, describe_kernel, kernel_keys
 from forensics.core.model import LAUNCH_COLUMNS, conform, empty_frame
+from forensics.core.ops import names_gemm
 from forensics.core.site import parse_site_or_occurrence, split_label
 from forensics.judge.verdicts import CONFLICT, identity_verdict
 
@@ -305,8 +306,7 @@ def attribute_calls(calls: pd.DataFrame, sites: pd.DataFrame, lookahead: int = 6
     calls["site_label"] = pd.Series([None] * len(calls), dtype="object", index=calls.index)
     if not len(sites):
         return calls
-    gemm_sites = sites[sites["site"].astype(str).str.startswith(("gemm:", "aten.mm", "aten.addmm", "aten.bmm",
-                                                                   "aten.baddbmm", "aten._scaled_mm"))]
+    gemm_sites = sites[sites["site"].astype(str).map(names_gemm)]
     for (folder, rank), group in calls.groupby(["folder", "rank"], dropna=False, sort=False):
         occ = gemm_sites[(gemm_sites["folder"] == folder) & (gemm_sites["rank"] == rank)]
         if not len(occ):

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput, BadSite
-from forensics.core.site import OP_NAMESPACES, parse_site, site_for_record  # noqa: F401 (OP_NAMESPACES re-exported)
+from forensics.core.site import OP_NAMESPACES, gemm_layout_from_strides, parse_site, site_for_record  # noqa: F401 (OP_NAMESPACES, gemm_layout_from_strides re-exported)
 
 
 @dataclass
@@ -64,31 +64,6 @@ class FromReport:
 
 
 # --------------------------------------------------------------------------- name -> site
-
-def _letter(shape: Any, stride: Any) -> str | None:
-    """cuBLAS letter of one 2-D operand: N when row-major, T when column-major, None otherwise."""
-    if not (isinstance(shape, (list, tuple)) and isinstance(stride, (list, tuple)) and len(shape) == len(stride) == 2):
-        return None
-    (rows, cols), (s0, s1) = shape, stride
-    if s1 == 1 and s0 >= max(cols, 1):
-        return "N"
-    if s0 == 1 and s1 >= max(rows, 1):
-        return "T"
-    return None
-
-
-def gemm_layout_from_strides(mat1: tuple[Any, Any], mat2: tuple[Any, Any]) -> str | None:
-    """Layout letters of ``mat1 @ mat2`` (each ``(shape, stride)``) as cuBLAS sees it.
-
-    PyTorch computes the row-major ``C = mat1 @ mat2`` as the column-major ``C^T = mat2^T mat1^T``,
-    so cuBLAS's A is ``mat2`` and its B is ``mat1``: layout = letter(mat2) + letter(mat1). E.g.
-    ``x @ W.t()`` (a Linear forward) is TN, ``grad_out.t() @ x`` (wgrad) NT, ``grad_out @ W``
-    (dgrad) NN, as in Transformer Engine. None when an operand is not 2-D contiguous either way
-    (PyTorch copies it first).
-    """
-    a, b = _letter(*mat2), _letter(*mat1)
-    return a + b if a and b else None
-
 
 def site_for_name(name: str, gemm: dict | None = None) -> str | None:
     """The site a record name maps to, or None: :func:`forensics.core.site.site_for_record`, the same

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from forensics.core import ops
 from forensics.tracediff.compare import DIFFER, EQUAL, UNOBSERVED, UNPROVEN, ListTest, compare_tensors, lists_equal
 from forensics.tracediff.rank_report import RankReport
 from forensics.tracediff.traces import TraceRecord
 from forensics.tracediff.verdicts import (
-    UNINITIALISED_OPS,
     Divergence,
     artifact_reason,
     external_reason,
@@ -122,7 +122,7 @@ class PairDecision:
         """None when the pair matches (or differs only as something passed over)."""
         uninit = self._uninit.get(a.name)
         if uninit is None:
-            uninit = self._uninit[a.name] = bool(UNINITIALISED_OPS.search(a.name))
+            uninit = self._uninit[a.name] = bool(ops.UNINITIALISED.search(a.name))
         if uninit:  # garbage bits even when their digests happen to match (recycled memory, reordered)
             self.taint_outputs(a, b)
         ordered = self.use_ordered

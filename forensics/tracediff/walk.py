@@ -34,13 +34,14 @@ import os
 from collections import deque
 from collections.abc import Iterable
 
+from forensics.core import ops
 from forensics.tracediff.pair import PairDecision
 from forensics.tracediff.provenance import input_sources
 from forensics.tracediff.rank_report import RankReport, continues_past
 from forensics.tracediff.regions import MARGIN, RegionWalk
 from forensics.tracediff.streams import RankStreams
 from forensics.tracediff.traces import TraceRecord
-from forensics.tracediff.verdicts import CONTROL_FLOW, RECEIVER, UNINITIALISED_OPS, RankResult, control_flow
+from forensics.tracediff.verdicts import CONTROL_FLOW, RECEIVER, RankResult, control_flow
 
 #: records of the other side held while looking for a counterpart; bounds the differ's memory
 WINDOW = 16_384
@@ -99,7 +100,7 @@ class RankWalker:
             self.pairs.taint_outputs(sa.parse(raw_a, line_a), sb.parse(raw_b, line_b))
 
         try:
-            pre = columnar.compare_prefix(sa.path, sb.path, self.use_ordered, self.window, UNINITIALISED_OPS.pattern,
+            pre = columnar.compare_prefix(sa.path, sb.path, self.use_ordered, self.window, ops.UNINITIALISED.pattern,
                                           on_gemm=on_gemm, on_uninitialised=on_uninitialised)
         except columnar.Unsupported:
             return 0

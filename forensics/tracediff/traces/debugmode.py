@@ -38,6 +38,8 @@ from typing import Annotated, Any
 import msgspec
 
 from forensics.core.errors import BadInput, Unavailable
+from forensics.core.ops import GEMM_2D, aten_packet
+from forensics.core.site import gemm_meta_from_strides
 from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
 
 FORMAT = "debugmode"
@@ -47,7 +49,6 @@ _RANK = re.compile(r"rank[_-]?(\d+)")
 _TENSOR = re.compile(r"\b(?:dt|ft|t)(?:\$\d+)?: ([a-z0-9]+)\[([^\]]*)\]")
 _OP_LINE = re.compile(r"^(?P<indent> *)(?P<op>[A-Za-z_][\w.]*(?:::[\w.]+)?)\((?P<rest>.*)$")
 _NONFINITE = re.compile(r"(?<![\w.'\"])(-?)(nan|inf)(?![\w.'\"])")
-_GEMM_OPS = re.compile(r"^aten\.(mm|addmm)\.")
 DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "bf16": "bfloat16", "i8": "int8", "i16": "int16",
           "i32": "int32", "i64": "int64", "u8": "uint8", "b8": "bool", "c64": "complex64", "c128": "complex128"}
 NOT_OBSERVED = TensorDigest(evidence="metadata")
@@ -84,7 +85,7 @@ def _phase_and_strides(func: Any, types: Any, args: Any, kwargs: Any, result: An
     import torch  # noqa: PLC0415
 
     out: dict[str, Any] = {"phase": "backward" if torch._C._current_autograd_node() is not None else "forward"}
-    if _GEMM_OPS.match(str(func)):
+    if aten_packet(str(func)) in GEMM_2D:
         out["operands"] = [[list(a.shape), list(a.stride())] for a in args if isinstance(a, torch.Tensor)]
     return out
 
@@ -347,15 +348,11 @@ def op_name(raw: str) -> str:
 
 def _record(rank: int, seq: int, name: str, counts: Counter, *, step: int | None, inputs: list[TensorDigest],
             outputs: list[TensorDigest], source: str, extra: dict[str, Any], phase: str | None = None) -> TraceRecord:
-    from forensics.tracediff.from_report import gemm_layout_from_strides  # noqa: PLC0415
-
     counts[name] += 1
     ops = extra.get("operands")
-    if _GEMM_OPS.match(name) and isinstance(ops, list) and len(ops) >= 2 and phase:
-        mats = ops[-2:] if name.startswith("aten.addmm") else ops[:2]
-        layout = gemm_layout_from_strides(tuple(mats[0]), tuple(mats[1]))
-        if layout:
-            extra["gemm"] = {"layout": layout, "acc": int(name.startswith("aten.addmm")), "grad": int(phase == "backward")}
+    gemm = gemm_meta_from_strides(name, ops, phase) if isinstance(ops, list) and phase else None
+    if gemm:
+        extra["gemm"] = gemm
     return TraceRecord(rank=rank, seq=seq, identity=f"{name}:{counts[name]}", name=name,
                        kind="triton" if name.startswith("triton.") else "op", step=step, phase=phase,
                        inputs=inputs, outputs=outputs, source=source, extra=extra)
