@@ -17,11 +17,13 @@ import re
 from typing import Any
 
 from forensics.core.kernel_names import CONFLICTS, CONSISTENT, PRIMARY, UNCHECKED, FieldCheck
+from forensics.core.ops import BLAS_VECTOR
 
+#: The profiler's names of the matrix-vector and vector products (:data:`forensics.core.ops.BLAS_VECTOR`).
+_BLAS_VECTOR_OPS = frozenset(f"aten::{p}" for p in BLAS_VECTOR)
 #: Ops whose CPU kernels call oneMKL (BLAS) in the PyPI wheel.
-MKL_OPS = frozenset({
-    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::addmv", "aten::mv",
-    "aten::dot", "aten::vdot", "aten::addr", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward",
+MKL_OPS = _BLAS_VECTOR_OPS | frozenset({
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward",
     "aten::slow_conv3d_forward", "aten::_slow_conv3d_forward", "aten::slow_conv_transpose2d",
     "aten::slow_conv_transpose3d", "aten::slow_conv_dilated2d", "aten::slow_conv_dilated3d",
 })
@@ -66,8 +68,8 @@ def onednn_launch_role(op: str | None) -> str | None:
 
 # --------------------------------------------------------------------------- identity: op vs library call
 #: What an implementation op computes, by name.
-GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::linear",
-                      "aten::_addmm_activation", "aten::addmv", "aten::mv", "aten::dot", "aten::vdot", "aten::addr"})
+GEMM_OPS = _BLAS_VECTOR_OPS | frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
+                                         "aten::linear", "aten::_addmm_activation"})
 
 
 def op_kind(op: str | None) -> str | None:
