@@ -57,11 +57,6 @@ TRIVIAL = frozenset({
 #: argument and draw from the default one).
 RANDOM = re.compile(r"(rand|normal|uniform|bernoulli|dropout|multinomial|exponential|cauchy|geometric|log_normal)")
 
-def names_gemm(site: str) -> bool:
-    """Whether a site names a GEMM: ``gemm:...`` (a below-dispatcher GEMM) or an aten op of :data:`GEMM`."""
-    return site.startswith("gemm:") or aten_packet(site) in GEMM
-
-
 #: namespaces whose op names read ``<namespace>.<packet>[.<overload>]``
 _PACKET_NAMESPACES = ("aten", "prims", "c10d", "_c10d_functional")
 

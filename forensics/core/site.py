@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.core.errors import BadSite
-from forensics.core.ops import GEMM_2D, packet
+from forensics.core.ops import GEMM, GEMM_2D, aten_packet, packet
 
 GEMM_LAYOUTS = ("NN", "NT", "TN", "TT")
 _EXAMPLES = "e.g. gemm:NT:acc0:grad1, index_add:acc1:grad0, aten.mm.default, gemm:NT:acc0:grad1#3"
@@ -163,6 +163,18 @@ def is_occurrence_label(name: object) -> bool:
     except BadSite:
         return False
     return True
+
+
+def is_gemm_label(label: object) -> bool:
+    """Whether a site or occurrence label (``gemm:NT:acc0:grad1``, ``gemm:NT:acc0:grad1#3``) is of the
+    below-dispatcher GEMM kind (its head before the first ``:``), without parsing the rest."""
+    return isinstance(label, str) and label.split(":", 1)[0] == "gemm" and ":" in label
+
+
+def names_gemm(label: str) -> bool:
+    """Whether a site or occurrence label names a GEMM: the ``gemm`` kind, or an aten op of
+    :data:`forensics.core.ops.GEMM` (``aten.addmm_.default#2``)."""
+    return is_gemm_label(label) or aten_packet(split_label(label)[0]) in GEMM
 
 
 def site_for_record(name: str, gemm: object = None) -> str | None:

@@ -32,8 +32,7 @@ from forensics import instruments as reg
 from forensics.core.errors import BadInput, doing
 from forensics.core.kernel_names import AUXILIARY, describe_kernel, kernel_keys
 from forensics.core.model import LAUNCH_COLUMNS, conform, empty_frame
-from forensics.core.ops import names_gemm
-from forensics.core.site import parse_site_or_occurrence, split_label
+from forensics.core.site import Occurrence, names_gemm, parse_site_or_occurrence, split_label
 from forensics.judge.verdicts import CONFLICT, identity_verdict
 
 NAMED, DISAGREE, SINGLE = "NAMED", "DISAGREE", "SINGLE-SOURCE"
@@ -353,7 +352,7 @@ def scoped(launches: pd.DataFrame, calls: pd.DataFrame, site: str | None = None)
     if site:
         want = parse_site_or_occurrence(site)
         text = str(want)
-        if "#" in text:
+        if isinstance(want, Occurrence):
             lf, cf = lf[lf["scope"] == text], cf[cf["scope"] == text]
         else:
             lf = lf[[split_label(s)[0] == text for s in lf["scope"]]]
@@ -791,7 +790,7 @@ def no_launch_message(site: str, labels: list[str], instruments: set[str], devic
     """What to say when nothing was attributed to ``site``: that its ranges were not seen at all, or
     (they were) that nothing inside them is what the instruments count. On the CPU backend that is
     an op no library serves: ATen's own kernels have the profiler's word only."""
-    seen = [x for x in labels if x == site or x.split("#", 1)[0] == site]
+    seen = [x for x in labels if x == site or split_label(x)[0] == site]
     if not seen:
         return f"no launch attributed to site {site} (sites seen: {', '.join(labels[:8]) or 'none'})"
     from forensics import instruments as registry  # noqa: PLC0415

@@ -24,7 +24,7 @@ from forensics.judge.arm_evidence import ALGO_COLUMNS, Evidence, from_analysis, 
 from forensics.capture.directory import Capture
 from forensics.core.environment import RELEVANT_PREFIXES
 from forensics.capture.exits import arm_crash
-from forensics.core.site import Occurrence, parse_site, parse_site_or_occurrence, split_label
+from forensics.core.site import Occurrence, is_gemm_label, parse_site, parse_site_or_occurrence, split_label
 
 IDENTICAL = "IDENTICAL"
 NO_DIFFERENCE_SEEN = "NO DIFFERENCE SEEN"
@@ -617,7 +617,7 @@ def discriminator_table(source: Any, site: str | None = None, comparison: ArmCom
             row = index.get((occ["rank"], occ["label"]))
             if row is None:
                 continue
-            if site is None and not str(occ["site"]).startswith("gemm:") and _has_gemm(base_sites):
+            if site is None and not is_gemm_label(occ["site"]) and _has_gemm(base_sites):
                 continue
             status = _status(occ)
             axes = _instance_axes(ev, comparison.baseline, occ["rank"], occ["label"], row)
@@ -630,7 +630,7 @@ def discriminator_table(source: Any, site: str | None = None, comparison: ArmCom
 
 
 def _has_gemm(sites: pd.DataFrame) -> bool:
-    return bool(len(sites)) and sites["site"].astype(str).str.startswith("gemm:").any()
+    return bool(len(sites)) and sites["site"].map(is_gemm_label).any()
 
 
 def _status(occ: dict) -> str:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forensics.core import ops
-from forensics.core.site import site_for_record
+from forensics.core.site import is_gemm_label, site_for_record
 from forensics.tracediff.compare import DIFFER, EQUAL, EXACT_ENTRIES, LAYOUTS_DIFFER, SCREEN, UNOBSERVED, UNPROVEN, ListTest
 from forensics.tracediff.traces import TensorDigest, TraceRecord
 
@@ -406,7 +406,7 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
                         "equal tensors when its reduction order changes")
     site = site_of(a)
     occurrence = None
-    if site and site.startswith("gemm:"):
+    if is_gemm_label(site):
         occurrence = gemm_occurrence or None
     elif site:
         occurrence = occurrence_of(a.identity)
