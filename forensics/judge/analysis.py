@@ -33,10 +33,10 @@ from forensics.core.errors import BadInput, doing
 from forensics.core.kernel_names import AUXILIARY, describe_kernel, kernel_keys
 from forensics.core.model import LAUNCH_COLUMNS, conform, empty_frame
 from forensics.core.site import Occurrence, names_gemm, parse_site_or_occurrence, split_label
-from forensics.judge.verdicts import CONFLICT, identity_verdict
-
-NAMED, DISAGREE, SINGLE = "NAMED", "DISAGREE", "SINGLE-SOURCE"
-VERDICTS = (NAMED, CONFLICT, DISAGREE, SINGLE)
+from forensics.core.words import ANALYSIS_VERDICTS as VERDICTS
+from forensics.core.words import CONFLICT, DISAGREE, NAMED
+from forensics.core.words import SINGLE_SOURCE as SINGLE
+from forensics.judge.verdicts import identity_verdict
 WINDOW = "<window>"
 #: Family -> what a user reads (from the instrument registry).
 FAMILY_LABEL = {name: f.label for name, f in reg.FAMILIES.items()}

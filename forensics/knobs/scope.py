@@ -27,9 +27,8 @@ from forensics.knobs.elf_scan import CANNOT_TELL, CONTAINS, ElfFileResult
 from forensics.knobs.python_scan import READ, UNRESOLVED, WRITE
 from forensics.core.ops import GEMM_PATH
 from forensics.core.site import Occurrence, Site
+from forensics.core.words import CANNOT_TELL_STATICALLY, NOT_ON_PATH, ON_PATH, UNKNOWN
 
-ON_PATH, NOT_ON_PATH, UNKNOWN = "ON PATH", "NOT ON PATH", "UNKNOWN"
-CANNOT_TELL_STATICALLY = "CANNOT TELL STATICALLY"
 DEVICES = ("cuda", "cpu")
 
 

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-INVARIANT, VARIANT, UNCHECKED = "BATCH-INVARIANT", "VARIANT", "NOT CHECKED"
+from forensics.core.words import BATCH_INVARIANT as INVARIANT
+from forensics.core.words import BATCH_VARIANT as VARIANT
+from forensics.core.words import NOT_CHECKED as UNCHECKED
 
 #: Per call-log instrument: the problem fields and the algo fields a row shows.
 PROBLEM_FIELDS = {

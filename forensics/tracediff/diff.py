@@ -4,7 +4,7 @@ Works only on the normalised records of :mod:`forensics.tracediff.traces`, so ev
 ``optrace`` JSONL, Megatron-Core determinism traces, DebugMode hash dumps) gets the same verdicts.
 
 * :mod:`forensics.tracediff.compare`  what two recorded tensors prove (the evidence levels);
-* :mod:`forensics.tracediff.verdicts` the verdict words (ORIGIN, RECEIVER, INPUTS_UNKNOWN,
+* :mod:`forensics.tracediff.divergence` one record pair's verdict (ORIGIN, RECEIVER, INPUTS_UNKNOWN,
   CONTROL_FLOW, AFTER_CONTROL_FLOW) and the records carrying them;
 * :mod:`forensics.tracediff.walk`     one rank's walk, in memory bounded by a window of records;
 * this module: comparability, the cross-rank pattern, the site and the next command, the report.
@@ -23,7 +23,7 @@ from forensics.core.errors import BadInput, BadSite
 from forensics.core.site import parse_site
 from forensics.tracediff.compare import compare_tensor, compare_tensors  # noqa: F401 (library API)
 from forensics.tracediff.traces import TraceRecord
-from forensics.tracediff.verdicts import (  # noqa: F401 (re-exported: the differ's public names)
+from forensics.tracediff.divergence import (  # noqa: F401 (re-exported: the differ's public names)
     AFTER_CONTROL_FLOW,
     COLLECTIVE_KINDS,
     CONTROL_FLOW,
@@ -533,7 +533,7 @@ def _summary_lines(report: DiffReport) -> list[str]:
 
 
 def _divergence_details(d: Any) -> list[str]:
-    """The lines under a rank's first divergence (a :class:`~forensics.tracediff.verdicts.Divergence`):
+    """The lines under a rank's first divergence (a :class:`~forensics.tracediff.divergence.Divergence`):
     its control-flow region, warnings, input sources."""
     lines = []
     if d.verdict == CONTROL_FLOW and d.control_flow:

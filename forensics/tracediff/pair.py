@@ -14,7 +14,7 @@ from forensics.core import ops
 from forensics.tracediff.compare import DIFFER, EQUAL, UNOBSERVED, UNPROVEN, ListTest, compare_tensors, lists_equal
 from forensics.tracediff.rank_report import RankReport
 from forensics.tracediff.traces import TraceRecord
-from forensics.tracediff.verdicts import (
+from forensics.tracediff.divergence import (
     Divergence,
     artifact_reason,
     external_reason,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forensics.tracediff.traces import TraceRecord
-from forensics.tracediff.verdicts import Divergence, RankResult, after_control_flow
+from forensics.tracediff.divergence import Divergence, RankResult, after_control_flow
 
 MAX_LISTED = 20  # artifacts, control-flow regions and later differences listed per rank (all counted)
 

@@ -3,7 +3,7 @@
 A rank's first divergence reads that rank's two files only; the cross-rank part (the pattern, the
 site, the next command) reads every rank's result. So ranks are walked in groups of
 :data:`RANKS_PER_TASK` in worker processes (:func:`forensics.runtime.parallel.run_groups`), their
-:class:`~forensics.tracediff.verdicts.RankResult` objects come back, and the cross-rank part runs
+:class:`~forensics.tracediff.divergence.RankResult` objects come back, and the cross-rank part runs
 once over all of them (:func:`forensics.tracediff.diff.finish_report`): the report is the one a
 single process writes. A worker holds one rank's window at a time; the parent holds the results.
 
@@ -28,7 +28,7 @@ from forensics.tracediff.diff import (
     resolve_reader,
     start_report,
 )
-from forensics.tracediff.verdicts import RankResult
+from forensics.tracediff.divergence import RankResult
 from forensics.tracediff.walk import walk_rank
 
 #: Most ranks one worker task walks.

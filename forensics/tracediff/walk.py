@@ -41,7 +41,7 @@ from forensics.tracediff.rank_report import RankReport, continues_past
 from forensics.tracediff.regions import MARGIN, RegionWalk
 from forensics.tracediff.streams import RankStreams
 from forensics.tracediff.traces import TraceRecord
-from forensics.tracediff.verdicts import CONTROL_FLOW, RECEIVER, RankResult, control_flow
+from forensics.tracediff.divergence import CONTROL_FLOW, RECEIVER, RankResult, control_flow
 
 #: records of the other side held while looking for a counterpart; bounds the differ's memory
 WINDOW = 16_384

@@ -1,4 +1,5 @@
-"""The verdict words of ``forensics diff`` and the records that carry them.
+"""One record pair's verdict (:func:`judge`) and the records that carry it (:class:`Divergence`,
+:class:`RankResult`); the words are :mod:`forensics.core.words`'s.
 
 A rank's first divergence gets exactly one verdict, from the input test (docs/method.md):
 
@@ -24,9 +25,16 @@ from forensics.core.site import is_gemm_label, site_for_record
 from forensics.tracediff.compare import DIFFER, EQUAL, EXACT_ENTRIES, LAYOUTS_DIFFER, SCREEN, UNOBSERVED, UNPROVEN, ListTest
 from forensics.tracediff.traces import TensorDigest, TraceRecord
 
-ORIGIN, RECEIVER, CONTROL_FLOW = "ORIGIN", "RECEIVER", "CONTROL_FLOW"
-INPUTS_UNKNOWN, AFTER_CONTROL_FLOW = "INPUTS_UNKNOWN", "AFTER_CONTROL_FLOW"
-PROVEN, UNPROVEN_EVIDENCE, NO_EVIDENCE = "proven", "unproven", "none"
+from forensics.core.words import (
+    AFTER_CONTROL_FLOW,
+    CONTROL_FLOW,
+    INPUTS_UNKNOWN,
+    NO_EVIDENCE,
+    ORIGIN,
+    PROVEN,
+    RECEIVER,
+    UNPROVEN_EVIDENCE,
+)
 
 #: Record kinds whose outputs also depend on other ranks' data.
 COLLECTIVE_KINDS = frozenset({"collective"})
