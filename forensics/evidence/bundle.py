@@ -38,8 +38,8 @@ from forensics.core.redact import Redactor, redact_obj
 from forensics.runtime.atomic import OutputExists, atomic_output, refuse_existing  # noqa: F401 - OutputExists re-exported
 from forensics.core.errors import BadInput, doing
 from forensics.evidence.repro import gemm_problem, render_repro, repro_knobs
-from forensics.core.words import CONFLICT, NAMED
 from forensics.core.site import Occurrence, is_gemm_label, parse_site_or_occurrence, split_label
+from forensics.core.words import CONFLICT, NAMED
 from forensics.judge.verdicts import (
     ArmComparison,
     arm_knobs,

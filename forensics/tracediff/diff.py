@@ -21,8 +21,10 @@ from typing import Any
 
 from forensics.core.errors import BadInput, BadSite
 from forensics.core.site import parse_site
+from forensics.tracediff.arms import differences_of
+from forensics.tracediff.comparability import compare_runs, config_differences
 from forensics.tracediff.compare import compare_tensor, compare_tensors  # noqa: F401 (library API)
-from forensics.tracediff.traces import TraceRecord
+from forensics.tracediff.traces import TraceRecord, detect_format, readers
 from forensics.tracediff.divergence import (  # noqa: F401 (re-exported: the differ's public names)
     AFTER_CONTROL_FLOW,
     COLLECTIVE_KINDS,
@@ -290,8 +292,6 @@ def start_report(a_name: str, b_name: str, fmt: str, run_info_a: dict, run_info_
                  window: int = WINDOW) -> tuple[DiffReport, bool]:
     """An empty report with the comparability of the two runs, and whether order-sensitive digests
     of the two runs can be compared (one algorithm made both)."""
-    from forensics.tracediff.comparability import compare_runs, config_differences  # noqa: PLC0415
-
     report = DiffReport(a=a_name, b=b_name, format=fmt, ranks={}, window=window)
     report.comparability = [d.to_json() for d in compare_runs(run_info_a, run_info_b)]
     report.config_differences = config_differences(report.comparability)
@@ -315,8 +315,6 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
         report.site, report.occurrence = origin.site, origin.occurrence
         report.site_rank, report.site_step = origin.rank, origin.step
     steps = report.ranks[origin.rank].steps if origin is not None else None
-    from forensics.tracediff.arms import differences_of  # noqa: PLC0415
-
     differences = differences_of({"comparability": report.comparability,
                                   "config_differences": report.config_differences}, run_info_a.get("argv"))
     report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps, differences)
@@ -364,8 +362,6 @@ def diff_paths(path_a: Path, path_b: Path, fmt: str = "auto", rank: int | None =
 
 def resolve_reader(path_a: Path, path_b: Path, fmt: str = "auto") -> tuple[str, Any]:
     """``(format, reader)`` for two traces: the given format, or the one both are detected as."""
-    from forensics.tracediff.traces import detect_format, readers  # noqa: PLC0415
-
     for p in (path_a, path_b):
         if not p.exists():
             raise BadInput(p, "no such file or directory")
@@ -546,8 +542,6 @@ def _divergence_details(d: Any) -> list[str]:
 def _folded_ranks(report: DiffReport) -> list[str]:
     """Many ranks: the counts, pattern, site and next command; then each divergent rank's line;
     then the clean ranks as one line per outcome, and what was passed over counted across ranks."""
-    from collections import Counter  # noqa: PLC0415
-
     diverged = {r: res for r, res in sorted(report.ranks.items()) if res.first_divergence is not None}
     clean = [r for r in sorted(report.ranks) if r not in diverged]
     verdicts = Counter(res.first_divergence.verdict for res in diverged.values())

@@ -25,14 +25,17 @@ Record name -> site mapping (docs/formats/megatron.md, docs/formats/debugmode.md
 """
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput, BadSite
-from forensics.core.words import CONTROL_FLOW, INPUTS_UNKNOWN, ORIGIN, RECEIVER
 from forensics.core.site import OP_NAMESPACES, gemm_layout_from_strides, parse_site, site_for_record  # noqa: F401 (OP_NAMESPACES, gemm_layout_from_strides re-exported)
+from forensics.core.words import CONTROL_FLOW, INPUTS_UNKNOWN, ORIGIN, RECEIVER
+from forensics.runtime.inputs import loads_json
+from forensics.tracediff.arms import differences_of
 
 
 @dataclass
@@ -84,8 +87,6 @@ def _load(path: Path) -> dict[str, Any]:
         raise BadInput(path, f"cannot read report: {e}") from None
     if not text.strip():
         raise BadInput(path, "empty report file")
-    from forensics.runtime.inputs import loads_json  # noqa: PLC0415
-
     obj = loads_json(text, path)  # truncated, trailing data or malformed: said as such, with the line
     if not isinstance(obj, dict):
         raise BadInput(path, "report is not a JSON object")
@@ -193,8 +194,6 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
     res = FromReport(site=site, occurrence=occurrence, rank=site_rank, verdict=ORIGIN, command=None,
                      reason=f"ORIGIN {identity} on rank {site_rank} (evidence proven, pattern {rep.get('pattern')})",
                      steps=steps, warnings=list(origin.get("warnings") or []))
-    from forensics.tracediff.arms import differences_of  # noqa: PLC0415
-
     res.differences = differences_of(rep, cmd)
     armed = {f"env.{k.name}" for k in res.differences.knobs if k.b is not None}
     armed |= {"argv"} if res.differences.argv_b else set()
@@ -203,8 +202,6 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
                and d.get("field") not in armed]
     for line in _arm_lines(res.differences):
         res.warnings.append(line)
-    import os  # noqa: PLC0415
-
     for k in res.differences.knobs:  # run A had it unset: every arm inherits this shell's value
         if k.a is None and k.b is not None and os.environ.get(k.name) not in (None, k.a):
             res.warnings.append(f"this shell sets {k.name}={os.environ[k.name]!r}, which run A did not set: the arms "
@@ -276,7 +273,7 @@ def _from_megatron_report(rep: dict[str, Any], path: Path, command: list[str] | 
     if left and right:
         pa, pb = (_trace_path(p, path.parent) for p in (left, right))
         if pa is not None and pb is not None:
-            from forensics.tracediff.diff import diff_paths  # noqa: PLC0415
+            from forensics.tracediff.diff import diff_paths  # noqa: PLC0415 (the differ: only a Megatron report is re-diffed)
 
             report = diff_paths(pa, pb, fmt="megatron").to_json()
             res = _from_diff_report(report, path, command)

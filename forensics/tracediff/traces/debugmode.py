@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import inspect
 import json
+import math
 import re
 import sys
 from collections import Counter
@@ -40,7 +42,9 @@ import msgspec
 from forensics.core.errors import BadInput, Unavailable
 from forensics.core.ops import GEMM_2D, aten_packet
 from forensics.core.site import gemm_meta_from_strides
+from forensics.runtime.inputs import loads_json
 from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
+from forensics.tracediff.traces import _debugmode_hashes as hashes
 
 FORMAT = "debugmode"
 HEADER_KEY = "forensics_debugmode"
@@ -63,8 +67,6 @@ def features() -> dict[str, bool]:
         from torch.utils._debug_mode import DebugMode  # noqa: PLC0415
     except ImportError:
         return {"debug_mode": False}
-    import inspect  # noqa: PLC0415
-
     params = inspect.signature(DebugMode.__init__).parameters
     return {
         "debug_mode": True,
@@ -177,8 +179,6 @@ SAVE_LOGS_VERSION = 1
 
 def _serialised(value: Any) -> dict[str, Any]:
     """A value as upstream's ``_serialize_debug_value`` writes it (strict JSON, types kept)."""
-    import math  # noqa: PLC0415
-
     if value is None or isinstance(value, (bool, int, str)):
         return {"type": "scalar", "value": value}
     if isinstance(value, float):
@@ -448,8 +448,6 @@ def _rank_of(path: Path, default: int = 0) -> int:
 
 def _line_json(line: str, path: Path, no: int) -> Any:
     """Strict JSON (no NaN/Infinity: the dump writes a non-finite norm as text), nesting bounded."""
-    from forensics.runtime.inputs import loads_json  # noqa: PLC0415
-
     try:
         return loads_json(line, path, no)
     except BadInput as e:
@@ -706,8 +704,6 @@ def rank_files(path: Path) -> dict[int, Path]:
 
 
 def _records(file: Path, rank: int) -> list[TraceRecord]:
-    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
-
     if hashes.is_hash_dump(file):
         return hashes.read_hash_dump(file, rank, _record, op_name, WRITE_ONLY)
     if _is_saved_logs(file):
@@ -730,8 +726,6 @@ def run_info(path: Path) -> dict[str, Any]:
     files = rank_files(Path(path))
     first = files[min(files)]
     info: dict[str, Any] = {"producer": "torch.utils._debug_mode.DebugMode", "traced_ranks": sorted(files)}
-    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
-
     if hashes.is_hash_dump(first):
         info.update({"producer": "torch.utils._debug_mode.DebugMode.dump_tensor_hashes", "lacks": list(hashes.LACKS)})
     elif _is_saved_logs(first):
@@ -769,8 +763,6 @@ def _looks_like_dump(path: Path) -> bool:
         first = _first_call_line(path)
     except OSError:
         return False
-    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
-
     if f'"{HEADER_KEY}"' in first or _is_saved_logs(path) or hashes.is_hash_dump(path):
         return True
     body = first.strip()
