@@ -6,7 +6,9 @@ Works only on the normalised records of :mod:`forensics.tracediff.traces`, so ev
 * :mod:`forensics.tracediff.compare`  what two recorded tensors prove (the evidence levels);
 * :mod:`forensics.tracediff.divergence` one record pair's verdict (ORIGIN, RECEIVER, INPUTS_UNKNOWN,
   CONTROL_FLOW, AFTER_CONTROL_FLOW) and the records carrying them;
-* :mod:`forensics.tracediff.walk`     one rank's walk, in memory bounded by a window of records;
+* :mod:`forensics.tracediff.walk`     one rank's walk, in memory bounded by a window of records
+  (its jobs: ``streams`` reads and pairs the records, ``pair`` decides each pair, ``regions``
+  aligns the rest after a control flow, ``rank_report`` writes the rank's result);
 * this module: comparability, the cross-rank pattern, the site and the next command, the report.
 """
 from __future__ import annotations
