@@ -233,7 +233,7 @@ def load_trace(path: PathLike, fmt: str = "auto") -> pd.DataFrame:
     ``step``, ``phase``, ``site``, ``inputs``/``outputs`` (tensor count), ``evidence`` (the weakest
     digest kind of its tensors), ``source`` (file:line)."""
     from forensics.tracediff.diff import resolve_reader  # noqa: PLC0415
-    from forensics.tracediff.verdicts import site_of  # noqa: PLC0415
+    from forensics.tracediff.divergence import site_of  # noqa: PLC0415
 
     path = Path(path)
     _, reader = resolve_reader(path, path, fmt)

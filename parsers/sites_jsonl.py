@@ -23,6 +23,7 @@ import pandas as pd
 
 from forensics.core.errors import BadInput
 from forensics.core.formats import sites as sites_format
+from forensics.core.site import split_label
 from parsers._jsonl import read_jsonl, records_frame
 from parsers._types import check_site_record
 
@@ -102,8 +103,7 @@ def read_sites(path: str | PathLike[str]) -> pd.DataFrame:
         if not isinstance(label, str) or not label:
             raise BadInput(f.path, "site record without a label (or site and occurrence)", number)
         if site is None and "#" in label:
-            site, _, n = label.rpartition("#")
-            occ = int(n) if n.isdigit() else None
+            site, occ = split_label(label)
         _check_site(f.path, number, label, site)
         ins, outs = obj.get("in", obj.get("in_digests", [])), obj.get("out", obj.get("out_digests", []))
         if not isinstance(ins, list) or not isinstance(outs, list):

@@ -30,13 +30,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-#: aten overload packets this module names (``aten.<name>``); ``.default``, ``.out``, in-place variants.
-GEMM_OPS = frozenset({
-    "mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "_scaled_mm",
-    "_addmm_activation", "matmul",
-})
+from forensics.core.ops import GEMM as GEMM_OPS  # the aten packets this module names (.default, .out, in-place)
+from forensics.core.ops import GEMM_WITH_SELF as _WITH_SELF
+
 _INPLACE = frozenset({"addmm_", "baddbmm_", "addbmm_"})
-_WITH_SELF = frozenset({"addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "_addmm_activation"})
 
 
 @dataclass

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.core.formats import sites as sites_format
+from forensics.core.ops import GEMM_WITH_SELF
 from probes import forks
 from probes.config import ProbeConfig
 from probes.gemm_naming import GEMM_OPS, backward_gemm, name_gemm, te_site
@@ -459,7 +460,7 @@ def _operands(call, args: tuple, kwargs: dict[str, Any]) -> list[Any]:  # noqa: 
     other tensor argument in argument order (``_scaled_mm``'s scales and bias: inputs of the result
     too, so "inputs matched" must cover them); never an ``out=`` buffer (written, not read)."""
     base = call.op.split(".")[1]
-    with_self = base in ("addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "_addmm_activation")
+    with_self = base in GEMM_WITH_SELF
     if with_self:
         self_t = kwargs.get("self", kwargs.get("input", args[0] if args else None))
         mat1 = kwargs.get("mat1", kwargs.get("batch1", args[1] if len(args) > 1 else None))

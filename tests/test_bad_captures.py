@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from forensics.cli import main
-from forensics.core.errors import EXIT_BAD_INPUT
+from tests._helpers import assert_bad_input
 from tests.synthetic_captures import Arm, Gemm, build_capture
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
@@ -66,13 +66,9 @@ def _argv(command: str, cap: Path, tmp_path: Path) -> list[str]:
 
 def _assert_bad_input(command: str, cap: Path, tmp_path: Path, capsys, needle: str) -> str:
     code, out, err = _run(_argv(command, cap, tmp_path), capsys)
-    lines = err.strip().splitlines()
-    assert code == EXIT_BAD_INPUT, (code, out, err)
-    assert len(lines) == 1 and lines[0].startswith("forensics: bad input: "), err
-    assert needle in lines[0], lines[0]
-    assert "Traceback" not in out + err
+    line = assert_bad_input(code, err, needle=needle, out=out)
     assert not (tmp_path / "b.tar.gz").exists() and not (tmp_path / "an").exists()
-    return lines[0]
+    return line
 
 
 def _set_manifest(cap: Path, text: str | bytes) -> None:
@@ -304,17 +300,16 @@ def test_kernel_config_wrong_types_are_one_line(tmp_path, capsys, line):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("site: gemm:NT:acc0:grad1\nsteps: 1-2\n" + line + "\n")
     code, out, err = _run(["kernel", "--config", str(cfg), "--dry-run", "--", "python", "train.py"], capsys)
-    lines = err.strip().splitlines()
-    assert code == EXIT_BAD_INPUT and len(lines) == 1, (code, err)
-    assert lines[0].startswith(f"forensics: bad input: {cfg}: ") and CONFIG_CASES[line] in lines[0]
+    text = assert_bad_input(code, err, file=cfg, needle=CONFIG_CASES[line], out=out)
+    assert text.startswith(f"forensics: bad input: {cfg}: ")
 
 
 def test_kernel_config_not_utf8_is_one_line(tmp_path, capsys):
     cfg = tmp_path / "run.yaml"
     cfg.write_bytes(b"site: gemm:NT:acc0:grad1\nsteps: \xff\n")
     code, out, err = _run(["kernel", "--config", str(cfg), "--dry-run", "--", "python", "train.py"], capsys)
-    assert code == EXIT_BAD_INPUT and err.strip().splitlines() == [f"forensics: bad input: {cfg}:2: not UTF-8 text "
-                                                                    "(byte 0xff at offset 32)"]
+    assert assert_bad_input(code, err, file=cfg, line=2, out=out) == (f"forensics: bad input: {cfg}:2: not UTF-8 text "
+                                                                     "(byte 0xff at offset 32)")
 
 
 @pytest.mark.parametrize("body,want", [
@@ -327,8 +322,7 @@ def test_kernel_config_nul_byte_or_unbalanced_quote_is_one_line(tmp_path, capsys
     cfg = tmp_path / "run.yaml"
     cfg.write_bytes(body)
     code, out, err = _run(["kernel", "--config", str(cfg), "--dry-run", "--", "python", "train.py"], capsys)
-    lines = err.strip().splitlines()
-    assert code == EXIT_BAD_INPUT and len(lines) == 1 and lines[0].startswith(f"forensics: bad input: {cfg}{want}"), err
+    assert assert_bad_input(code, err, file=cfg, out=out).startswith(f"forensics: bad input: {cfg}{want}")
 
 
 @pytest.mark.parametrize("kind", ["fifo", "missing", "not json", "a list"])
@@ -341,6 +335,5 @@ def test_bad_section_files_are_one_line(cap, tmp_path, capsys, kind):
     elif kind == "a list":
         section.write_text("[1, 2]")
     code, out, err = _run(["bundle", str(cap), "-o", str(tmp_path / "b.tar.gz"), "--section", str(section)], capsys)
-    lines = err.strip().splitlines()
-    assert code == EXIT_BAD_INPUT and len(lines) == 1 and str(section) in lines[0], err
+    assert str(section) in assert_bad_input(code, err, file=section, out=out)
     assert not (tmp_path / "b.tar.gz").exists()

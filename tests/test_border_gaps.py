@@ -18,6 +18,7 @@ import pytest
 from forensics.capture.passes import toggle_arm_name
 from forensics.cli import main
 from forensics.core.redact import is_secret_key
+from tests._helpers import assert_bad_input
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
 
@@ -92,8 +93,7 @@ def test_a_rank_folder_past_any_rank_is_one_line(command, tmp_path, capsys):
     (cap / "manifest.yaml").write_text((cap / "manifest.yaml").read_text().replace("a2/rank0/", f"a2/{big}/"))
     code, out, err = _run([command, str(cap), "--out" if command == "analyze" else "--json",
                            str(tmp_path / ("an" if command == "analyze" else "c.json"))], capsys)
-    assert code == 3, err
-    assert err.count("\n") == 1 and err.startswith("forensics: bad input: ") and big in err
+    assert_bad_input(code, err, needle=big, out=out)
 
 
 # --------------------------------------------------------------------------- compare says what an arm lost

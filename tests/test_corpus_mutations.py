@@ -24,6 +24,7 @@ import pytest
 
 from forensics import instruments as reg
 from forensics.core.errors import BadInput
+from tests._helpers import assert_bad_input
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 _FULL = os.environ.get("FORENSICS_FUZZ_POINTS")
@@ -133,8 +134,6 @@ def test_analyze_on_a_damaged_file_says_one_line_and_exits_3(inst, rel, how, tmp
     write_manifest(cap, new_manifest(files=[{"path": src.name, "instrument": inst, "arm": "a1", "rank": 0}]))
     capsys.readouterr()
     rc = main(["analyze", str(cap), "-q", "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 3, err
-    assert len(err) == 1 and src.name in err[0] and "Traceback" not in err[0], err
+    line = assert_bad_input(rc, capsys.readouterr().err, file=damaged)
     if inst in ("cublaslt", "cublas", "ncu_csv"):  # text: the line is named
-        assert f"{src.name}:" in err[0]
+        assert f"{src.name}:" in line

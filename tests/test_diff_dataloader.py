@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 from forensics.commands.trace import trace_command  # noqa: E402
 from forensics.tracediff.diff import diff_paths, format_report  # noqa: E402
-from forensics.tracediff.verdicts import ORIGIN, RECEIVER  # noqa: E402
+from forensics.tracediff.divergence import ORIGIN, RECEIVER  # noqa: E402
 from tests.traced import trace_in_process  # noqa: E402
 
 pytestmark = pytest.mark.slow

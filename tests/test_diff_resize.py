@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from forensics.tracediff.traces import TensorDigest, TraceRecord
-from forensics.tracediff.verdicts import artifact_reason
+from forensics.tracediff.divergence import artifact_reason
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
 

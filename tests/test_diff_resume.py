@@ -24,7 +24,7 @@ from forensics.cli import main  # noqa: E402
 from forensics.commands.trace import trace_command  # noqa: E402
 from forensics.core.errors import BadInput  # noqa: E402
 from forensics.tracediff.diff import diff_paths  # noqa: E402
-from forensics.tracediff.verdicts import CONTROL_FLOW  # noqa: E402
+from forensics.tracediff.divergence import CONTROL_FLOW  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).resolve().parent / "data" / "scripts" / "optrace_resume.py"

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from forensics.commands.trace import trace_command  # noqa: E402
 from forensics.tracediff.diff import diff_paths  # noqa: E402
-from forensics.tracediff.verdicts import ORIGIN, RECEIVER  # noqa: E402
+from forensics.tracediff.divergence import ORIGIN, RECEIVER  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).resolve().parent / "data" / "scripts" / "optrace_threads.py"

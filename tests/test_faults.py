@@ -19,6 +19,7 @@ import pytest
 from forensics.runtime import atomic
 from forensics.cli import main
 from forensics.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_UNAVAILABLE
+from tests._helpers import assert_bad_input
 from tests.synthetic_captures import Arm, Gemm, build_capture
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
@@ -140,8 +141,8 @@ def test_dangling_symlink_at_json_is_refused(capture, tmp_path, capsys):
     link = tmp_path / "report.json"
     link.symlink_to(tmp_path / "elsewhere" / "target.json")
     code = main(["compare", str(capture), "--json", str(link)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == EXIT_BAD_INPUT and len(err) == 1 and "dangling symbolic link" in err[0]
+    assert_bad_input(code, capsys.readouterr().err, file=link, needle="dangling symbolic link",
+                     prefix="forensics: ")
     assert not (tmp_path / "elsewhere").exists() and link.is_symlink()
 
 
@@ -245,11 +246,9 @@ def test_analyze_refuses_a_directory_that_is_not_a_capture(tmp_path, capsys, kin
     before = _listing(d)
     for command in (["analyze", str(d)], ["compare", str(d)], ["bundle", str(d), "-o", str(tmp_path / "b.tgz")]):
         code = main(command)
-        err = capsys.readouterr().err.strip().splitlines()
-        assert code == EXIT_BAD_INPUT and len(err) == 1, (command, err)
-        assert "not a capture" in err[0]
+        line = assert_bad_input(code, capsys.readouterr().err, file=d, needle="not a capture")
         if kind == "trace":
-            assert "forensics diff" in err[0]
+            assert "forensics diff" in line
     assert _listing(d) == before  # nothing written into it
     assert not (tmp_path / "b.tgz").exists()
 
@@ -278,8 +277,7 @@ def test_bad_input_in_a_real_process_is_exactly_one_line(capture, tmp_path, dama
     for command in (["analyze", str(cap), "-q", "--out", str(tmp_path / "an")], ["compare", str(cap)]):
         r = subprocess.run([sys.executable, "-m", "forensics", *command], capture_output=True, text=True, env=env,
                            timeout=300)
-        assert r.returncode == EXIT_BAD_INPUT, r.stderr
-        assert r.stderr.count("\n") == 1 and r.stderr.startswith("forensics: bad input: "), r.stderr
+        assert_bad_input(r.returncode, r.stderr, out=r.stdout)
 
 
 def test_two_external_files_with_one_name_stay_two_bundle_members(tmp_path):

@@ -113,6 +113,8 @@ def test_module_level_writer_is_flagged(te_tree):
     ("gemm:TN:acc0:grad0#2", True, "te_gemm"),
     ("aten.mm.default", True, "torch_gemm"),
     ("aten.addmm.default", False, "torch_gemm"),
+    ("aten.addmm_.default", False, "torch_gemm"),  # an in-place wgrad into main_grad (read torch_other before)
+    ("aten._addmm_activation.default", False, "torch_gemm"),  # addmm with a cuBLASLt epilogue (torch_other before)
     ("aten._scaled_dot_product_flash_attention.default", False, "attention"),
     ("index_add:acc1:grad0", True, "torch_other"),
     ("fused_attn:grad1", True, "attention"),
@@ -122,6 +124,14 @@ def test_site_kind_maps_to_code_path(site, te, kind):
     path, note = code_path_for(parse_site_or_occurrence(site), te)
     assert path.kind == kind
     assert (note is not None) == (site.startswith("gemm") and not te)
+
+
+@pytest.mark.parametrize("site", ["aten.mm.default", "aten.addmm_.default", "aten.baddbmm_.default",
+                                  "aten._addmm_activation.default", "aten.linear.default"])
+def test_every_aten_gemm_is_the_cpu_gemm_path(site):
+    """The GEMM family of forensics.core.ops: the in-place variants read cpu_other before it."""
+    path, _ = code_path_for(parse_site_or_occurrence(site), False, device="cpu")
+    assert path.kind == "cpu_gemm"
 
 
 def test_catalog_entries_are_cited_and_well_formed():

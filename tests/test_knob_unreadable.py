@@ -19,6 +19,7 @@ from forensics.core.errors import EXIT_BAD_INPUT, EXIT_OK
 from forensics.knobs import scan
 from forensics.knobs.scope import assess
 from forensics.core.site import parse_site
+from tests._helpers import assert_bad_input
 
 KNOB = "MY_DET_KNOB"
 
@@ -100,5 +101,4 @@ def test_command_exit_code_in_a_real_process(tree):
     env = dict(os.environ)
     r = subprocess.run([sys.executable, "-m", "forensics.cli", "knob", KNOB, "--path", str(tree)], capture_output=True, text=True,
                        env=env, timeout=300)
-    assert r.returncode == EXIT_BAD_INPUT, r.stderr
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert_bad_input(r.returncode, r.stderr, file=tree / "pkg" / "gone.py", prefix="forensics knob: ", out=r.stdout)

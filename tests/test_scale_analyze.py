@@ -19,6 +19,7 @@ import pytest
 from forensics.core.errors import BadInput
 from forensics.judge.analysis import analyze
 from forensics.judge.shards import RANKS_PER_TASK, analyze_ranks, merge_shards, parse_shard, select_ranks
+from tests._helpers import assert_bad_input
 from tests.many_ranks import Planted, build_capture
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
@@ -139,7 +140,7 @@ def test_merge_refuses_overlaps_other_captures_and_other_sites(capture: Path, tm
 
 def test_no_selected_rank_is_bad_input(capture: Path) -> None:
     r = _cli("analyze", str(capture), "--ranks", "5000-5001", "-q")
-    assert r.returncode == 3 and r.stderr.count("\n") == 1 and "no rank of this capture is selected" in r.stderr
+    assert_bad_input(r.returncode, r.stderr, needle="no rank of this capture is selected", out=r.stdout)
 
 
 def test_file_rank_from_folder_else_from_an_unambiguous_pid(tmp_path: Path) -> None:

@@ -54,3 +54,20 @@ def test_occurrence_number_must_be_positive():
         parse_occurrence("gemm:NT:acc0:grad1#0")
     with pytest.raises(BadSite):
         parse_site("gemm:NT:acc0:grad1#2")
+
+
+def test_gemm_labels_and_names_are_the_grammars():
+    from forensics.core.site import gemm_meta_from_strides, is_gemm_label, names_gemm
+
+    assert is_gemm_label("gemm:NT:acc0:grad1") and is_gemm_label("gemm:NT:acc1:grad1#3")
+    assert not is_gemm_label("gemm") and not is_gemm_label("gemmx:NT") and not is_gemm_label(float("nan"))
+    # every aten op of core/ops.GEMM, in-place and epilogue variants too (the old prefix list missed these)
+    assert names_gemm("aten.addbmm.default#2") and names_gemm("aten._addmm_activation.default")
+    assert names_gemm("aten.addmm_.default") and not names_gemm("aten.sum.default#1")
+    x = ((8, 4), (4, 1))  # row-major
+    wt = ((4, 3), (1, 4))  # W.t() of a row-major W (3, 4)
+    assert gemm_meta_from_strides("aten.mm.default", [x, wt], "forward") == {"layout": "TN", "acc": 0, "grad": 0}
+    assert gemm_meta_from_strides("aten.addmm.default", [((3,), (1,)), x, wt], "backward") == {
+        "layout": "TN", "acc": 1, "grad": 1}
+    assert gemm_meta_from_strides("aten.bmm.default", [x, wt], "forward") is None  # not a 2-D GEMM
+    assert gemm_meta_from_strides("prims.mm.default", [x, wt], "forward") is None

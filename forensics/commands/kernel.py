@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
                                                   "input tensors kept (default 268435456); over it: refused"),
         from_report: Optional[Path] = typer.Option(
             None, "--from", help="take the site from a `forensics diff --json` or Megatron compare_traces.py report "
-                                 "(refused for a RECEIVER, CONTROL-FLOW or unproven first divergence)"),
+                                 "(refused for a RECEIVER, CONTROL_FLOW or unproven first divergence)"),
     ) -> None:
         """Rerun the step window under the device's instruments; NAME the site's kernel (implementation on the CPU).
 

@@ -17,17 +17,24 @@ import re
 from typing import Any
 
 from forensics.core.kernel_names import CONFLICTS, CONSISTENT, PRIMARY, UNCHECKED, FieldCheck
+from forensics.core.ops import BLAS_VECTOR
 
+#: The profiler's names of the matrix-vector and vector products (:data:`forensics.core.ops.BLAS_VECTOR`).
+_BLAS_VECTOR_OPS = frozenset(f"aten::{p}" for p in BLAS_VECTOR)
+#: The GEMMs of :data:`forensics.core.ops.GEMM` whose CPU kernel calls the BLAS itself, in-place
+#: variants included (``main_grad.addmm_(dy.t(), x)`` runs one oneMKL SGEMM under ``aten::addmm_``,
+#: no ``aten::addmm`` below it); not ``matmul`` (a composite: the profiler shows the ``mm``/``bmm``
+#: under it) nor ``_scaled_mm``.
+_BLAS_GEMM_OPS = frozenset(f"aten::{p}" for p in ("mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "addbmm",
+                                                   "addbmm_"))
 #: Ops whose CPU kernels call oneMKL (BLAS) in the PyPI wheel.
-MKL_OPS = frozenset({
-    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::addmv", "aten::mv",
-    "aten::dot", "aten::vdot", "aten::addr", "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward",
+MKL_OPS = _BLAS_VECTOR_OPS | _BLAS_GEMM_OPS | frozenset({
+    "aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward",
     "aten::slow_conv3d_forward", "aten::_slow_conv3d_forward", "aten::slow_conv_transpose2d",
     "aten::slow_conv_transpose3d", "aten::slow_conv_dilated2d", "aten::slow_conv_dilated3d",
 })
 #: GEMM-like ops that oneDNN may serve as well (mkldnn_matmul).
-ONEDNN_GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
-                             "aten::linear", "aten::_addmm_activation"})
+ONEDNN_GEMM_OPS = _BLAS_GEMM_OPS | {"aten::linear", "aten::_addmm_activation"}
 ONEDNN_PREFIXES = ("aten::mkldnn_", "aten::_mkldnn_", "mkldnn::", "onednn::")
 
 #: Library names as a user reads them.
@@ -66,8 +73,7 @@ def onednn_launch_role(op: str | None) -> str | None:
 
 # --------------------------------------------------------------------------- identity: op vs library call
 #: What an implementation op computes, by name.
-GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::linear",
-                      "aten::_addmm_activation", "aten::addmv", "aten::mv", "aten::dot", "aten::vdot", "aten::addr"})
+GEMM_OPS = _BLAS_VECTOR_OPS | ONEDNN_GEMM_OPS
 
 
 def op_kind(op: str | None) -> str | None:
@@ -132,10 +138,10 @@ def check_op(launch: dict, calls: list[dict], instrument: str) -> list[FieldChec
     * **operation**: the op's kind (gemm, convolution) vs each call's (``SGEMM`` gemm, oneDNN
       ``convolution``); a thnn convolution may issue GEMMs (im2col + SGEMM), a GEMM op never a
       convolution, a oneDNN convolution op never a oneDNN matmul.
-    * **problem size**: ``aten::mm``/``aten::addmm`` input shapes ``[M, K] x [K, N]`` vs the
+    * **problem size**: ``aten::mm``/``aten::addmm``/``aten::addmm_`` input shapes ``[M, K] x [K, N]`` vs the
       oneMKL call's ``m, n, k``: PyTorch calls column-major BLAS for a row-major product, so
       ``m = N, n = M, k = K`` (docs/gemm-naming.md).
-    * **layout**: for ``aten::mm``/``aten::addmm``, the op letters the input strides give
+    * **layout**: for ``aten::mm``/``aten::addmm``/``aten::addmm_``, the op letters the input strides give
       (letter of the second operand, then of the first: row-major N, a transposed view T) vs the
       oneMKL call's transa, transb.
     * **precision**: the profiler's ``Input type`` (``float``: fp32) vs the oneMKL routine's letter
@@ -160,7 +166,7 @@ def check_op(launch: dict, calls: list[dict], instrument: str) -> list[FieldChec
     dims = _dims(launch)
     name = _name(op)
     shaped = None
-    if dims and name in ("aten::mm", "aten::addmm"):
+    if dims and name in ("aten::mm", "aten::addmm", "aten::addmm_"):
         mats = [d for d in dims if isinstance(d, list) and len(d) == 2]
         if len(mats) >= 2 and mats[-2][1] == mats[-1][0]:
             (mm, kk), (_, nn) = mats[-2], mats[-1]
@@ -174,7 +180,7 @@ def check_op(launch: dict, calls: list[dict], instrument: str) -> list[FieldChec
                                   f"{lib} {c.get('routine')} m,n,k={log[0]},{log[1]},{log[2]}"))
     else:
         out.append(FieldCheck("problem size", UNCHECKED, None, None,
-                              "compared for aten::mm/addmm against oneMKL GEMMs only"))
+                              "compared for aten::mm/addmm/addmm_ against oneMKL GEMMs only"))
     strides = _dims(launch, "input_strides")
     if shaped and instrument == "mkl" and gemms and strides:
         mats = [(d, st) for d, st in zip(dims, strides) if isinstance(d, list) and len(d) == 2
@@ -191,7 +197,7 @@ def check_op(launch: dict, calls: list[dict], instrument: str) -> list[FieldChec
                                       "as the transposed problem" if log != want and log == transposed else ""))
     else:
         out.append(FieldCheck("layout", UNCHECKED, None, None,
-                              "compared for aten::mm/addmm (input strides) against oneMKL GEMMs only"))
+                              "compared for aten::mm/addmm/addmm_ (input strides) against oneMKL GEMMs only"))
     types = _dims(launch, "input_types")
     op_prec = sorted({_PROFILER_TYPE[t] for t in (types or []) if isinstance(t, str) and t in _PROFILER_TYPE})
     log_prec = sorted({p for c, _ in kinds if (p := _call_precision(c, instrument))})

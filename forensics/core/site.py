@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from forensics.core.errors import BadSite
+from forensics.core.ops import GEMM, GEMM_2D, aten_packet, packet
 
 GEMM_LAYOUTS = ("NN", "NT", "TN", "TT")
 _EXAMPLES = "e.g. gemm:NT:acc0:grad1, index_add:acc1:grad0, aten.mm.default, gemm:NT:acc0:grad1#3"
@@ -163,6 +165,18 @@ def is_occurrence_label(name: object) -> bool:
     return True
 
 
+def is_gemm_label(label: object) -> bool:
+    """Whether a site or occurrence label (``gemm:NT:acc0:grad1``, ``gemm:NT:acc0:grad1#3``) is of the
+    below-dispatcher GEMM kind (its head before the first ``:``), without parsing the rest."""
+    return isinstance(label, str) and label.split(":", 1)[0] == "gemm" and ":" in label
+
+
+def names_gemm(label: str) -> bool:
+    """Whether a site or occurrence label names a GEMM: the ``gemm`` kind, or an aten op of
+    :data:`forensics.core.ops.GEMM` (``aten.addmm_.default#2``)."""
+    return is_gemm_label(label) or aten_packet(split_label(label)[0]) in GEMM
+
+
 def site_for_record(name: str, gemm: object = None) -> str | None:
     """The site a trace record names, or None: ``gemm:<layout>:acc<a>:grad<g>`` when it carries GEMM
     meta (``{"layout", "acc", "grad"}``), else its op name when that parses as a site (a dispatcher
@@ -178,3 +192,44 @@ def site_for_record(name: str, gemm: object = None) -> str | None:
         return str(parse_site(name))
     except BadSite:
         return None
+
+
+# --------------------------------------------------------------------------- GEMM layout from strides
+def _letter(shape: Any, stride: Any) -> str | None:
+    """cuBLAS letter of one 2-D operand: N when row-major, T when column-major, None otherwise."""
+    if not (isinstance(shape, (list, tuple)) and isinstance(stride, (list, tuple)) and len(shape) == len(stride) == 2):
+        return None
+    (rows, cols), (s0, s1) = shape, stride
+    if s1 == 1 and s0 >= max(cols, 1):
+        return "N"
+    if s0 == 1 and s1 >= max(rows, 1):
+        return "T"
+    return None
+
+
+def gemm_layout_from_strides(mat1: tuple[Any, Any], mat2: tuple[Any, Any]) -> str | None:
+    """Layout letters of ``mat1 @ mat2`` (each ``(shape, stride)``) as cuBLAS sees it.
+
+    PyTorch computes the row-major ``C = mat1 @ mat2`` as the column-major ``C^T = mat2^T mat1^T``,
+    so cuBLAS's A is ``mat2`` and its B is ``mat1``: layout = letter(mat2) + letter(mat1). E.g.
+    ``x @ W.t()`` (a Linear forward) is TN, ``grad_out.t() @ x`` (wgrad) NT, ``grad_out @ W``
+    (dgrad) NN, as in Transformer Engine. None when an operand is not 2-D contiguous either way
+    (PyTorch copies it first).
+    """
+    a, b = _letter(*mat2), _letter(*mat1)
+    return a + b if a and b else None
+
+
+def gemm_meta_from_strides(name: str, operands: list, phase: str | None) -> dict[str, int | str] | None:
+    """The GEMM meta (``{"layout", "acc", "grad"}``, :func:`site_for_record`) of a 2-D aten GEMM
+    (:data:`forensics.core.ops.GEMM_2D`) whose operands' ``(shape, stride)`` a trace recorded, or None:
+    ``addmm``'s matrices are its last two operands (the first is ``self``) and it accumulates; grad is
+    1 in the backward phase."""
+    base = packet(name) if name.startswith("aten.") else None
+    if base not in GEMM_2D or len(operands) < 2:
+        return None
+    mats = operands[-2:] if base == "addmm" else operands[:2]
+    layout = gemm_layout_from_strides(tuple(mats[0]), tuple(mats[1]))
+    if not layout:
+        return None
+    return {"layout": layout, "acc": int(base == "addmm"), "grad": int(phase == "backward")}

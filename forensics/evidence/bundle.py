@@ -39,7 +39,8 @@ from forensics.core.redact import Redactor, redact_obj
 from forensics.runtime.atomic import OutputExists, atomic_output, refuse_existing  # noqa: F401 - OutputExists re-exported
 from forensics.core.errors import BadInput, doing
 from forensics.evidence.repro import gemm_problem, render_repro, repro_knobs
-from forensics.core.site import Occurrence, parse_site_or_occurrence, split_label
+from forensics.core.site import Occurrence, is_gemm_label, parse_site_or_occurrence, split_label
+from forensics.core.words import CONFLICT, NAMED
 from forensics.judge.verdicts import (
     ArmComparison,
     arm_knobs,
@@ -129,7 +130,7 @@ def choose_site(ev: Evidence, comparison: ArmComparison, site: str | None) -> tu
     if site is not None:
         first = ev.sites[ev.sites["site"] == site].sort_values(["rank", "seq"]).iloc[0]
         return site, first["label"]
-    gemm = ev.sites[ev.sites["site"].astype(str).str.startswith("gemm:")] if len(ev.sites) else ev.sites
+    gemm = ev.sites[ev.sites["site"].map(is_gemm_label)] if len(ev.sites) else ev.sites
     for pool in (gemm, ev.sites):
         if len(pool):
             first = pool.sort_values(["rank", "seq"]).iloc[0]
@@ -378,8 +379,6 @@ def _cell(v: Any) -> str:
 
 def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     """report.md: one section per question, in the order a reader asks them."""
-    from forensics.judge.analysis import CONFLICT, NAMED  # noqa: PLC0415
-
     out = [f"# Evidence bundle: `{b.site or 'no site'}`\n"]
     if b.synthetic:
         out.append("> **SYNTHETIC capture**: the manifest says `synthetic: true`; these records were made by a "

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forensics import __version__, instruments
+from forensics.core.ops import GEMM
 from forensics.core.site import parse_site, split_label
 from forensics.instruments.cublaslt import ALGO_COLUMNS
 
@@ -25,9 +26,6 @@ LT_TO_TORCH = {"R_32F": "float32", "R_16F": "float16", "R_16BF": "bfloat16", "R_
                "f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16", "c64": "complex64",
                "c128": "complex128", "s8": "int8", "u8": "uint8", "s32": "int32"}
 ALGO_KEYS = ALGO_COLUMNS  # the cuBLASLt algo descriptor the repro records (forensics.instruments.cublaslt)
-#: aten ops that are one GEMM (an ``aten.<op>`` site of these has a GEMM problem descriptor).
-GEMM_ATEN_OPS = frozenset({"mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "matmul",
-                           "_scaled_mm", "_addmm_activation"})
 #: Instrument settings that never belong in a repro (they configure logging, not the computation).
 NOT_KNOBS = ("CUBLASLT_LOG_", "CUBLAS_LOGINFO_DBG", "CUBLAS_LOGDEST_DBG", "NVTX_INJECTION", "FORENSICS_",
              "CUPTI_", "LD_LIBRARY_PATH", "LD_PRELOAD", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE",
@@ -83,7 +81,7 @@ def gemm_problem(label: str, site_row: dict[str, Any], call: dict[str, Any] | No
     site = parse_site(site_text)
     ins, outs = list(site_row.get("in_digests") or []), list(site_row.get("out_digests") or [])
     acc = bool(site.acc) if site.acc is not None else False
-    gemm_op = site.is_gemm or (site.is_aten and site.name.split(".")[1] in GEMM_ATEN_OPS)
+    gemm_op = site.is_gemm or (site.is_aten and site.name.split(".")[1] in GEMM)
     if not gemm_op:
         call = None  # a library GEMM under another op (the thnn convolution's SGEMMs) is not the site's problem
     if call is not None and call.get("m") is not None and _dtype(call.get("a_type")):

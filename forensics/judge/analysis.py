@@ -32,12 +32,12 @@ from forensics import instruments as reg
 from forensics.core.errors import BadInput, doing
 from forensics.core.kernel_names import AUXILIARY, describe_kernel, kernel_keys
 from forensics.core.model import LAUNCH_COLUMNS, conform, empty_frame
-from forensics.core.site import Occurrence, Site, parse_site_or_occurrence, split_label
+from forensics.core.site import Occurrence, Site, names_gemm, parse_site_or_occurrence, split_label
+from forensics.core.words import ANALYSIS_VERDICTS as VERDICTS
+from forensics.core.words import CONFLICT, DISAGREE, NAMED
+from forensics.core.words import SINGLE_SOURCE as SINGLE
 from forensics.judge import cpu
-from forensics.judge.verdicts import CONFLICT, identity_verdict
-
-NAMED, DISAGREE, SINGLE = "NAMED", "DISAGREE", "SINGLE-SOURCE"
-VERDICTS = (NAMED, CONFLICT, DISAGREE, SINGLE)
+from forensics.judge.verdicts import identity_verdict
 WINDOW = "<window>"
 #: Family -> what a user reads (from the instrument registry).
 FAMILY_LABEL = {name: f.label for name, f in reg.FAMILIES.items()}
@@ -306,8 +306,7 @@ def attribute_calls(calls: pd.DataFrame, sites: pd.DataFrame, lookahead: int = 6
     calls["site_label"] = pd.Series([None] * len(calls), dtype="object", index=calls.index)
     if not len(sites):
         return calls
-    gemm_sites = sites[sites["site"].astype(str).str.startswith(("gemm:", "aten.mm", "aten.addmm", "aten.bmm",
-                                                                   "aten.baddbmm", "aten._scaled_mm"))]
+    gemm_sites = sites[sites["site"].astype(str).map(names_gemm)]
     for (folder, rank), group in calls.groupby(["folder", "rank"], dropna=False, sort=False):
         occ = gemm_sites[(gemm_sites["folder"] == folder) & (gemm_sites["rank"] == rank)]
         if not len(occ):
@@ -352,8 +351,9 @@ def scoped(launches: pd.DataFrame, calls: pd.DataFrame, site: str | Site | Occur
         lf = lf[lf["scope"] != WINDOW]
         cf = cf[cf["scope"] != WINDOW]
     if site:
-        text = str(site if isinstance(site, (Site, Occurrence)) else parse_site_or_occurrence(site))
-        if "#" in text:
+        want = site if isinstance(site, (Site, Occurrence)) else parse_site_or_occurrence(site)
+        text = str(want)
+        if isinstance(want, Occurrence):
             lf, cf = lf[lf["scope"] == text], cf[cf["scope"] == text]
         else:
             lf = lf[[split_label(s)[0] == text for s in lf["scope"]]]
@@ -791,7 +791,7 @@ def no_launch_message(site: str, labels: list[str], instruments: set[str], devic
     """What to say when nothing was attributed to ``site``: that its ranges were not seen at all, or
     (they were) that nothing inside them is what the instruments count. On the CPU backend that is
     an op no library serves: ATen's own kernels have the profiler's word only."""
-    seen = [x for x in labels if x == site or x.split("#", 1)[0] == site]
+    seen = [x for x in labels if x == site or split_label(x)[0] == site]
     if not seen:
         return f"no launch attributed to site {site} (sites seen: {', '.join(labels[:8]) or 'none'})"
     if device == reg.CPU or (device is None and reg.devices_of(instruments) == {reg.CPU}):

@@ -9,11 +9,12 @@ from rich.markup import escape
 
 from forensics import instruments
 from forensics.runtime.console import make_console, print_fitted_table
-from forensics.judge.analysis import CONFLICT, NAMED, Analysis
+from forensics.core.words import CONFLICT, DISAGREE, NAMED, SINGLE_SOURCE
+from forensics.judge.analysis import Analysis
 
 #: Files listed as "not recognised: why" on the terminal (all of them in analysis.json and report.md).
 MAX_UNREAD_SHOWN = 20
-_STYLE = {"NAMED": "bold green", "CONFLICT": "bold red", "DISAGREE": "bold red", "SINGLE-SOURCE": "yellow"}
+_STYLE = {NAMED: "bold green", CONFLICT: "bold red", DISAGREE: "bold red", SINGLE_SOURCE: "yellow"}
 
 
 def _short(name: object, width: int = 70) -> str:

@@ -25,19 +25,25 @@ from forensics.judge.arm_evidence import ALGO_COLUMNS, Evidence, from_analysis, 
 from forensics.capture.directory import Capture
 from forensics.core.environment import RELEVANT_PREFIXES
 from forensics.capture.exits import arm_crash
-from forensics.core.site import Occurrence, parse_site, parse_site_or_occurrence, split_label
+from forensics.core.words import (  # noqa: F401 (CLASSIFICATIONS, CONFLICT re-exported: compare's words)
+    ARM_CRASHED,
+    BITS_DIFFER_KERNEL_UNKNOWN,
+    CLASSIFICATIONS,
+    CLEAN,
+    CONFLICT,
+    DIVERGENT,
+    IDENTICAL,
+    INPUTS_DIFFER,
+    MIXED,
+    NAMED,
+    NO_COUNTERPART,
+    NO_DIFFERENCE_SEEN,
+    NO_DIGEST,
+    SAME_KERNEL_DIFFERENT_BITS,
+    SELECTION_DIFFERS,
+)
+from forensics.core.site import Occurrence, is_gemm_label, parse_site, parse_site_or_occurrence, split_label
 
-IDENTICAL = "IDENTICAL"
-NO_DIFFERENCE_SEEN = "NO DIFFERENCE SEEN"
-INPUTS_DIFFER = "INPUTS DIFFER"
-SELECTION_DIFFERS = "SELECTION DIFFERS"
-SAME_KERNEL_DIFFERENT_BITS = "SAME KERNEL, DIFFERENT BITS"
-BITS_DIFFER_KERNEL_UNKNOWN = "BITS DIFFER, KERNEL UNKNOWN"
-NO_COUNTERPART = "NO COUNTERPART"
-NO_DIGEST = "NO DIGEST"
-ARM_CRASHED = "ARM ENDED"
-CLASSIFICATIONS = (IDENTICAL, NO_DIFFERENCE_SEEN, INPUTS_DIFFER, SELECTION_DIFFERS, SAME_KERNEL_DIFFERENT_BITS,
-                   BITS_DIFFER_KERNEL_UNKNOWN, NO_COUNTERPART, NO_DIGEST, ARM_CRASHED)
 MEANING = {
     IDENTICAL: "inputs and output bit-identical by order-sensitive digests (and the same kernel/algo where known)",
     NO_DIFFERENCE_SEEN: ("inputs and output digests equal, but only by order-independent digests "
@@ -60,8 +66,6 @@ VERSION_KEYS = ("torch", "cuda", "cudnn", "cublas", "cublaslt", "driver", "devic
 
 
 # --------------------------------------------------------------------------- who ran: the identity rule
-#: Counts agree, but a descriptor both instruments carry does not: they did not see the same launch.
-CONFLICT = "CONFLICT"
 
 
 def _field_summary(checks: list) -> dict[str, Any]:
@@ -132,7 +136,6 @@ def identity_verdict(verdict: str, reason: str, kernel: str, launches: dict[str,
     of a NAMED verdict ends with what was checked and what could not be.
     """
     from forensics.core.cpu_ops import check_op  # noqa: PLC0415
-    from forensics.judge.analysis import NAMED  # noqa: PLC0415
     from forensics.core.kernel_names import check_call  # noqa: PLC0415
 
     checks = _launch_checks(launches)
@@ -516,7 +519,6 @@ def compare_arms(source: Any, site: str | None = None, arms: list[str] | None = 
 # --------------------------------------------------------------------------- discriminator table
 AXES = ("layout", "accumulate", "grad", "input dtypes", "output dtype", "m/n/k", "splitK", "reduction",
         "kernel family", "fused")
-CLEAN, DIVERGENT, MIXED = "CLEAN", "DIVERGENT", "MIXED"
 UNKNOWN = "unknown"
 
 
@@ -617,7 +619,7 @@ def discriminator_table(source: Any, site: str | None = None, comparison: ArmCom
             row = index.get((occ["rank"], occ["label"]))
             if row is None:
                 continue
-            if site is None and not str(occ["site"]).startswith("gemm:") and _has_gemm(base_sites):
+            if site is None and not is_gemm_label(occ["site"]) and _has_gemm(base_sites):
                 continue
             status = _status(occ)
             axes = _instance_axes(ev, comparison.baseline, occ["rank"], occ["label"], row)
@@ -630,7 +632,7 @@ def discriminator_table(source: Any, site: str | None = None, comparison: ArmCom
 
 
 def _has_gemm(sites: pd.DataFrame) -> bool:
-    return bool(len(sites)) and sites["site"].astype(str).str.startswith("gemm:").any()
+    return bool(len(sites)) and sites["site"].map(is_gemm_label).any()
 
 
 def _status(occ: dict) -> str:

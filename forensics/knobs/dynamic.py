@@ -19,6 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput, Unavailable
+from forensics.core.words import (  # the grades of dynamic reach, strongest first
+    NOT_SEEN,
+    REACH_ALGO,
+    REACH_ALGO_BITS,
+    REACH_ALGO_BITS_UNKNOWN,
+    REACH_BITS,
+    REACH_KERNEL,
+)
 from forensics.knobs.catalog import KnobEntry
 
 #: imports after which an import-time knob is too late (the module may read it when imported)
@@ -182,12 +190,6 @@ class DynamicResult:
                 "passes": self.passes, "error": self.error, "device": self.device}
 
 
-#: The grades of dynamic reach, strongest first (docs/commands/knob.md).
-REACH_KERNEL = "REACHES (kernel/implementation changed)"
-REACH_ALGO = "REACHES (algo or attributes changed, bits unchanged)"
-REACH_ALGO_BITS = "REACHES (algo or attributes changed, bits changed)"
-REACH_BITS = "REACHES (bits only)"
-NOT_SEEN = "NOT SEEN"
 
 
 def reach_line(r: Any) -> str:
@@ -218,7 +220,7 @@ def reach_line(r: Any) -> str:
     if kernel:
         return f"{knob}: {REACH_KERNEL} at the site; evidence: {_kernel_evidence(occ, base, arm)}"
     if algo:
-        grade = REACH_ALGO if bits is False else REACH_ALGO_BITS if bits else "REACHES (algo or attributes changed, bits unknown)"
+        grade = REACH_ALGO if bits is False else REACH_ALGO_BITS if bits else REACH_ALGO_BITS_UNKNOWN
         return f"{knob}: {grade} at the site; evidence: {_algo_evidence(occ, base, arm)}"
     if bits and replicas_equal:
         seen = "kernel and algo unchanged" if kernel is False and algo is False else "kernel and algo not both captured"

@@ -17,7 +17,7 @@ from forensics.knobs.catalog import KnobEntry, load_catalog
 from forensics.knobs.dynamic import DynamicResult, LateAssignment
 from forensics.knobs.elf_scan import CANNOT_TELL, CONTAINS, ElfFileResult
 from forensics.knobs.python_scan import MENTION, READ, UNRESOLVED, WRITE
-from forensics.knobs.scope import CANNOT_TELL_STATICALLY, NOT_ON_PATH, UNKNOWN, ScopeVerdict
+from forensics.knobs.scope import CANNOT_TELL_STATICALLY, NOT_ON_PATH, ON_PATH, UNKNOWN, ScopeVerdict
 
 SCHEMA = "forensics.knob"
 SCHEMA_VERSION = 2
@@ -189,7 +189,7 @@ def _render_libraries(s: StaticScan, console: Console, roots: list[str]) -> None
 
 
 def _render_scope(v: ScopeVerdict, console: Console, roots: list[str], name: str = "NAME") -> None:
-    colour = {"ON PATH": "green", "NOT ON PATH": "red"}.get(v.verdict, "yellow")
+    colour = {ON_PATH: "green", NOT_ON_PATH: "red"}.get(v.verdict, "yellow")
     if v.verdict == v.scanned_verdict:
         head = f" -- {v.reason}"
     else:

@@ -25,10 +25,10 @@ from forensics.knobs import StaticScan
 from forensics.knobs.catalog import KnobEntry, load_catalog
 from forensics.knobs.elf_scan import CANNOT_TELL, CONTAINS, ElfFileResult
 from forensics.knobs.python_scan import READ, UNRESOLVED, WRITE
+from forensics.core.ops import GEMM_PATH
 from forensics.core.site import Occurrence, Site
+from forensics.core.words import CANNOT_TELL_STATICALLY, NOT_ON_PATH, ON_PATH, UNKNOWN
 
-ON_PATH, NOT_ON_PATH, UNKNOWN = "ON PATH", "NOT ON PATH", "UNKNOWN"
-CANNOT_TELL_STATICALLY = "CANNOT TELL STATICALLY"
 DEVICES = ("cuda", "cpu")
 
 
@@ -103,7 +103,6 @@ PATHS: dict[str, CodePath] = {
         _ATEN_CPU, _OPENMP), device="cpu"),
 }
 
-_GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm", "_scaled_mm", "_grouped_mm")
 _CONV_WORDS = ("conv",)  # convolution, _convolution, conv1d/2d/3d, conv_transpose*, mkldnn_convolution, _slow_conv2d_forward
 _ATTENTION_WORDS = ("attention", "attn", "sdpa", "dpa", "flash")
 _COLLECTIVE_WORDS = ("all_reduce", "allreduce", "reduce_scatter", "all_gather", "allgather", "broadcast", "nccl", "c10d", "all_to_all")
@@ -115,7 +114,7 @@ def code_path_for(site: Site | Occurrence, te_installed: bool, device: str = "cu
     text = site.name.lower()
     op = text.split(".")[1] if site.is_aten and "." in text else text
     if device == "cpu":
-        if site.is_gemm or op in _GEMM_OPS:
+        if site.is_gemm or op in GEMM_PATH:
             return PATHS["cpu_gemm"], None
         if any(w in op for w in _CONV_WORDS):
             return PATHS["cpu_conv"], None
@@ -126,7 +125,7 @@ def code_path_for(site: Site | Occurrence, te_installed: bool, device: str = "cu
         return PATHS["torch_gemm"], ("no transformer_engine under the scanned paths: gemm site mapped to ATen's CUDA BLAS "
                                      "(if it is a Transformer Engine GEMM, add --path to the transformer_engine install)")
     if site.is_aten:
-        if op in _GEMM_OPS:
+        if op in GEMM_PATH:
             return PATHS["torch_gemm"], None
         if any(w in op for w in _ATTENTION_WORDS):
             return PATHS["attention"], None

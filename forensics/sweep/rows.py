@@ -20,6 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from forensics.core.errors import BadSite
+from forensics.core.site import parse_site, split_label
+
 #: The ops with a row rule (aten overload packets).
 ROW_OPS = ("mm", "addmm", "_addmm_activation", "bmm", "baddbmm", "convolution", "native_layer_norm",
            "_fused_rms_norm", "_softmax", "_log_softmax")
@@ -66,9 +69,11 @@ def wgrad_reason(label: str) -> str:
 
 def refuse_site(site: str) -> str | None:
     """A site refused from its name alone (before anything runs): a GEMM wgrad. None when it may have rows."""
-    name = site.split("#", 1)[0]
-    parts = name.split(":")
-    if parts[0] == "gemm" and len(parts) == 4 and parts[3] == "grad1" and parts[1][1:] == "T":
+    try:
+        parsed = parse_site(split_label(site)[0])
+    except BadSite:
+        return None  # (the site is checked, and refused, where it is parsed for the run)
+    if parsed.is_gemm and parsed.grad == 1 and parsed.layout[1] == "T":
         return wgrad_reason(site)
     return None
 

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from forensics.instruments.cublaslt import ALGO_COLUMNS
-
-INVARIANT, VARIANT, UNCHECKED = "BATCH-INVARIANT", "VARIANT", "NOT CHECKED"
+from forensics.core.words import BATCH_INVARIANT as INVARIANT
+from forensics.core.words import BATCH_VARIANT as VARIANT
+from forensics.core.words import NOT_CHECKED as UNCHECKED
 
 #: Per call-log instrument: the problem fields and the algo fields a row shows.
 PROBLEM_FIELDS = {

@@ -1,3 +1,3 @@
 """The op-trace differ that finds the site: readers of traces (``traces``), the first-divergence
-walk (``diff``), comparability of two runs (``comparability``) and the hand-over of a diff report
+walk (``diff``, one rank's in ``walk``), comparability of two runs (``comparability``) and the hand-over of a diff report
 to ``forensics kernel`` (``from_report``)."""

@@ -18,6 +18,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from forensics.core.redact import REDACTED
+
 #: Variables the capture sets itself for its instruments (or that are the tracer's own): never an arm.
 OWN_VARS = ("FORENSICS_", "CUBLASLT_LOG_", "CUBLAS_LOGINFO_DBG", "CUBLAS_LOGDEST_DBG", "ONEDNN_VERBOSE",
             "DNNL_VERBOSE", "MKL_VERBOSE", "NVTX_INJECTION", "CUPTI_", "PYTHONPATH", "PYTHONUNBUFFERED")
@@ -87,8 +89,6 @@ class RunDifferences:
 
 
 def _hidden(k: KnobDifference) -> bool:
-    from forensics.core.redact import REDACTED  # noqa: PLC0415
-
     return any(v is not None and REDACTED in v for v in (k.a, k.b))
 
 

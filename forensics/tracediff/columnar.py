@@ -31,6 +31,7 @@ Memory: one block of each file and the records of the current segments, never th
 from __future__ import annotations
 
 import io
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -462,8 +463,6 @@ _UNREAD = object()
 
 def _first_step(side: _Side) -> Any:
     """The step of a side's first buffered record (its line parsed here), or ``_UNREAD``."""
-    import json  # noqa: PLC0415
-
     try:
         obj = json.loads(side.line_bytes(0))
     except (ValueError, IndexError):

@@ -18,6 +18,7 @@ traces and other formats do not record it).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -107,8 +108,6 @@ def _what(key: str, fa: dict[str, Any], fb: dict[str, Any]) -> str:
 
 
 def _short_path(path: str) -> str:
-    import os  # noqa: PLC0415
-
     try:
         rel = os.path.relpath(path)
     except ValueError:
@@ -183,7 +182,7 @@ def config_differences(comparability: list[dict[str, Any]]) -> list[dict[str, An
     "catalogued"}``, ``a``/``b`` null where that run did not set the knob. Catalogued knobs first
     (``forensics knob NAME`` knows their scope), then switches, then other knobs."""
     try:
-        from forensics.knobs.catalog import load_catalog  # noqa: PLC0415
+        from forensics.knobs.catalog import load_catalog  # noqa: PLC0415 (yaml, read here only)
 
         catalog = set(load_catalog())
     except Exception:  # noqa: BLE001 - the catalog names a knob; its absence hides none

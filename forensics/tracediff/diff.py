@@ -4,9 +4,11 @@ Works only on the normalised records of :mod:`forensics.tracediff.traces`, so ev
 ``optrace`` JSONL, Megatron-Core determinism traces, DebugMode hash dumps) gets the same verdicts.
 
 * :mod:`forensics.tracediff.compare`  what two recorded tensors prove (the evidence levels);
-* :mod:`forensics.tracediff.verdicts` the verdict words (ORIGIN, RECEIVER, INPUTS_UNKNOWN,
+* :mod:`forensics.tracediff.divergence` one record pair's verdict (ORIGIN, RECEIVER, INPUTS_UNKNOWN,
   CONTROL_FLOW, AFTER_CONTROL_FLOW) and the records carrying them;
-* :mod:`forensics.tracediff.walk`     one rank's walk, in memory bounded by a window of records;
+* :mod:`forensics.tracediff.walk`     one rank's walk, in memory bounded by a window of records
+  (its jobs: ``streams`` reads and pairs the records, ``pair`` decides each pair, ``regions``
+  aligns the rest after a control flow, ``rank_report`` writes the rank's result);
 * this module: comparability, the cross-rank pattern, the site and the next command, the report.
 """
 from __future__ import annotations
@@ -21,9 +23,11 @@ from typing import Any
 
 from forensics.core.errors import BadInput, BadSite
 from forensics.core.site import parse_site
+from forensics.tracediff.arms import differences_of
+from forensics.tracediff.comparability import compare_runs, config_differences
 from forensics.tracediff.compare import compare_tensor, compare_tensors  # noqa: F401 (library API)
-from forensics.tracediff.traces import TraceRecord
-from forensics.tracediff.verdicts import (  # noqa: F401 (re-exported: the differ's public names)
+from forensics.tracediff.traces import TraceRecord, detect_format, readers
+from forensics.tracediff.divergence import (  # noqa: F401 (re-exported: the differ's public names)
     AFTER_CONTROL_FLOW,
     COLLECTIVE_KINDS,
     CONTROL_FLOW,
@@ -290,8 +294,6 @@ def start_report(a_name: str, b_name: str, fmt: str, run_info_a: dict, run_info_
                  window: int = WINDOW) -> tuple[DiffReport, bool]:
     """An empty report with the comparability of the two runs, and whether order-sensitive digests
     of the two runs can be compared (one algorithm made both)."""
-    from forensics.tracediff.comparability import compare_runs, config_differences  # noqa: PLC0415
-
     report = DiffReport(a=a_name, b=b_name, format=fmt, ranks={}, window=window)
     report.comparability = [d.to_json() for d in compare_runs(run_info_a, run_info_b)]
     report.config_differences = config_differences(report.comparability)
@@ -315,8 +317,6 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
         report.site, report.occurrence = origin.site, origin.occurrence
         report.site_rank, report.site_step = origin.rank, origin.step
     steps = report.ranks[origin.rank].steps if origin is not None else None
-    from forensics.tracediff.arms import differences_of  # noqa: PLC0415
-
     differences = differences_of({"comparability": report.comparability,
                                   "config_differences": report.config_differences}, run_info_a.get("argv"))
     report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps, differences)
@@ -364,8 +364,6 @@ def diff_paths(path_a: Path, path_b: Path, fmt: str = "auto", rank: int | None =
 
 def resolve_reader(path_a: Path, path_b: Path, fmt: str = "auto") -> tuple[str, Any]:
     """``(format, reader)`` for two traces: the given format, or the one both are detected as."""
-    from forensics.tracediff.traces import detect_format, readers  # noqa: PLC0415
-
     for p in (path_a, path_b):
         if not p.exists():
             raise BadInput(p, "no such file or directory")
@@ -533,7 +531,7 @@ def _summary_lines(report: DiffReport) -> list[str]:
 
 
 def _divergence_details(d: Any) -> list[str]:
-    """The lines under a rank's first divergence (a :class:`~forensics.tracediff.verdicts.Divergence`):
+    """The lines under a rank's first divergence (a :class:`~forensics.tracediff.divergence.Divergence`):
     its control-flow region, warnings, input sources."""
     lines = []
     if d.verdict == CONTROL_FLOW and d.control_flow:
@@ -546,8 +544,6 @@ def _divergence_details(d: Any) -> list[str]:
 def _folded_ranks(report: DiffReport) -> list[str]:
     """Many ranks: the counts, pattern, site and next command; then each divergent rank's line;
     then the clean ranks as one line per outcome, and what was passed over counted across ranks."""
-    from collections import Counter  # noqa: PLC0415
-
     diverged = {r: res for r, res in sorted(report.ranks.items()) if res.first_divergence is not None}
     clean = [r for r in sorted(report.ranks) if r not in diverged]
     verdicts = Counter(res.first_divergence.verdict for res in diverged.values())

@@ -10,7 +10,7 @@ Two report kinds are read:
   traces) and that verdict is used; otherwise the site is refused as unproven.
 
 A site is handed to the kernel rerun ONLY for an ORIGIN (inputs matched, outputs differ) whose
-equality rests on full evidence. A RECEIVER (inputs already differed), a CONTROL-FLOW divergence
+equality rests on full evidence. A RECEIVER (inputs already differed), a CONTROL_FLOW divergence
 (no counterpart), an unproven origin, a one-hop-later origin on a trivially deterministic op, or a
 record name that maps to no site is refused with one line.
 
@@ -25,13 +25,17 @@ Record name -> site mapping (docs/formats/megatron.md, docs/formats/debugmode.md
 """
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput, BadSite
-from forensics.core.site import OP_NAMESPACES, parse_site, site_for_record  # noqa: F401 (OP_NAMESPACES re-exported)
+from forensics.core.site import OP_NAMESPACES, gemm_layout_from_strides, parse_site, site_for_record  # noqa: F401 (OP_NAMESPACES, gemm_layout_from_strides re-exported)
+from forensics.core.words import CONTROL_FLOW, INPUTS_UNKNOWN, ORIGIN, RECEIVER
+from forensics.runtime.inputs import loads_json
+from forensics.tracediff.arms import differences_of
 
 
 @dataclass
@@ -65,31 +69,6 @@ class FromReport:
 
 # --------------------------------------------------------------------------- name -> site
 
-def _letter(shape: Any, stride: Any) -> str | None:
-    """cuBLAS letter of one 2-D operand: N when row-major, T when column-major, None otherwise."""
-    if not (isinstance(shape, (list, tuple)) and isinstance(stride, (list, tuple)) and len(shape) == len(stride) == 2):
-        return None
-    (rows, cols), (s0, s1) = shape, stride
-    if s1 == 1 and s0 >= max(cols, 1):
-        return "N"
-    if s0 == 1 and s1 >= max(rows, 1):
-        return "T"
-    return None
-
-
-def gemm_layout_from_strides(mat1: tuple[Any, Any], mat2: tuple[Any, Any]) -> str | None:
-    """Layout letters of ``mat1 @ mat2`` (each ``(shape, stride)``) as cuBLAS sees it.
-
-    PyTorch computes the row-major ``C = mat1 @ mat2`` as the column-major ``C^T = mat2^T mat1^T``,
-    so cuBLAS's A is ``mat2`` and its B is ``mat1``: layout = letter(mat2) + letter(mat1). E.g.
-    ``x @ W.t()`` (a Linear forward) is TN, ``grad_out.t() @ x`` (wgrad) NT, ``grad_out @ W``
-    (dgrad) NN, as in Transformer Engine. None when an operand is not 2-D contiguous either way
-    (PyTorch copies it first).
-    """
-    a, b = _letter(*mat2), _letter(*mat1)
-    return a + b if a and b else None
-
-
 def site_for_name(name: str, gemm: dict | None = None) -> str | None:
     """The site a record name maps to, or None: :func:`forensics.core.site.site_for_record`, the same
     mapping ``forensics diff`` and ``forensics kernel --site`` use."""
@@ -108,8 +87,6 @@ def _load(path: Path) -> dict[str, Any]:
         raise BadInput(path, f"cannot read report: {e}") from None
     if not text.strip():
         raise BadInput(path, "empty report file")
-    from forensics.runtime.inputs import loads_json  # noqa: PLC0415
-
     obj = loads_json(text, path)  # truncated, trailing data or malformed: said as such, with the line
     if not isinstance(obj, dict):
         raise BadInput(path, "report is not a JSON object")
@@ -176,14 +153,14 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
                        "differ); trace two runs of one program", verdict="NOT_COMPARABLE")
     site_rank = rep.get("site_rank")
     origin = firsts.get(site_rank) if isinstance(site_rank, int) else None
-    if origin is None or origin.get("verdict") != "ORIGIN":
-        origins = [(r, d) for r, d in sorted(firsts.items()) if d.get("verdict") == "ORIGIN"]
+    if origin is None or origin.get("verdict") != ORIGIN:
+        origins = [(r, d) for r, d in sorted(firsts.items()) if d.get("verdict") == ORIGIN]
         if not origins:
             r, d = min(firsts.items())
-            what = {"RECEIVER": "a RECEIVER (its inputs already differed: the difference came from upstream or "
+            what = {RECEIVER: "a RECEIVER (its inputs already differed: the difference came from upstream or "
                                 "another rank; widen the window or the ranks)",
-                    "CONTROL_FLOW": "a CONTROL-FLOW divergence (the runs executed different ops; no site to rerun)",
-                    "INPUTS_UNKNOWN": "INPUTS_UNKNOWN (its inputs were not recorded, so the input test cannot tell an "
+                    CONTROL_FLOW: "a CONTROL_FLOW divergence (the runs executed different ops; no site to rerun)",
+                    INPUTS_UNKNOWN: "INPUTS_UNKNOWN (its inputs were not recorded, so the input test cannot tell an "
                                       "origin from a receiver; record them first)"}
             sources = [src for src in d.get("input_sources") or [] if isinstance(src, dict) and src.get("reading")]
             where = "".join(f"; input {src.get('input')}: {src['reading']}" for src in sources[:2])
@@ -198,27 +175,25 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
         why = origin.get("input_evidence") or "sampled/summary/metadata digests, or not observed"
         return _refuse(f"ORIGIN {identity} on rank {site_rank} rests on unproven evidence (inputs equal only by "
                        f"{why}): rerun the trace with order-sensitive full digests around it (`forensics trace "
-                       "--ordered-digests inputs`)", rank=site_rank, verdict="ORIGIN", site=site)
+                       "--ordered-digests inputs`)", rank=site_rank, verdict=ORIGIN, site=site)
     hop = [w for w in origin.get("warnings") or [] if str(w).startswith("one hop later")]
     if hop:
-        return _refuse(f"ORIGIN {identity} on rank {site_rank}: {hop[0]}", rank=site_rank, verdict="ORIGIN", site=site)
+        return _refuse(f"ORIGIN {identity} on rank {site_rank}: {hop[0]}", rank=site_rank, verdict=ORIGIN, site=site)
     if not site:
         return _refuse(f"ORIGIN {identity} on rank {site_rank} (format {fmt}) maps to no site: a record name is a "
                        "site only for GEMM meta or a dispatcher op of a known namespace (docs/formats/megatron.md)",
-                       rank=site_rank, verdict="ORIGIN")
+                       rank=site_rank, verdict=ORIGIN)
     try:
         parse_site(str(site))  # the grammar `forensics kernel --site` accepts, and `diff` names by
     except BadSite as e:
         return _refuse(f"ORIGIN {identity} on rank {site_rank}: the report's site {site!r} is not a site "
-                       f"`forensics kernel --site` accepts ({e})", rank=site_rank, verdict="ORIGIN")
+                       f"`forensics kernel --site` accepts ({e})", rank=site_rank, verdict=ORIGIN)
     occurrence = origin.get("occurrence") if isinstance(origin.get("occurrence"), int) else None
     steps = _steps_arg((ranks.get(str(site_rank)) or {}).get("steps"))
     cmd = command or _traced_command(rep.get("next_command"))
-    res = FromReport(site=site, occurrence=occurrence, rank=site_rank, verdict="ORIGIN", command=None,
+    res = FromReport(site=site, occurrence=occurrence, rank=site_rank, verdict=ORIGIN, command=None,
                      reason=f"ORIGIN {identity} on rank {site_rank} (evidence proven, pattern {rep.get('pattern')})",
                      steps=steps, warnings=list(origin.get("warnings") or []))
-    from forensics.tracediff.arms import differences_of  # noqa: PLC0415
-
     res.differences = differences_of(rep, cmd)
     armed = {f"env.{k.name}" for k in res.differences.knobs if k.b is not None}
     armed |= {"argv"} if res.differences.argv_b else set()
@@ -227,8 +202,6 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
                and d.get("field") not in armed]
     for line in _arm_lines(res.differences):
         res.warnings.append(line)
-    import os  # noqa: PLC0415
-
     for k in res.differences.knobs:  # run A had it unset: every arm inherits this shell's value
         if k.a is None and k.b is not None and os.environ.get(k.name) not in (None, k.a):
             res.warnings.append(f"this shell sets {k.name}={os.environ[k.name]!r}, which run A did not set: the arms "
@@ -295,12 +268,12 @@ def _from_megatron_report(rep: dict[str, Any], path: Path, command: list[str] | 
     kinds = {r: d.get("kind") for r, d in firsts.items()}
     if all(k != "content_mismatch" for k in kinds.values()):
         r = min(kinds)
-        return _refuse(f"first divergence on rank {r} is {kinds[r]}: a CONTROL-FLOW divergence (an event exists on "
-                       "one side only or in another order); no site to rerun", rank=r, verdict="CONTROL_FLOW")
+        return _refuse(f"first divergence on rank {r} is {kinds[r]}: a CONTROL_FLOW divergence (an event exists on "
+                       "one side only or in another order); no site to rerun", rank=r, verdict=CONTROL_FLOW)
     if left and right:
         pa, pb = (_trace_path(p, path.parent) for p in (left, right))
         if pa is not None and pb is not None:
-            from forensics.tracediff.diff import diff_paths  # noqa: PLC0415
+            from forensics.tracediff.diff import diff_paths  # noqa: PLC0415 (the differ: only a Megatron report is re-diffed)
 
             report = diff_paths(pa, pb, fmt="megatron").to_json()
             res = _from_diff_report(report, path, command)

@@ -3,7 +3,7 @@
 A rank's first divergence reads that rank's two files only; the cross-rank part (the pattern, the
 site, the next command) reads every rank's result. So ranks are walked in groups of
 :data:`RANKS_PER_TASK` in worker processes (:func:`forensics.runtime.parallel.run_groups`), their
-:class:`~forensics.tracediff.verdicts.RankResult` objects come back, and the cross-rank part runs
+:class:`~forensics.tracediff.divergence.RankResult` objects come back, and the cross-rank part runs
 once over all of them (:func:`forensics.tracediff.diff.finish_report`): the report is the one a
 single process writes. A worker holds one rank's window at a time; the parent holds the results.
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput, doing
+from forensics.runtime.inputs import read_json
 from forensics.runtime.parallel import rank_span, run_groups, shard_outputs, workers_for
 from forensics.tracediff.diff import (
     REPORT_SCHEMA,
@@ -28,7 +29,8 @@ from forensics.tracediff.diff import (
     resolve_reader,
     start_report,
 )
-from forensics.tracediff.verdicts import RankResult
+from forensics.tracediff.divergence import RankResult
+from forensics.tracediff.traces import native, readers
 from forensics.tracediff.walk import walk_rank
 
 #: Most ranks one worker task walks.
@@ -37,8 +39,6 @@ RANKS_PER_TASK = 16
 
 def _rank_lists(reader: Any, fmt: str, path: Path) -> list[int]:
     if fmt == "native":
-        from forensics.tracediff.traces import native  # noqa: PLC0415
-
         return sorted(native.rank_files(path))
     return sorted(r for r, _ in reader.iter_ranks(path)) if reader.iter_ranks is not None \
         else sorted(reader.read(path).ranks)
@@ -47,8 +47,6 @@ def _rank_lists(reader: Any, fmt: str, path: Path) -> list[int]:
 def _streams(reader: Any, fmt: str, path: Path | dict[int, Path], ranks: list[int]) -> dict[int, Any]:
     """Lazy record streams of some ranks of one trace (``path``: the trace, or its rank files)."""
     if fmt == "native":
-        from forensics.tracediff.traces import native  # noqa: PLC0415
-
         files = path if isinstance(path, dict) else native.rank_files(path)
         return {r: native.open_rank(files[r], r) for r in ranks}
     wanted = set(ranks)
@@ -60,8 +58,6 @@ def _streams(reader: Any, fmt: str, path: Path | dict[int, Path], ranks: list[in
 def walk_group(fmt: str, path_a: Path | dict[int, Path], path_b: Path | dict[int, Path], ranks: list[int], window: int,
                use_ordered: bool) -> dict[int, RankResult]:
     """Walk some ranks of two traces (runs in a worker process; callable in-process too)."""
-    from forensics.tracediff.traces import readers  # noqa: PLC0415
-
     reader = readers()[fmt]
     a = _streams(reader, fmt, path_a if isinstance(path_a, dict) else Path(path_a), ranks)
     b = _streams(reader, fmt, path_b if isinstance(path_b, dict) else Path(path_b), ranks)
@@ -78,7 +74,7 @@ def diff_ranks(path_a: Path, path_b: Path, fmt: str = "auto", window: int = WIND
                ranks: str | None = None, shard: str | None = None, progress: bool = True) -> DiffReport:
     """``forensics diff`` over every rank (or the chosen ones), in worker processes when there are
     more ranks than one task takes and more than one core (``jobs`` 1: in this process)."""
-    from forensics.judge.shards import select_ranks  # noqa: PLC0415
+    from forensics.judge.shards import select_ranks  # noqa: PLC0415 (pandas, and the analysis it runs)
 
     path_a, path_b = Path(path_a), Path(path_b)
     fmt, reader = resolve_reader(path_a, path_b, fmt)
@@ -101,8 +97,6 @@ def diff_ranks(path_a: Path, path_b: Path, fmt: str = "auto", window: int = WIND
             report.ranks.update(walk_group(fmt, path_a, path_b, g, window, use_ordered))
     else:
         if fmt == "native":  # each task gets its ranks' files (no listing of the trace directories per task)
-            from forensics.tracediff.traces import native  # noqa: PLC0415
-
             fa, fb = native.rank_files(path_a), native.rank_files(path_b)
             tasks = [(fmt, {r: fa[r] for r in g}, {r: fb[r] for r in g}, g, window, use_ordered) for g in groups]
         else:
@@ -134,8 +128,6 @@ def shard_reports(where: Path) -> list[Path]:
 
 def merge_reports(path_a: Path, path_b: Path, where: Path, fmt: str = "auto") -> DiffReport:
     """The report of the whole from shards' reports (same traces, same window, disjoint ranks)."""
-    from forensics.runtime.inputs import read_json  # noqa: PLC0415
-
     path_a, path_b = Path(path_a), Path(path_b)
     fmt, reader = resolve_reader(path_a, path_b, fmt)
     info_a, info_b = _run_info(reader, fmt, path_a), _run_info(reader, fmt, path_b)

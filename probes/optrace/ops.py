@@ -5,13 +5,13 @@ OpOverload (:class:`_OpInfo`)."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
 
+from forensics.core.ops import RANDOM as RANDOM_OPS  # one pattern with the differ's
 from probes.optrace.digest import _PLAIN
 
 try:
@@ -67,10 +67,6 @@ METADATA_INPLACE_OPS = frozenset({"set_", "resize_", "resize_as_", "as_strided_"
 RECEIPT_OPS = frozenset({"empty", "set_"})
 #: where torch rebuilds received tensors (``rebuild_tensor``, ``rebuild_storage_fd``...)
 _RECEIPT_FILE = os.path.join("torch", "multiprocessing", "reductions.py")
-#: ops that draw random numbers (besides those with a ``Generator?`` argument): ``rand``, ``randn``,
-#: ``randint``, ``randperm`` and ``native_dropout`` take none and draw from the default generator.
-#: The differ's ``RANDOM_OPS`` (forensics/tracediff/verdicts.py) is the same pattern.
-RANDOM_OPS = re.compile(r"(rand|normal|uniform|bernoulli|dropout|multinomial|exponential|cauchy|geometric|log_normal)")
 #: Ops never recorded (the tracer's own work, or pure metadata queries).
 SKIPPED_OPS = frozenset({"hash_tensor", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel",
                          "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"})

@@ -9,6 +9,8 @@ Readers register themselves with :func:`register_reader`; :func:`detect_format` 
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,11 +154,6 @@ def detect_format(path: Path) -> str | None:
 
 def _load_builtin_readers() -> None:
     """Import the reader modules shipped with forensics (each calls register_reader)."""
-    import importlib
-    import pkgutil
-
-    import forensics.tracediff.traces as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
+    for mod in pkgutil.iter_modules(__path__):
         if not mod.name.startswith("_"):
             importlib.import_module(f"forensics.tracediff.traces.{mod.name}")

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import inspect
 import json
+import math
 import re
 import sys
 from collections import Counter
@@ -38,7 +40,11 @@ from typing import Annotated, Any
 import msgspec
 
 from forensics.core.errors import BadInput, Unavailable
+from forensics.core.ops import GEMM_2D, aten_packet
+from forensics.core.site import gemm_meta_from_strides
+from forensics.runtime.inputs import loads_json
 from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
+from forensics.tracediff.traces import _debugmode_hashes as hashes
 
 FORMAT = "debugmode"
 HEADER_KEY = "forensics_debugmode"
@@ -47,7 +53,6 @@ _RANK = re.compile(r"rank[_-]?(\d+)")
 _TENSOR = re.compile(r"\b(?:dt|ft|t)(?:\$\d+)?: ([a-z0-9]+)\[([^\]]*)\]")
 _OP_LINE = re.compile(r"^(?P<indent> *)(?P<op>[A-Za-z_][\w.]*(?:::[\w.]+)?)\((?P<rest>.*)$")
 _NONFINITE = re.compile(r"(?<![\w.'\"])(-?)(nan|inf)(?![\w.'\"])")
-_GEMM_OPS = re.compile(r"^aten\.(mm|addmm)\.")
 DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "bf16": "bfloat16", "i8": "int8", "i16": "int16",
           "i32": "int32", "i64": "int64", "u8": "uint8", "b8": "bool", "c64": "complex64", "c128": "complex128"}
 NOT_OBSERVED = TensorDigest(evidence="metadata")
@@ -62,8 +67,6 @@ def features() -> dict[str, bool]:
         from torch.utils._debug_mode import DebugMode  # noqa: PLC0415
     except ImportError:
         return {"debug_mode": False}
-    import inspect  # noqa: PLC0415
-
     params = inspect.signature(DebugMode.__init__).parameters
     return {
         "debug_mode": True,
@@ -84,7 +87,7 @@ def _phase_and_strides(func: Any, types: Any, args: Any, kwargs: Any, result: An
     import torch  # noqa: PLC0415
 
     out: dict[str, Any] = {"phase": "backward" if torch._C._current_autograd_node() is not None else "forward"}
-    if _GEMM_OPS.match(str(func)):
+    if aten_packet(str(func)) in GEMM_2D:
         out["operands"] = [[list(a.shape), list(a.stride())] for a in args if isinstance(a, torch.Tensor)]
     return out
 
@@ -176,8 +179,6 @@ SAVE_LOGS_VERSION = 1
 
 def _serialised(value: Any) -> dict[str, Any]:
     """A value as upstream's ``_serialize_debug_value`` writes it (strict JSON, types kept)."""
-    import math  # noqa: PLC0415
-
     if value is None or isinstance(value, (bool, int, str)):
         return {"type": "scalar", "value": value}
     if isinstance(value, float):
@@ -347,15 +348,11 @@ def op_name(raw: str) -> str:
 
 def _record(rank: int, seq: int, name: str, counts: Counter, *, step: int | None, inputs: list[TensorDigest],
             outputs: list[TensorDigest], source: str, extra: dict[str, Any], phase: str | None = None) -> TraceRecord:
-    from forensics.tracediff.from_report import gemm_layout_from_strides  # noqa: PLC0415
-
     counts[name] += 1
     ops = extra.get("operands")
-    if _GEMM_OPS.match(name) and isinstance(ops, list) and len(ops) >= 2 and phase:
-        mats = ops[-2:] if name.startswith("aten.addmm") else ops[:2]
-        layout = gemm_layout_from_strides(tuple(mats[0]), tuple(mats[1]))
-        if layout:
-            extra["gemm"] = {"layout": layout, "acc": int(name.startswith("aten.addmm")), "grad": int(phase == "backward")}
+    gemm = gemm_meta_from_strides(name, ops, phase) if isinstance(ops, list) and phase else None
+    if gemm:
+        extra["gemm"] = gemm
     return TraceRecord(rank=rank, seq=seq, identity=f"{name}:{counts[name]}", name=name,
                        kind="triton" if name.startswith("triton.") else "op", step=step, phase=phase,
                        inputs=inputs, outputs=outputs, source=source, extra=extra)
@@ -451,8 +448,6 @@ def _rank_of(path: Path, default: int = 0) -> int:
 
 def _line_json(line: str, path: Path, no: int) -> Any:
     """Strict JSON (no NaN/Infinity: the dump writes a non-finite norm as text), nesting bounded."""
-    from forensics.runtime.inputs import loads_json  # noqa: PLC0415
-
     try:
         return loads_json(line, path, no)
     except BadInput as e:
@@ -709,8 +704,6 @@ def rank_files(path: Path) -> dict[int, Path]:
 
 
 def _records(file: Path, rank: int) -> list[TraceRecord]:
-    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
-
     if hashes.is_hash_dump(file):
         return hashes.read_hash_dump(file, rank, _record, op_name, WRITE_ONLY)
     if _is_saved_logs(file):
@@ -733,8 +726,6 @@ def run_info(path: Path) -> dict[str, Any]:
     files = rank_files(Path(path))
     first = files[min(files)]
     info: dict[str, Any] = {"producer": "torch.utils._debug_mode.DebugMode", "traced_ranks": sorted(files)}
-    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
-
     if hashes.is_hash_dump(first):
         info.update({"producer": "torch.utils._debug_mode.DebugMode.dump_tensor_hashes", "lacks": list(hashes.LACKS)})
     elif _is_saved_logs(first):
@@ -772,8 +763,6 @@ def _looks_like_dump(path: Path) -> bool:
         first = _first_call_line(path)
     except OSError:
         return False
-    from forensics.tracediff.traces import _debugmode_hashes as hashes  # noqa: PLC0415
-
     if f'"{HEADER_KEY}"' in first or _is_saved_logs(path) or hashes.is_hash_dump(path):
         return True
     body = first.strip()

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput
+from forensics.core.site import GEMM_LAYOUTS, gemm_meta_from_strides
 from forensics.tracediff.traces import Reader, TensorDigest, Trace, TraceRecord, register_reader
 
 FORMAT = "megatron"
@@ -290,22 +291,14 @@ def _role(rec: dict[str, Any]) -> tuple[str, str, int] | None:
 
 def gemm_meta(name: str, metadata: dict[str, Any], inputs: list[dict[str, Any]], phase: str | None) -> dict | None:
     """The ``{"layout", "acc", "grad"}`` a record names (see module docstring), or None."""
-    from forensics.tracediff.from_report import gemm_layout_from_strides  # noqa: PLC0415 (no cycle at import time)
-
     g = metadata.get("gemm")
-    if isinstance(g, dict) and g.get("layout") in ("NN", "NT", "TN", "TT"):
+    if isinstance(g, dict) and g.get("layout") in GEMM_LAYOUTS:
         return {"layout": g["layout"], "acc": int(bool(g.get("acc", 0))), "grad": int(bool(g.get("grad", 0)))}
     leaf = name.rsplit(".", 1)[-1]
     if leaf in TE_GEMM_ROLES:
         layout, grad = TE_GEMM_ROLES[leaf]
         return {"layout": layout, "acc": int(bool(metadata.get("accumulate", 0))), "grad": grad}
-    if re.match(r"^aten\.(mm|addmm)\b", name) and len(inputs) >= 2:
-        strides = [(t.get("shape"), t.get("stride")) for t in inputs]
-        mats = strides[-2:] if name.startswith("aten.addmm") else strides[:2]
-        layout = gemm_layout_from_strides(*mats)
-        if layout:
-            return {"layout": layout, "acc": int(name.startswith("aten.addmm")), "grad": int(phase == "backward")}
-    return None
+    return gemm_meta_from_strides(name, [(t.get("shape"), t.get("stride")) for t in inputs], phase)
 
 
 @dataclass

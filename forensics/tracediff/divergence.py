@@ -1,4 +1,5 @@
-"""The verdict words of ``forensics diff`` and the records that carry them.
+"""One record pair's verdict (:func:`judge`) and the records that carry it (:class:`Divergence`,
+:class:`RankResult`); the words are :mod:`forensics.core.words`'s.
 
 A rank's first divergence gets exactly one verdict, from the input test (docs/method.md):
 
@@ -16,43 +17,25 @@ verdict ``AFTER_CONTROL_FLOW``: never an origin, since the two runs no longer di
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from forensics.core.site import site_for_record
+from forensics.core import ops
+from forensics.core.site import is_gemm_label, site_for_record
 from forensics.tracediff.compare import DIFFER, EQUAL, EXACT_ENTRIES, LAYOUTS_DIFFER, SCREEN, UNOBSERVED, UNPROVEN, ListTest
 from forensics.tracediff.traces import TensorDigest, TraceRecord
 
-ORIGIN, RECEIVER, CONTROL_FLOW = "ORIGIN", "RECEIVER", "CONTROL_FLOW"
-INPUTS_UNKNOWN, AFTER_CONTROL_FLOW = "INPUTS_UNKNOWN", "AFTER_CONTROL_FLOW"
-PROVEN, UNPROVEN_EVIDENCE, NO_EVIDENCE = "proven", "unproven", "none"
+from forensics.core.words import (
+    AFTER_CONTROL_FLOW,
+    CONTROL_FLOW,
+    INPUTS_UNKNOWN,
+    NO_EVIDENCE,
+    ORIGIN,
+    PROVEN,
+    RECEIVER,
+    UNPROVEN_EVIDENCE,
+)
 
-#: Ops whose outputs are uninitialised memory: a difference there is a probe artifact.
-UNINITIALISED_OPS = re.compile(r"(^|\.)(empty|empty_like|empty_strided|empty_permuted|new_empty|new_empty_strided)(\.|$)")
-#: Ops whose output holds bytes the record does not hold as an input. ``Tensor.set_(storage, ...)``
-#: points a tensor at a storage: a DataLoader worker's batch arrives in the training process this
-#: way (rebuilt from shared memory written by the worker, in the order the workers finish), and so
-#: does any tensor set onto a storage filled outside the traced ops. ``torch.from_file`` reads a file.
-EXTERNAL_DATA_OPS = re.compile(r"(^|\.)(set_\.source_Storage|from_file(\.|$))")
-#: Resizes: a resize that grows a tensor leaves its new elements uninitialised (an artifact then).
-RESIZE_OPS = re.compile(r"(^|\.)(resize_|resize_as_)(\.|$)")
-#: Outputs that are a library's opaque workspace, kept for the backward pass (by op base name: the
-#: indexes of those outputs): oneDNN's and cuDNN's RNN workspaces hold scratch the library never
-#: initialises in full, so identical runs differ there while the op's real outputs match.
-WORKSPACE_OUTPUTS = {"mkldnn_rnn_layer": frozenset({3}), "_cudnn_rnn": frozenset({3}), "miopen_rnn": frozenset({3})}
-#: Copies that may be read by the tracer while still in flight when ``non_blocking=True``.
-ASYNC_COPY_OPS = re.compile(r"(^|\.)(_to_copy|copy_|copy|to)(\.|$)")
-#: Ops that cannot by themselves make a difference from equal inputs (one-hop-later rule).
-TRIVIAL_OPS = frozenset({
-    "view", "_unsafe_view", "reshape", "slice", "select", "narrow", "expand", "t", "transpose",
-    "permute", "squeeze", "unsqueeze", "flatten", "unflatten", "split", "split_with_sizes", "chunk",
-    "unbind", "as_strided", "alias", "detach", "clone", "contiguous", "_reshape_alias", "view_as",
-    "add", "add_", "sub", "sub_", "mul", "mul_", "neg", "cat", "stack", "fill_", "zero_", "zeros_like",
-    "ones_like", "lift_fresh", "copy_", "_to_copy", "to",
-})
-#: Ops whose output depends on generator state, not only on their tensor inputs.
-RANDOM_OPS = re.compile(r"(rand|normal|uniform|bernoulli|dropout|multinomial|exponential|cauchy|geometric|log_normal)")
 #: Record kinds whose outputs also depend on other ranks' data.
 COLLECTIVE_KINDS = frozenset({"collective"})
 #: Record kinds that are boundaries of the program, never a kernel site.
@@ -183,26 +166,20 @@ def site_of(rec: TraceRecord) -> str | None:
     return site_for_record(rec.name, gemm)
 
 
-def base_op(name: str) -> str:
-    """``aten.add_.Tensor`` -> ``add_``; ``add`` -> ``add``."""
-    parts = name.split(".")
-    return parts[1] if len(parts) >= 2 and parts[0] in ("aten", "prims", "c10d", "_c10d_functional") else parts[0]
-
-
 def artifact_reason(rec: TraceRecord) -> str | None:
     """Why a record's output difference is a known probe artifact, or None."""
-    if UNINITIALISED_OPS.search(rec.name):
+    if ops.UNINITIALISED.search(rec.name):
         return "uninitialised memory (empty*): its bits are whatever was there"
-    if ASYNC_COPY_OPS.search(rec.name) and bool(rec.extra.get("non_blocking")):
+    if ops.ASYNC_COPY.search(rec.name) and bool(rec.extra.get("non_blocking")):
         return "non_blocking copy read while possibly in flight"
-    if RESIZE_OPS.search(rec.name) and _grew(rec):
+    if ops.RESIZE.search(rec.name) and _grew(rec):
         return "resize_ grew the tensor: its new elements are uninitialised memory"
     return None
 
 
 def workspace_reason(rec: TraceRecord, differing: list[int]) -> str | None:
     """Why a record whose only differing outputs are a library's opaque workspace is an artifact."""
-    slots = WORKSPACE_OUTPUTS.get(base_op(rec.name))
+    slots = ops.WORKSPACE_OUTPUTS.get(ops.packet(rec.name))
     if slots and differing and set(differing) <= slots:
         return ("a library's workspace output (kept for the backward pass; scratch the library does not initialise "
                 "in full): the op's real outputs match")
@@ -258,7 +235,7 @@ def _grew(rec: TraceRecord) -> bool:
 def external_reason(rec: TraceRecord) -> str | None:
     """Why a record's output is data from outside the traced ops (so a difference there is no
     origin, and no probe artifact either: the ops that read the data compare it), or None."""
-    if EXTERNAL_DATA_OPS.search(rec.name):
+    if ops.EXTERNAL_DATA.search(rec.name):
         if "from_file" in rec.name:
             return "a tensor read from a file: its bytes were written outside the traced ops; the ops that read them compare the data"
         return ("a tensor set onto a storage: its bytes were written outside the traced ops (a DataLoader "
@@ -417,12 +394,12 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
         verdict = RECEIVER
         warnings.append("collective with matching local inputs: the difference came from another rank's "
                         "contribution (or the collective's own reduction order if every rank's inputs matched)")
-    base = base_op(a.name)
-    if verdict == ORIGIN and base in TRIVIAL_OPS:
+    base = ops.packet(a.name)
+    if verdict == ORIGIN and base in ops.TRIVIAL:
         warnings.append(f"one hop later: {base} cannot change bits by itself from equal inputs; the producer "
                         "above it is uninstrumented (a kernel that bypasses the dispatcher). Add a probe there")
     if verdict == ORIGIN and (any(_is_generator(a, i) for i in range(len(a.inputs)))
-                              or (RANDOM_OPS.search(base) and not base.endswith("_backward"))):
+                              or (ops.RANDOM.search(base) and not base.endswith("_backward"))):
         if any(_is_generator(a, i) for i in range(len(a.inputs))):
             warnings.append("random op: the state of the generator it drew from matched (recorded as an input): "
                             "the difference is not in where its random numbers came from")
@@ -437,7 +414,7 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
                         "equal tensors when its reduction order changes")
     site = site_of(a)
     occurrence = None
-    if site and site.startswith("gemm:"):
+    if is_gemm_label(site):
         occurrence = gemm_occurrence or None
     elif site:
         occurrence = occurrence_of(a.identity)
@@ -483,6 +460,6 @@ def after_control_flow(d: Divergence) -> Divergence:
 
 __all__ = [
     "AFTER_CONTROL_FLOW", "CONTROL_FLOW", "INPUTS_UNKNOWN", "ORIGIN", "RECEIVER", "Divergence", "RankResult",
-    "artifact_reason", "external_reason", "workspace_reason", "base_op", "control_flow", "judge", "site_of", "UNPROVEN",
+    "artifact_reason", "external_reason", "workspace_reason", "control_flow", "judge", "site_of", "UNPROVEN",
     "grown_only", "grown_outputs", "grown_reason", "grown_warning",
 ]
