@@ -28,6 +28,7 @@ from typing import Any
 
 from forensics.core.formats import sites as sites_format
 from forensics.core.ops import GEMM_WITH_SELF
+from forensics.core.site import split_label
 from probes import forks
 from probes.config import ProbeConfig
 from probes.gemm_naming import GEMM_OPS, backward_gemm, name_gemm, te_site
@@ -76,12 +77,7 @@ def open_exclusive(folder: Path, stem: str, suffix: str):
 
 
 def _selection(site: str | None) -> tuple[str | None, int | None]:
-    if not site:
-        return None, None
-    if "#" in site:
-        s, n = site.rsplit("#", 1)
-        return s, int(n) if n.isdigit() else None
-    return site, None
+    return split_label(site) if site else (None, None)
 
 
 class SiteProbe:

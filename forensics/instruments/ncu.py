@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput
+from forensics.core.site import split_label
 from forensics.instruments.base import CUDA, LAUNCHES, Family, Head, Instrument, OwnPass, Switch
 from probes.sites import NVTX_DOMAIN  # the site probe's NVTX domain, where its start/end ranges are
 
@@ -33,7 +34,7 @@ def ncu_nvtx_include(site: str) -> str:
     Start/end ranges are written ``Domain@Range`` (no trailing ``/``, which would mean push/pop);
     a whole site needs a regex over its occurrences.
     """
-    if "#" in site:
+    if split_label(site)[1] is not None:  # one occurrence
         return f"{NVTX_DOMAIN}@{site}"
     return f"regex:{NVTX_DOMAIN}@{re.escape(site)}#[0-9]+"
 
