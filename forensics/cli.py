@@ -158,12 +158,11 @@ def _internal(e: BaseException, command: str, args: list[str]) -> int:
 
 
 def _quiet_pandas_warnings() -> None:
-    try:
-        from pandas.errors import PerformanceWarning, SettingWithCopyWarning  # noqa: PLC0415
-    except ImportError:
-        return
-    warnings.simplefilter("ignore", PerformanceWarning)
-    warnings.simplefilter("ignore", SettingWithCopyWarning)
+    """pandas' PerformanceWarning and SettingWithCopyWarning, matched by their text: importing
+    ``pandas.errors`` for their classes would load pandas (~0.5 s) for every command, even
+    ``--version``."""
+    warnings.filterwarnings("ignore", message="DataFrame is highly fragmented")
+    warnings.filterwarnings("ignore", message=r"\s*A value is trying to be set on a copy of a slice")
 
 
 def _exit(code: int, argv: list[str] | None) -> int:
