@@ -148,9 +148,10 @@ def register(app: typer.Typer) -> None:
                                    arm_commands=arm_commands)
             except ValueError as e:
                 _usage(str(e))
-            typer.echo(describe_plan(plan))
-            typer.echo("\n(dry run: nothing was started; an existing --out is refused unless --force, the default "
-                       "folder gets a -2, -3... suffix)")
+            from forensics.runtime.console import echo_plain, make_console  # noqa: PLC0415
+
+            echo_plain(make_console(), describe_plan(plan) + "\n\n(dry run: nothing was started; an existing --out is "
+                       "refused unless --force, the default folder gets a -2, -3... suffix)")
             raise typer.Exit(EXIT_OK)
         try:
             with replacing(named_out, force=force, flag="--out", what="capture"):
