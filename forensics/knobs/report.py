@@ -70,6 +70,28 @@ def to_json(report: KnobReport) -> dict[str, Any]:
     return out
 
 
+#: ``knob --as csv|markdown``: one row per finding, Python (read, write, unresolved, mention) and
+#: shared library (contains the name, cannot tell).
+ROW_COLUMNS = ["kind", "where", "line", "in", "form", "default", "feeds"]
+
+
+def knob_rows(report: KnobReport) -> tuple[list[str], list[list]]:
+    """Every finding of the static scan as rows (the tables' content, never truncated); a library's
+    ``form`` is its environment imports and ``feeds`` the strings around the name in it."""
+    rows: list[list] = []
+    s = report.scan
+    for kind in (READ, WRITE, UNRESOLVED, MENTION):
+        for f in s.findings(kind):
+            rows.append([f"python {kind}", f.file, f.line, f.scope, f.form + (f" ({f.note})" if f.note else ""),
+                         f.default or "", f.feeds or ""])
+    for lib in s.libraries:
+        hit = (lib.names or lib.hits or [None])[0]
+        near = " | ".join(hit.before[-2:] + [f"<{hit.string}>"] + hit.after[:2]) if hit is not None else ""
+        rows.append([f"library {lib.verdict}", lib.file, "", ", ".join(lib.sections), ", ".join(lib.env_imports),
+                     "", near])
+    return ROW_COLUMNS, rows
+
+
 def _table(console: Console, title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     """Print a table of plain text (never read as rich markup: paths and code hold brackets) fitted to
     the width (a terminal's, 100 columns piped): constant columns said once, else ``key: value``
