@@ -37,7 +37,7 @@ from forensics.judge.arm_evidence import Evidence, load_evidence
 from forensics.core.redact import Redactor, redact_obj
 from forensics.runtime.atomic import OutputExists, atomic_output, refuse_existing  # noqa: F401 - OutputExists re-exported
 from forensics.core.errors import BadInput, doing
-from forensics.evidence.repro import gemm_problem, render_repro, repro_knobs
+from forensics.evidence.repro import conv_problem, gemm_problem, render_repro, repro_knobs, repro_threads
 from forensics.core.site import Occurrence, parse_site_or_occurrence, split_label
 from forensics.judge.verdicts import (
     ArmComparison,
@@ -783,9 +783,12 @@ def _repro(ev: Evidence, bundle: Bundle) -> str:
     calls = ev.call_rows(arm, row["rank"], label)
     call = calls[0] if calls else None
     device = (bundle.environment.get(arm) or {}).get("device")
-    problem = gemm_problem(label, row.to_dict(), call, device)
+    knobs = repro_knobs(arm_knobs(ev, arm))
+    problem = gemm_problem(label, row.to_dict(), call, device) or conv_problem(label, row.to_dict(), device)
+    if problem is not None:  # the thread count splits a CPU reduction: the repro runs at the captured one
+        problem.threads, problem.threads_source = repro_threads(calls, arm_knobs(ev, arm))
     seen = None
-    if problem is None and calls:
+    if calls and not hasattr(problem, "m"):  # not a GEMM: name the library calls captured under the op
         from forensics.judge.cpu import describe_calls  # noqa: PLC0415
 
         by_inst: dict[str, list[dict[str, Any]]] = {}
@@ -793,4 +796,4 @@ def _repro(ev: Evidence, bundle: Bundle) -> str:
             by_inst.setdefault(str(c.get("instrument")), []).append(c)
         seen = "; ".join(f"{inst}: {describe_calls(pd.DataFrame(rows), inst)}" if inst in ("onednn", "mkl")
                          else f"{inst}: {len(rows)} call(s)" for inst, rows in by_inst.items())
-    return render_repro(problem, repro_knobs(arm_knobs(ev, arm)), arm, bundle.capture, label, seen)
+    return render_repro(problem, knobs, arm, bundle.capture, label, seen)
