@@ -87,6 +87,8 @@ class Bundle:
     sections: list[dict[str, Any]] = field(default_factory=list)  # {"title", "markdown", "data"} from other tools
     #: "cpu" when the capture's instruments are the CPU backend's (profiler, oneDNN, oneMKL logs), else "cuda"
     device: str = "cuda"
+    #: CPU: what torch.profiler recorded inside each occurrence nothing could be NAMED at (op, count)
+    profiler_ops: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,6 +102,7 @@ class Bundle:
             "toggles": self.toggles.to_dict(), "environment": self.environment,
             "missing": self.missing, "notes": self.notes,
             "sections": [{"title": x.get("title"), "data": x.get("data")} for x in self.sections],
+            "profiler_ops": self.profiler_ops,
         }
 
 
@@ -180,6 +183,10 @@ def collect(capture_dir: str | Path | Evidence, site: str | None = None) -> tupl
         counts=counts.reset_index(drop=True), kernels=kernels, problems=problems,
         environment=_environment(ev), missing=missing,
         notes=list(getattr(an, "notes", []) or []), device=_device(ev))
+    if an is not None and bundle.device == "cpu":  # where nothing is NAMED: what the profiler saw there
+        from forensics.judge.report import profiler_ops_at  # noqa: PLC0415 (reads the profiler traces again)
+
+        bundle.profiler_ops = [d for d in profiler_ops_at(an) if split_label(d["occurrence"])[0] == site]
     return bundle, ev
 
 
@@ -446,8 +453,15 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     elif b.kernels.empty:
         out.append("No instrument attributed a kernel launch to this site (no CUPTI/nsys/Kineto/ncu record "
                    "tied to its occurrences): the kernel is unknown, not guessed.\n")
-    out.append(_md_table(b.kernels, ["arm", "family", "launches", "grid", "block", "instrument", "mangled",
-                                     "demangled"]))
+    if b.kernels.empty and cpu and b.profiler_ops:
+        out.append("What torch.profiler recorded inside each occurrence, on its thread (nested ops included; the "
+                   "profiler's word only, no second instrument logs these ops, so none of them is NAMED):\n")
+        out.append(_md_table(pd.DataFrame([{"occurrence": d["occurrence"], "arm": d["arm"], "rank": d["rank"],
+                                            "op": o["op"], "count": o["count"]}
+                                           for d in b.profiler_ops for o in d["ops"]]), max_rows=200))
+    elif not (b.kernels.empty and cpu):
+        out.append(_md_table(b.kernels, ["arm", "family", "launches", "grid", "block", "instrument", "mangled",
+                                         "demangled"]))
 
     out.append("## Problem and algo descriptors\n")
     if cpu:

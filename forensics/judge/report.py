@@ -37,6 +37,9 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
         console.print(f"[yellow]not recognised:[/yellow] {len(odd) - MAX_UNREAD_SHOWN} more files, listed in analysis.json "
                       "(not_read)")
     noun = what_is_named(an)
+    if noun[1] != "kernel":  # the CPU: what the profiler saw where nothing could be NAMED (its word only)
+        for line in profiler_ops_lines(profiler_ops_at(an)):
+            console.print(escape(line), markup=False)
     if not len(an.verdicts):
         why = ": the files read hold none (the notes above say why)" if an.notes else ""
         console.print(f"[yellow]no {noun[0]} to judge{why}[/yellow]")
@@ -125,6 +128,61 @@ def verdict_rows(an: Analysis, max_rows: int | None = None, styled: bool = False
             f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]" if styled else str(r.verdict)]
             + ([str(r.kernel), str(getattr(r, "reason", "") or "")] if all_columns else []))
     return cols, rows
+
+
+#: Ops listed per unnameable occurrence (the most frequent first; the rest counted in one line).
+PROFILER_OPS_SHOWN = 12
+
+
+def profiler_ops_at(an: Analysis) -> list[dict]:
+    """What torch.profiler recorded inside each site occurrence that has no verdict row (an op no
+    second instrument logs: ATen's own reductions, elementwise ops): per (arm, rank, occurrence),
+    every op the profiler saw inside the occurrence's range on its thread, nested ones included,
+    with its count. The profiler's word only: this names nothing, it shows what there was to see."""
+    from parsers import kineto  # noqa: PLC0415 (read only for a site nothing could be NAMED at)
+
+    if not len(an.sites) or "label" not in an.sites.columns:
+        return []
+    judged = set()
+    if len(an.verdicts):
+        judged = {(str(r.arm), int(r.rank), str(r.scope)) for r in an.verdicts.itertuples(index=False)}
+    wanted: dict[tuple[str, int], set[str]] = {}
+    for r in an.sites[["arm", "rank", "label"]].drop_duplicates().itertuples(index=False):
+        key = (str(r.arm), int(r.rank))
+        if (key[0], key[1], str(r.label)) not in judged:
+            wanted.setdefault(key, set()).add(str(r.label))
+    out: list[dict] = []
+    for f in an.capture.files:
+        labels = wanted.get((str(f.arm), int(f.rank) if f.rank is not None else -1))
+        if f.instrument != "torch_profiler" or not labels:
+            continue
+        trace = kineto.read_trace(f.path)
+        ops, ann = trace.cpu_ops, trace.annotations
+        if not len(ann) or not len(ops):
+            continue
+        for a in ann[ann["name"].isin(labels)].itertuples(index=False):
+            end = a.end_ns if a.end_ns is not None and a.end_ns == a.end_ns else None
+            inside = ops[(ops["tid"] == a.tid) & (ops["start_ns"] >= a.start_ns)
+                         & ((ops["end_ns"] <= end) if end is not None else True)]
+            counts = inside["name"].astype(str).value_counts(sort=False)
+            ranked = sorted(((str(n), int(c)) for n, c in counts.items()), key=lambda nc: (-nc[1], nc[0]))
+            out.append({"arm": str(f.arm), "rank": int(f.rank), "occurrence": str(a.name), "file": str(f.path),
+                        "ops": [{"op": n, "count": c} for n, c in ranked]})
+    return sorted(out, key=lambda d: (d["occurrence"], d["arm"], d["rank"]))
+
+
+def profiler_ops_lines(seen: list[dict]) -> list[str]:
+    """``profiler_ops_at`` as text lines: arms that saw the same ops at an occurrence said once."""
+    lines: list[str] = []
+    groups: dict[tuple, list[str]] = {}
+    for d in seen:
+        key = (d["occurrence"], tuple((o["op"], o["count"]) for o in d["ops"]))
+        groups.setdefault(key, []).append(f"{d['arm']} rank {d['rank']}")
+    for (occ, ops), who in groups.items():
+        shown = ", ".join(f"{op} x{n}" for op, n in ops[:PROFILER_OPS_SHOWN])
+        more = f", and {len(ops) - PROFILER_OPS_SHOWN} more op(s)" if len(ops) > PROFILER_OPS_SHOWN else ""
+        lines.append(f"profiler at {occ} ({', '.join(who)}): {shown or 'no op recorded inside its range'}{more}")
+    return lines
 
 
 def what_is_named(an: Analysis) -> tuple[str, str]:
