@@ -386,7 +386,7 @@ def _cell(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
-def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
+def render_report(b: Bundle, plot_note: str, plot_name: str | None, arms_picture: bool = False) -> str:
     """report.md: one section per question, in the order a reader asks them."""
     from forensics.judge.analysis import CONFLICT, NAMED  # noqa: PLC0415
 
@@ -528,6 +528,8 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     out.append("## Plot\n")
     alt = "implementation-op executions per arm" if cpu else "kernel launches per arm"
     out.append(f"![{alt}]({plot_name})\n" if plot_name else f"No plot: {plot_note}\n")
+    if arms_picture:
+        out.append("![the arms side by side per occurrence: implementation, algo, bits vs the baseline](arms.svg)\n")
 
     out.append("## Files\n")
     raw = ("site JSONL, the oneDNN and oneMKL lines of its calls" if cpu
@@ -661,8 +663,13 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
         if plot_path is not None:
             plot_name = "launches.png"
             members[plot_name] = plot_path.read_bytes()
+        from forensics.evidence.plots import arms_svg  # noqa: PLC0415
+
+        svg = arms_svg(bundle.comparison, f"{bundle.site}: the arms side by side per occurrence ({bundle.capture})")
+        if svg is not None:  # hand-written SVG: no dependency, every bundle with a comparison has it
+            members["arms.svg"] = red.text(svg).encode()
     with doing("rendering the bundle members"):
-        members["report.md"] = red.text(render_report(bundle, note, plot_name)).encode()
+        members["report.md"] = red.text(render_report(bundle, note, plot_name, "arms.svg" in members)).encode()
         members["evidence.json"] = (json.dumps(red.obj(bundle.to_json()), indent=1, default=str)
                                     + "\n").encode()
         members["manifest.yaml"] = yaml.safe_dump(red.obj(ev.manifest), sort_keys=False,
@@ -775,6 +782,10 @@ def _verify(members: dict[str, bytes], red: Redactor, top: str) -> None:
                 yaml.safe_load(text)
             elif name == "repro.py":
                 compile(text, "repro.py", "exec")
+            elif name.endswith(".svg"):
+                import xml.etree.ElementTree as ET  # noqa: PLC0415 (only a bundle with a picture)
+
+                ET.fromstring(text)
             elif name.endswith(".jsonl"):
                 for line in text.splitlines():
                     if line.lstrip().startswith("{"):

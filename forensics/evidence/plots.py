@@ -52,3 +52,69 @@ def plot_launches(launches: pd.DataFrame, path: str | Path, title: str, device: 
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path, ""
+
+
+#: Cell colours of the arms picture: what the arm's occurrence is, compared with the baseline's.
+_FILL = {"same": "#e8f5e9", "differs": "#ffebee", "base": "#eeeeee", "none": "#ffffff"}
+
+
+def arms_svg(comparison, title: str) -> str | None:
+    """The arms side by side per occurrence, as SVG written by hand (no dependency): one row per
+    (rank, occurrence), one column per arm (the baseline first), each cell the implementation or
+    kernel the arm ran there, its algo, and whether its bits equal the baseline's. A cell is red
+    where the arm differs from the baseline (kernel, algo or bits), green where it is the same,
+    grey for the baseline. None when no pair has an occurrence to show."""
+    from xml.sax.saxutils import escape  # noqa: PLC0415
+
+    pairs = [p for p in comparison.pairs if len(p.occurrences)]
+    if not pairs:
+        return None
+    arms = [comparison.baseline] + [p.arm for p in pairs]
+    cells: dict[tuple, dict[str, dict[str, str]]] = {}
+    for p in pairs:
+        for r in p.occurrences.to_dict("records"):
+            key = (str(r.get("rank")), str(r.get("label")))
+            row = cells.setdefault(key, {})
+            impl_b = r.get("implementation_baseline") or r.get("kernel_baseline")
+            impl_a = r.get("implementation_arm") or r.get("kernel_arm")
+            row.setdefault(p.baseline, {"impl": _txt(impl_b), "algo": _txt(r.get("algo_baseline")), "bits": "baseline",
+                                        "fill": "base"})
+            differs = (r.get("bits_differ") is True or _txt(impl_a) != _txt(impl_b)
+                       or _txt(r.get("algo_arm")) != _txt(r.get("algo_baseline")))
+            bits = {True: "bits DIFFER", False: "bits equal"}.get(r.get("bits_differ"), "bits not compared")
+            row[p.arm] = {"impl": _txt(impl_a), "algo": _txt(r.get("algo_arm")),
+                          "bits": f"{bits}: {r.get('classification')}", "fill": "differs" if differs else "same"}
+    col_w, row_h, head_w, top = 400, 64, 200, 56
+    width, height = head_w + col_w * len(arms) + 10, top + row_h * len(cells) + 10
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="monospace" font-size="11">',
+           f'<title>{escape(title)}</title>',
+           f'<text x="8" y="18" font-size="13">{escape(title)}</text>']
+    for j, arm in enumerate(arms):
+        x = head_w + j * col_w
+        out.append(f'<text x="{x + 6}" y="{top - 10}" font-weight="bold">{escape(arm)}'
+                   f'{" (baseline)" if j == 0 else ""}</text>')
+    for i, (key, row) in enumerate(sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1]))):
+        y = top + i * row_h
+        out.append(f'<text x="8" y="{y + 20}">rank {escape(key[0])}</text>')
+        out.append(f'<text x="8" y="{y + 36}">{escape(key[1])}</text>')
+        for j, arm in enumerate(arms):
+            x = head_w + j * col_w
+            c = row.get(arm) or {"impl": "-", "algo": "-", "bits": "not in this arm", "fill": "none"}
+            out.append(f'<g class="cell" data-arm="{escape(arm)}" data-occurrence="{escape(key[1])}" '
+                       f'data-rank="{escape(key[0])}">')
+            out.append(f'<rect x="{x}" y="{y}" width="{col_w - 4}" height="{row_h - 4}" fill="{_FILL[c["fill"]]}" '
+                       'stroke="#999"/>')
+            for k, (field, text) in enumerate((("impl", c["impl"]), ("algo", c["algo"]), ("bits", c["bits"]))):
+                out.append(f'<text x="{x + 4}" y="{y + 16 + 16 * k}" class="{field}">{escape(_clip(text, 62))}</text>')
+            out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _txt(v) -> str:  # noqa: ANN001
+    return "-" if v is None or (isinstance(v, float) and v != v) or str(v) in ("", "None", "<NA>", "nan") else str(v)
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
