@@ -386,7 +386,8 @@ def _cell(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
-def render_report(b: Bundle, plot_note: str, plot_name: str | None, arms_picture: bool = False) -> str:
+def render_report(b: Bundle, plot_note: str, plot_name: str | None, arms_picture: bool = False,
+                  sweep_chart: bool = False) -> str:
     """report.md: one section per question, in the order a reader asks them."""
     from forensics.judge.analysis import CONFLICT, NAMED  # noqa: PLC0415
 
@@ -530,6 +531,8 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None, arms_picture
     out.append(f"![{alt}]({plot_name})\n" if plot_name else f"No plot: {plot_note}\n")
     if arms_picture:
         out.append("![the arms side by side per occurrence: implementation, algo, bits vs the baseline](arms.svg)\n")
+    if sweep_chart:
+        out.append("![the batch-size table: the first m rows' bits vs the full call's, per row count](sweep-chart.svg)\n")
 
     out.append("## Files\n")
     raw = ("site JSONL, the oneDNN and oneMKL lines of its calls" if cpu
@@ -668,8 +671,15 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
         svg = arms_svg(bundle.comparison, f"{bundle.site}: the arms side by side per occurrence ({bundle.capture})")
         if svg is not None:  # hand-written SVG: no dependency, every bundle with a comparison has it
             members["arms.svg"] = red.text(svg).encode()
+        if "sweep.json" in sweep_members:  # kernel --rows: the batch-size table as a chart
+            from forensics.evidence.plots import sweep_svg  # noqa: PLC0415
+
+            chart = sweep_svg(json.loads(sweep_members["sweep.json"]))
+            if chart is not None:
+                members["sweep-chart.svg"] = red.text(chart).encode()
     with doing("rendering the bundle members"):
-        members["report.md"] = red.text(render_report(bundle, note, plot_name, "arms.svg" in members)).encode()
+        members["report.md"] = red.text(render_report(bundle, note, plot_name, "arms.svg" in members,
+                                                      "sweep-chart.svg" in members)).encode()
         members["evidence.json"] = (json.dumps(red.obj(bundle.to_json()), indent=1, default=str)
                                     + "\n").encode()
         members["manifest.yaml"] = yaml.safe_dump(red.obj(ev.manifest), sort_keys=False,

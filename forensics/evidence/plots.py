@@ -118,3 +118,48 @@ def _txt(v) -> str:  # noqa: ANN001
 
 def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def sweep_svg(data: dict) -> str | None:
+    """The batch-size table of a ``kernel --rows`` sweep (its sweep.json) as a chart, SVG written by
+    hand: one band per setting (as run, then each knob value), one cell per row count, green where
+    the shared rows' bits equal the full call's, red where they differ, grey where not checked; the
+    implementation is written under a cell where it changes from the previous size, and each band
+    is headed with its verdict. None when the sweep has no table."""
+    from xml.sax.saxutils import escape  # noqa: PLC0415
+
+    tables = [(k, t) for k, t in (data.get("tables") or {}).items() if isinstance(t, dict) and t.get("rows")]
+    if not tables:
+        return None
+    sizes = sorted({int(r["rows"]) for _, t in tables for r in t["rows"]})
+    cell_w, cell_h, left, top, band = 64, 28, 150, 48, 96
+    width = max(left + cell_w * len(sizes) + 20, 8 + 7 * 160)  # room for a band's verdict line
+    height = top + band * len(tables) + 20
+    title = f"{data.get('site')} ({data.get('op')}): the first m rows vs the full call, per row count m"
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           'font-family="monospace" font-size="11">', f"<title>{escape(title)}</title>",
+           f'<text x="8" y="18" font-size="13">{escape(title)}</text>']
+    for i, (setting, t) in enumerate(tables):
+        y = top + i * band
+        head = _clip(f'{setting}: {t.get("verdict_line") or t.get("verdict") or ""}', 160)
+        out.append(f'<text x="8" y="{y + 12}" font-weight="bold">{escape(head)}</text>')
+        by = {int(r["rows"]): r for r in t["rows"]}
+        last = None
+        for j, m in enumerate(sizes):
+            x = left + j * cell_w
+            r = by.get(m)
+            eq = None if r is None else r.get("equal")
+            fill = {True: "#e8f5e9", False: "#ffebee"}.get(eq, "#eeeeee")
+            word = {True: "EQUAL", False: "DIFFER"}.get(eq, "-")
+            out.append(f'<g class="size" data-setting="{escape(str(setting))}" data-rows="{m}" data-equal="{eq}">')
+            out.append(f'<rect x="{x}" y="{y + 20}" width="{cell_w - 4}" height="{cell_h}" fill="{fill}" stroke="#999"/>')
+            out.append(f'<text x="{x + 4}" y="{y + 32}" class="rows">m={m}</text>')
+            out.append(f'<text x="{x + 4}" y="{y + 44}" class="bits">{word}</text>')
+            impl = None if r is None else str(r.get("implementation") or "-")
+            if impl is not None and impl != last:
+                out.append(f'<text x="{x + 2}" y="{y + 62 + 12 * (j % 2)}" font-size="9" class="implementation">'
+                           f'{escape(_clip(impl, 40))}</text>')
+                last = impl
+            out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
