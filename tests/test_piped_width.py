@@ -6,7 +6,8 @@ DebugMode and torchtitan dumps made by the installed torch, the installed torch 
 ``knob``) and the README's programs. The rule (docs/errors.md, "Piped output"): a line is at most
 100 columns, broken only between words, its continuation indented deeper; a longer line is either
 a command to copy (``next:``, a dry run's ``argv:``/``env:``/``then:``), printed whole, or one word
-(a path, a name) that no break could shorten, alone on its line after its indent.
+(a path, a name) that no break could shorten, alone on its line after its indent. Lines on stderr
+(errors, refusals, progress) are not broken: an error is one line.
 """
 from __future__ import annotations
 
@@ -89,9 +90,8 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_piped_lines_fit_100_columns(scratch, args, code):
     r = _run(args, scratch)
     assert r.returncode == code, r.stdout[-2000:] + r.stderr[-2000:]
-    text = r.stdout + r.stderr
-    assert "Traceback" not in text and r.stdout.strip()
-    assert too_long(text) == [], text[-3000:]
+    assert "Traceback" not in r.stdout + r.stderr and r.stdout.strip()
+    assert too_long(r.stdout) == [], r.stdout[-3000:]  # stderr is never broken: an error is one line
 
 
 def test_a_real_diff_line_is_broken_between_words_only(scratch):
@@ -125,3 +125,14 @@ def test_fit_line_rule():
     cmd = "next: forensics kernel --site 'x#1' " + "--arm-command 'python t.py' " * 5
     assert fit_line(cmd) == [cmd]
     assert fit_line("short") == ["short"]
+
+
+def test_stderr_is_never_broken(tmp_path):
+    """A refusal on stderr stays one line however long (here 160+ columns under a long tmp path)."""
+    out = tmp_path / ("an-output-folder-whose-name-is-long-enough-" + "x" * 60)
+    out.mkdir()
+    (out / "analysis.json").write_text("{}")
+    r = _run(["analyze", str(REPO / FIX / "cpu" / "conv1d-threads"), "--out", str(out)], tmp_path)
+    assert r.returncode == 3
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and len(lines[0]) > PIPED_TABLE_WIDTH and str(out) in lines[0]

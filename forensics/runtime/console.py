@@ -8,7 +8,7 @@ printed whole: no hard wrap at 80 columns, no colour codes, no markup-driven wra
 :data:`PIPED_TABLE_WIDTH` is broken between words (:func:`fit_line`), its continuation lines indented
 :data:`CONTINUATION` columns deeper than it; a word is never split, so a path or a name longer than
 the room left stands alone on its line, and a command to copy (``next:``, a dry run's ``argv:``)
-is printed whole.
+is printed whole. Lines on stderr are never broken: an error is one line, whatever its length.
 """
 from __future__ import annotations
 
@@ -122,7 +122,8 @@ def make_console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     if is_terminal(stream):
         return Console(stderr=stderr, soft_wrap=False)  # wrapped between words, never inside one
-    return Console(file=_FittedStream(stream), width=PLAIN_WIDTH, soft_wrap=True, no_color=True, color_system=None,
+    # stdout is fitted to 100 columns; stderr is not: an error there is one line, whatever its length
+    return Console(file=stream if stderr else _FittedStream(stream), width=PLAIN_WIDTH, soft_wrap=True, no_color=True, color_system=None,
                    highlight=False, emoji=False, force_terminal=False)
 
 
