@@ -139,8 +139,10 @@ class AnalysisResult:
         return _pick(self, what, ("verdicts", "counts", "launches", "calls", "occurrences"))
 
     def to_json(self) -> dict[str, Any]:
-        """What analysis.json holds."""
-        return self.analysis.to_json()
+        """What analysis.json holds (``schema``/``version`` first: docs/formats/analysis.md)."""
+        from forensics.judge.report import analysis_json  # noqa: PLC0415
+
+        return analysis_json(self.analysis)
 
 
 def analyze(path: PathLike, site: str | None = None, *, ranks: str | None = None, shard: str | None = None,
@@ -295,9 +297,11 @@ class CompareResult:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def to_json(self) -> dict[str, Any]:
-        """What ``forensics compare --json`` writes."""
-        return {"comparison": self.comparison.to_dict(), "discriminator": self.discriminator.to_dict(),
-                "toggles": self.toggles.to_dict()}
+        """What ``forensics compare --json`` writes (docs/formats/compare.md)."""
+        from forensics.judge.report import compare_json  # noqa: PLC0415
+
+        return compare_json(self.comparison, self.discriminator, self.toggles,
+                            getattr(self, "losses", None))
 
 
 def compare(path: PathLike, site: str | None = None, *, force: bool = False) -> CompareResult:

@@ -88,12 +88,17 @@ def parse(text: str) -> list[Sample]:
 
 
 def normalise(text: str, scratch: Path | None = None) -> str:
-    """The output as the README shows it: scratch directory as ``.``, no trailing blanks."""
+    """The output as the README shows it: scratch directory as ``.``, no trailing blanks, and the
+    lines broken at 100 columns as the command breaks them when run in the repository (the scratch
+    path is longer: its lines are joined and broken again after it is taken out)."""
+    from forensics.runtime.console import fit_line, unfit  # noqa: PLC0415 (the repository's code)
+
     if scratch is not None:
         for d in sorted({str(scratch), os.path.realpath(scratch)}, key=len, reverse=True):
             text = text.replace(d + "/", "").replace(d, ".")
     text = text.replace(str(REPO) + "/", "")
-    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+    return "\n".join(piece.rstrip() for line in unfit(text.strip("\n")).splitlines()
+                     for piece in fit_line(line.rstrip(), 100))
 
 
 def comparable(text: str) -> str:

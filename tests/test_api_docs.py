@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from forensics.runtime.console import unfit
+
 from forensics.cli import main
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
@@ -33,7 +35,7 @@ def session() -> dict:
 def _cli(args: list[str], capsys) -> tuple[int, str]:
     capsys.readouterr()
     code = main(args)
-    return code, capsys.readouterr().out
+    return code, unfit(capsys.readouterr().out)  # piped lines are broken at 100 columns (docs/errors.md): read them whole
 
 
 def test_analyze_equals_the_command(session, tmp_path, capsys, monkeypatch):

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -117,7 +118,15 @@ def test_sweep_repro_and_bundle(sweep):
         names = {Path(n).name: n for n in tf.getnames()}
         assert {"sweep-table.md", "sweep-repro.py", "sweep-site-inputs.pt", "sweep-plan.json"} <= set(names), names
         report = tf.extractfile(names["report.md"]).read().decode()
-    assert "Batch invariance" in report and table["verdict_line"] in report
+        chart = ET.fromstring(tf.extractfile(names["sweep-chart.svg"]).read())
+    assert "Batch invariance" in report and table["verdict_line"] in report and "(sweep-chart.svg)" in report
+    # the chart: one cell per row count, its bits as the table says (EQUAL green, DIFFER red)
+    cells = {int(g.get("data-rows")): g for g in chart.iter("{http://www.w3.org/2000/svg}g") if g.get("data-setting") == "base"}
+    assert sorted(cells) == sorted(int(r["rows"]) for r in table["rows"])
+    for r in table["rows"]:
+        g = cells[int(r["rows"])]
+        bits = next(t.text for t in g.iter("{http://www.w3.org/2000/svg}text") if t.get("class") == "bits")
+        assert bits == ("EQUAL" if r["equal"] else "DIFFER") and g.get("data-equal") == str(r["equal"])
 
 
 def test_wgrad_site_refused_before_running(tmp_path):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from forensics.runtime.console import unfit
+
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
@@ -26,8 +28,10 @@ SIGILL = "killed by SIGILL (signal 4, exit status -4)"
 
 def _forensics(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "FORENSICS_CACHE_DIR": str(cwd / "cache")}
-    return subprocess.run([sys.executable, "-m", "forensics", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "forensics", *args], cwd=cwd, env=env, capture_output=True,
+                       text=True, timeout=600)
+    r.stdout = unfit(r.stdout)  # piped lines are broken at 100 columns (docs/errors.md): read them whole
+    return r
 
 
 @pytest.fixture(scope="module")

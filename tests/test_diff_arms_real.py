@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from forensics.runtime.console import unfit
+
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
@@ -29,8 +31,10 @@ TWO = "aten::mkldnn_convolution -> oneDNN convolution jit_1x1"  # two (the ISA s
 
 def _forensics(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(REPO), **env}
-    return subprocess.run([sys.executable, "-m", "forensics", *args], cwd=cwd, env=full, capture_output=True,
-                          text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "forensics", *args], cwd=cwd, env=full, capture_output=True,
+                       text=True, timeout=600)
+    r.stdout = unfit(r.stdout)  # piped lines are broken at 100 columns (docs/errors.md): read them whole
+    return r
 
 
 def _flow(tmp: Path, a: tuple[list[str], dict], b: tuple[list[str], dict]) -> tuple[str, str, str]:

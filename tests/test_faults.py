@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from forensics.runtime.console import unfit
+
 from forensics.runtime import atomic
 from forensics.cli import main
 from forensics.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_UNAVAILABLE
@@ -198,7 +200,7 @@ def test_analyze_default_location_is_never_overwritten(capture, tmp_path, capsys
     assert main(["analyze", str(cap), "-q"]) in (0, 1)
     first = (cap / "analysis" / "report.md").read_bytes()
     assert main(["analyze", str(cap), "-q"]) in (0, 1)
-    text = capsys.readouterr().out
+    text = unfit(capsys.readouterr().out)  # lines broken at 100 columns, read whole (docs/errors.md)
     assert (cap / "analysis" / "report.md").read_bytes() == first
     assert f"note: {cap / 'analysis'} already holds earlier output; wrote {cap / 'analysis-2'} instead" in text
 

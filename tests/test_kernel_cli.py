@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from forensics.runtime.console import unfit
 import yaml
 
 from forensics.cli import main
@@ -27,7 +29,7 @@ def test_dry_run_prints_every_argv_and_runs_nothing(tmp_path, capsys):
     out = tmp_path / "cap"
     code = main(["kernel", "--site", SITE, "--device", "cuda", "--dry-run", "--out", str(out), "--toggle", "CUBLAS_WORKSPACE_CONFIG=:0:0",
                  "--", "torchrun", "--nproc-per-node", "2", "train.py", "--lr", "1e-4"])
-    text = capsys.readouterr().out
+    text = unfit(capsys.readouterr().out)  # lines broken at 100 columns, read whole (docs/errors.md)
     assert code == 0 and not out.exists()
     assert "argv: torchrun --nproc-per-node 2 train.py --lr 1e-4" in text
     assert "pass t1-cublas_workspace_config (arm)" in text and "env:  CUBLAS_WORKSPACE_CONFIG=:0:0" in text
@@ -43,7 +45,7 @@ def test_config_file_and_flags_override(tmp_path, capsys):
     cfg = tmp_path / "run.yaml"
     cfg.write_text(f"site: {SITE}\nsteps: 5-6\narms: 3\ncommand: [python, train.py]\ninstruments: [cupti]\n")
     code = main(["kernel", "--config", str(cfg), "--steps", "2", "--dry-run", "--out", str(tmp_path / "c")])
-    text = capsys.readouterr().out
+    text = unfit(capsys.readouterr().out)  # lines broken at 100 columns, read whole (docs/errors.md)
     assert code == 0 and "steps: 2 " in text and "instruments: cupti\n" in text
     assert [ln for ln in text.splitlines() if ln.startswith("pass ")] == ["pass a1 (arm)", "pass a2 (arm)",
                                                                          "pass a3 (arm)"]
@@ -61,13 +63,13 @@ def test_no_command_on_cuda_without_gpu_says_so_in_one_line(capsys):
 def test_default_device_follows_the_machine_and_the_instruments(tmp_path, capsys):
     gpu = cuda_status()[0]
     assert main(["kernel", "--site", SITE, "--dry-run", "--out", str(tmp_path / "c"), "--", "python", "t.py"]) == 0
-    text = capsys.readouterr().out
+    text = unfit(capsys.readouterr().out)  # lines broken at 100 columns, read whole (docs/errors.md)
     assert ("device: cuda" if gpu else "device: cpu   instruments: torch_profiler,onednn,mkl") in text
     if not gpu:
         assert "pass ncu" not in text and "env:  ONEDNN_VERBOSE_TIMESTAMP=1" in text
         assert "probes: sites,cpu" in text and "cpu_instruments=torch_profiler,onednn,mkl" in text
     assert main(["kernel", "--site", SITE, "--dry-run", "--instruments", "cupti", "--", "python", "t.py"]) == 0
-    assert "device: cuda   instruments: cupti" in capsys.readouterr().out
+    assert "device: cuda   instruments: cupti" in unfit(capsys.readouterr().out)
     assert main(["kernel", "--site", SITE, "--dry-run", "--device", "cpu", "--instruments", "ncu", "--",
                  "python", "t.py"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -104,7 +106,7 @@ def test_real_capture_of_the_example_on_cpu(tmp_path, capsys):
     out = tmp_path / "cap"
     code = main(["kernel", "--site", SITE, "--out", str(out), "--instruments", "cupti,cublaslt", "-q", "--timeout", "300",
                  "--", sys.executable, "-m", "forensics.capture.example_workload", "--cpu", "--steps", "4"])
-    text = capsys.readouterr().out
+    text = unfit(capsys.readouterr().out)  # lines broken at 100 columns, read whole (docs/errors.md)
     if cuda_status()[0]:
         pytest.skip("a CUDA device is present: this test is about --device cuda without one")
     assert code == 4, text  # --device cuda (from the instruments) without a GPU: sites and digests, no kernel

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from forensics.runtime.console import unfit
+
 from forensics.judge.analysis import CONFLICT, NAMED, analyze
 from forensics.core.kernel_names import CONFLICTS, CONSISTENT, UNCHECKED, check_call, classify_kernel
 from parsers import kineto, ncu, nsys
@@ -204,7 +206,7 @@ def test_ncu_rep_and_legacy_cublas_log_of_another_program_conflict(corpus, tmp_p
     out = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(cap), "--out", str(tmp_path / "an")],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 1, out.stderr
-    line = next(x for x in out.stdout.splitlines() if x.startswith("CONFLICT"))
+    line = next(x for x in unfit(out.stdout).splitlines() if x.startswith("CONFLICT"))  # lines broken at 100 columns, read whole (docs/errors.md)
     assert "layout: kernel NN vs log transa=T transb=N" in line and "grid: kernel grid (256, 2, 1)" in line
 
 

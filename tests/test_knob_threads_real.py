@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from forensics.runtime.console import unfit
+
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +28,7 @@ def test_omp_num_threads_reaches_layer_norm_backward(tmp_path):
                            "0", "--out", str(tmp_path / "cap"), "--", sys.executable, str(SCRIPT)],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    out = proc.stdout
+    out = unfit(proc.stdout)  # piped lines are broken at 100 columns (docs/errors.md): read them whole
     assert "OMP_NUM_THREADS=1: kernel unknown, algo unknown, bits CHANGED (vs a1)" in out, out[-2000:]
     assert ("OMP_NUM_THREADS=1: REACHES (bits only) at the site (bits changed while the replica arms are "
             "bit-identical; kernel and algo not both captured); evidence: output digest differs at ") in out

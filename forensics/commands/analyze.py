@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from forensics.runtime.output import FORCE_HELP, examples
+from forensics.runtime.output import AS_HELP, FORCE_HELP, check_as, examples
 
 from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK
 
@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
     @app.command("analyze", epilog=examples(
         "forensics analyze tests/fixtures/cpu/conv1d-threads",
         "forensics analyze CAPTURE --site aten.convolution.default#1 --out res --force",
-        "forensics analyze nsys-export.sqlite -q"))
+        "forensics analyze nsys-export.sqlite -q",
+        "forensics analyze CAPTURE --as csv > verdicts.csv"))
     def analyze_cmd(
         capture_dir: Path = typer.Argument(..., metavar="PATH", help="a capture directory (manifest.yaml), a folder of "
                                            "instrument files, or one instrument file (docs/capture-format.md)"),
@@ -33,6 +34,7 @@ def register(app: typer.Typer) -> None:
                                             "(K/N, K from 0: $SLURM_PROCID/$SLURM_NTASKS)"),
         merge: Optional[Path] = typer.Option(None, "--merge", help="merge the shards' analysis.json files found in "
                                              "this folder (or its subfolders) instead of reading instrument files"),
+        as_: str = typer.Option("text", "--as", metavar="text|json|csv|markdown", callback=check_as, help=AS_HELP),
     ) -> None:
         """Count launches per instrument and NAME kernels that two independent instruments agree on.
 
@@ -42,8 +44,9 @@ def register(app: typer.Typer) -> None:
         """
         from forensics.runtime.atomic import CannotWrite
         from forensics.runtime.console import make_console
+        from forensics.runtime.output import emit_as
         from forensics.core.errors import doing
-        from forensics.judge.report import print_table, verdict_line, write_outputs
+        from forensics.judge.report import analysis_json, print_table, verdict_line, verdict_rows, write_outputs
         from forensics.judge.shards import analyze_ranks, merge_shards
 
         if site:  # a site the capture never recorded: exit 2 with a did-you-mean, not "nothing NAMED"
@@ -58,8 +61,11 @@ def register(app: typer.Typer) -> None:
                     an = merge_shards(capture_dir, merge, site=site)
                 else:
                     an = analyze_ranks(capture_dir, site=site, keep_going=keep_going, jobs=jobs, ranks=ranks, shard=shard)
-            console = make_console()
-            if not quiet:
+            # --as json|csv|markdown: the JSON report or the verdict rows alone on stdout, the rest on stderr
+            console = make_console(stderr=as_ != "text")
+            if as_ != "text":
+                emit_as(as_, analysis_json(an), *(verdict_rows(an) if len(an.verdicts) else ([], [])))
+            elif not quiet:
                 with doing("printing the verdict table"):
                     print_table(an, console)
             target = out or (capture_dir / "analysis" if capture_dir.is_dir() else capture_dir.parent / "analysis")

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from forensics.runtime.output import examples
+from forensics.runtime.output import AS_HELP, check_as, examples
 
 from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK, BadInput
 
@@ -14,20 +14,22 @@ from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK, BadInput
 def register(app: typer.Typer) -> None:
     @app.command("compare", epilog=examples(
         "forensics compare tests/fixtures/cpu/conv1d-threads",
-        "forensics compare CAPTURE --site gemm:NT:acc0:grad1 --json - | jq .toggles"))
+        "forensics compare CAPTURE --site gemm:NT:acc0:grad1 --json - | jq .toggles",
+        "forensics compare CAPTURE --as csv > occurrences.csv"))
     def compare_cmd(
         capture_dir: Path = typer.Argument(..., metavar="CAPTURE_DIR", help="capture directory (has manifest.yaml)"),
         site: Optional[str] = typer.Option(None, "--site", help="site (gemm:NT:acc0:grad1) or occurrence (SITE#N)"),
         json_out: Optional[Path] = typer.Option(None, "--json", help="also write the comparison as JSON ('-': to "
                                                 "stdout, instead of the text; an existing file is refused)"),
         force: bool = typer.Option(False, "--force", help="diff arms even when they are NOT COMPARABLE"),
+        as_: str = typer.Option("text", "--as", metavar="text|json|csv|markdown", callback=check_as, help=AS_HELP),
     ) -> None:
         """Classify every site occurrence across arms and report the first divergence per rank.
 
         Exit 0: no divergence between comparable arms; 1: a divergence was found; 3: bad input;
         4: --json could not be written; 70: internal error.
         """
-        from forensics.runtime.output import check_output, is_stdout, write_json
+        from forensics.runtime.output import check_output, emit_as, is_stdout, write_json
         from forensics.core.errors import doing
         from forensics.judge.arm_evidence import load_evidence
         from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report, toggle_text
@@ -43,8 +45,8 @@ def register(app: typer.Typer) -> None:
 
         console = make_console()
 
-        def echo(line: str) -> None:  # '-': the JSON alone on stdout; a terminal wraps between words only
-            if not is_stdout(json_out):
+        def echo(line: str) -> None:  # '-', --as: the JSON (rows) alone on stdout; a terminal wraps between words only
+            if not is_stdout(json_out) and as_ == "text":
                 echo_plain(console, line)
         with doing(f"analysing the capture {capture_dir}"):
             ev = load_evidence(capture_dir)
@@ -87,10 +89,13 @@ def register(app: typer.Typer) -> None:
         echo(f"discriminator: {table.statement}")
         for r in toggles.results:
             echo(f"toggle {r.summary()}")
+        from forensics.judge.report import compare_json, compare_rows
+
+        payload = compare_json(comparison, table, toggles, losses)
+        if as_ != "text":
+            emit_as(as_, payload, *compare_rows(comparison))
         if json_out is not None:
-            payload = {"comparison": comparison.to_dict(), "discriminator": table.to_dict(),
-                       "toggles": toggles.to_dict(), "losses": losses}
             with doing(f"writing {json_out}"):
-                if write_json(json_out, payload, force=False, what="--json file") is not None:
+                if write_json(json_out, payload, force=False, what="--json file") is not None and as_ == "text":
                     typer.echo(f"wrote {json_out}")
         raise typer.Exit(EXIT_NOT_NAMED if comparison.diverged() else EXIT_OK)

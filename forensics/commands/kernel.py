@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from forensics.runtime.output import examples
+from forensics.runtime.output import AS_HELP, check_as, examples
 
 from forensics.core.errors import EXIT_BAD_INPUT, EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
         "forensics kernel --site gemm:NT:acc0:grad1 --out cap -- python train.py",
         "forensics kernel --from diff.json --out cap --force",
         "forensics kernel --site aten.mm.default --device cpu --toggle OMP_NUM_THREADS=2 -- python train.py",
-        "forensics kernel --site aten.mm.default --rows auto -- python train.py"))
+        "forensics kernel --site aten.mm.default --rows auto -- python train.py",
+        "forensics kernel --site aten.mm.default --device cpu --as csv -- python train.py > verdicts.csv"))
     def kernel_cmd(
         command: Optional[List[str]] = typer.Argument(None, metavar="[-- CMD ...]",
                                                       help="after '--': the training command. Without one, the bundled "
@@ -54,6 +55,8 @@ def register(app: typer.Typer) -> None:
         ncu_mode: Optional[str] = typer.Option(None, "--ncu-mode", help="window (cudaProfilerStart/Stop, default) or nvtx (site ranges)"),
         dry_run: bool = typer.Option(False, "--dry-run", help="print every pass's exact argv and env additions; run nothing"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display, no table"),
+        as_: str = typer.Option("text", "--as", metavar="text|json|csv|markdown", callback=check_as,
+                                help=AS_HELP + "; the passes and the verdict go to stderr"),
         rows: Optional[str] = typer.Option(
             None, "--rows", help="batch-invariance sweep: keep the site's inputs at its first occurrence and replay "
                                  "the op on the first m rows for each m (1,2,3,8 or auto), each in a fresh process "
@@ -121,6 +124,8 @@ def register(app: typer.Typer) -> None:
                            "(a real capture of the CPU backend)", err=True)
                 raise typer.Exit(EXIT_UNAVAILABLE)
             opts["command"] = lib.default_command(dev)
+        if rows is not None and as_ != "text":
+            _usage("--as prints the capture's verdict table; the --rows sweep writes its table (table.md, sweep.json)")
         if rows is not None and not dry_run:  # the batch-invariance sweep (forensics.sweep)
             from forensics.sweep.cli import run_and_print
 
@@ -145,9 +150,10 @@ def register(app: typer.Typer) -> None:
                                    base_env=opts["env"], arm_commands=opts["arm_commands"])
             except ValueError as e:
                 _usage(str(e))
-            typer.echo(describe_plan(plan))
-            typer.echo("\n(dry run: nothing was started; an existing --out is refused unless --force, the default "
-                       "folder gets a -2, -3... suffix)")
+            from forensics.runtime.console import echo_plain, make_console  # noqa: PLC0415
+
+            echo_plain(make_console(), describe_plan(plan) + "\n\n(dry run: nothing was started; an existing --out is "
+                       "refused unless --force, the default folder gets a -2, -3... suffix)")
             raise typer.Exit(EXIT_OK)
         from forensics.pipeline import analyse
 
@@ -156,7 +162,7 @@ def register(app: typer.Typer) -> None:
                 result = analyse(lib.capture_kernel(opts, progress=not quiet, tools=tools))
         except ValueError as e:
             _usage(str(e))
-        raise typer.Exit(_report(result, quiet))
+        raise typer.Exit(_report(result, quiet, as_))
 
 
 def _usage(message: str) -> None:
@@ -188,11 +194,12 @@ def _names(assignments: Optional[List[str]]) -> set[str]:
     return {a.split("=", 1)[0] for a in assignments or []}
 
 
-def _report(result, quiet: bool) -> int:  # noqa: ANN001
-    """Print the passes, the verdict and the capture directory; return the exit code."""
+def _report(result, quiet: bool, as_: str = "text") -> int:  # noqa: ANN001
+    """Print the passes, the verdict and the capture directory; return the exit code. ``as_``
+    json/csv/markdown: the analysis's JSON or verdict rows alone on stdout, the rest on stderr."""
     from forensics.runtime.console import make_console
 
-    console = make_console()
+    console = make_console(stderr=as_ != "text")
     for r in result.passes:
         if r.status != "ok":
             console.print(f"pass {r.name}: {r.status}: {r.reason}  (log: {r.log_path})", soft_wrap=True)
@@ -209,7 +216,12 @@ def _report(result, quiet: bool) -> int:  # noqa: ANN001
             console.print(_no_gpu_verdict(result.cuda_reason), soft_wrap=True)
             return EXIT_UNAVAILABLE
         return result.analysis_exit or EXIT_BAD_INPUT  # never 0: that reads as a kernel NAMED
-    if not quiet:
+    if as_ != "text":
+        from forensics.judge.report import analysis_json, verdict_rows
+        from forensics.runtime.output import emit_as
+
+        emit_as(as_, analysis_json(an), *(verdict_rows(an) if len(an.verdicts) else ([], [])))
+    elif not quiet:
         from forensics.judge.report import print_table
 
         print_table(an, console)

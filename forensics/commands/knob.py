@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from forensics.runtime.output import FORCE_HELP, examples
+from forensics.runtime.output import AS_HELP, FORCE_HELP, check_as, examples
 
 from forensics.core.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, Unavailable
 
@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         "knob",
         epilog=examples("forensics knob CUBLAS_WORKSPACE_CONFIG --site gemm:NT:acc0:grad1",
                         "forensics knob OMP_NUM_THREADS --site aten.mm.default --json -",
+                        "forensics knob OMP_NUM_THREADS --as csv > findings.csv",
                         "forensics knob OMP_NUM_THREADS --site aten.mm.default --values 1,2 -- python train.py"),
         help="Does an environment knob reach a site? Static scope (Python reads/writers/mentions, shared "
         "libraries holding the name, the shipped catalog, verdict ON PATH / NOT ON PATH / CANNOT TELL STATICALLY / UNKNOWN for --site) "
@@ -52,12 +53,13 @@ def register(app: typer.Typer) -> None:
         rows: str | None = typer.Option(None, "--rows", help="with --values and '-- CMD': does the knob make the site "
                                         "batch-invariant? the forensics kernel --rows sweep (1,2,3,8 or auto) as run "
                                         "and under each value (docs/batch-invariance.md)"),
+        as_: str = typer.Option("text", "--as", metavar="text|json|csv|markdown", callback=check_as, help=AS_HELP),
     ) -> None:
         from forensics.knobs import check_knob_name, scan  # noqa: PLC0415
         from forensics.knobs.catalog import load_catalog, lookup  # noqa: PLC0415
         from forensics.commands.suggest import check_knob_typo, check_op_site  # noqa: PLC0415
         from forensics.knobs.dynamic import IN_TIME_NOTE, late_assignments, run_dynamic, script_of  # noqa: PLC0415
-        from forensics.knobs.report import KnobReport, knob_json, render  # noqa: PLC0415
+        from forensics.knobs.report import KnobReport, knob_json, knob_rows, render  # noqa: PLC0415
         from forensics.knobs.scope import DEVICES, assess, choose_device  # noqa: PLC0415
         from forensics.core.site import Occurrence, parse_site_or_occurrence  # noqa: PLC0415
 
@@ -77,7 +79,7 @@ def register(app: typer.Typer) -> None:
             _usage("dynamic scope (--values) needs --site")
         if device not in (*DEVICES, "auto"):
             _usage(f"--device {device!r}: choose cuda, cpu or auto")
-        from forensics.runtime.output import check_output, is_stdout, replacing, write_json  # noqa: PLC0415
+        from forensics.runtime.output import check_output, emit_as, is_stdout, replacing, write_json  # noqa: PLC0415
 
         check_output(json_out, force=force, flag="--json", what="--json report")  # exit 3 before any scan
         if value_list:
@@ -99,6 +101,8 @@ def register(app: typer.Typer) -> None:
             report.notes.append(f"note: {name} is read at {entry.read_at}: set it in the launching environment; "
                                 "assigning os.environ later in a script can be too late (give '-- CMD' to check a script)")
         code = EXIT_OK
+        if rows is not None and as_ != "text":
+            _usage("--as prints the knob report; the --rows sweep writes its table (table.md, sweep.json) instead")
         if rows is not None and value_list:  # the batch-invariance sweep per value (forensics.sweep.knob)
             from forensics.sweep.knob import run_and_print  # noqa: PLC0415
 
@@ -121,9 +125,11 @@ def register(app: typer.Typer) -> None:
                 code = EXIT_UNAVAILABLE
             except ValueError as e:  # the capture planner refused the arguments (one line, no traceback)
                 _usage(f"dynamic scope: {e}")
-        if not is_stdout(json_out):
+        if as_ != "text":  # the JSON report or the findings' rows alone on stdout
+            emit_as(as_, knob_json(report), *knob_rows(report))
+        elif not is_stdout(json_out):
             render(report)
-        if json_out is not None and write_json(json_out, knob_json(report), force=force) is not None:
+        if json_out is not None and write_json(json_out, knob_json(report), force=force) is not None and as_ == "text":
             typer.echo(f"report: {json_out}")
         if report.dynamic_unavailable:
             typer.echo(f"forensics knob: {report.dynamic_unavailable}", err=True)

@@ -38,7 +38,7 @@ from forensics.judge.arm_evidence import Evidence, load_evidence
 from forensics.core.redact import Redactor, redact_obj
 from forensics.runtime.atomic import OutputExists, atomic_output, refuse_existing  # noqa: F401 - OutputExists re-exported
 from forensics.core.errors import BadInput, doing
-from forensics.evidence.repro import gemm_problem, render_repro, repro_knobs
+from forensics.evidence.repro import conv_problem, gemm_problem, render_repro, repro_knobs, repro_threads
 from forensics.core.site import Occurrence, is_gemm_label, parse_site_or_occurrence, split_label
 from forensics.core.words import CONFLICT, NAMED
 from forensics.judge.verdicts import (
@@ -89,6 +89,8 @@ class Bundle:
     sections: list[dict[str, Any]] = field(default_factory=list)  # {"title", "markdown", "data"} from other tools
     #: "cpu" when the capture's instruments are the CPU backend's (profiler, oneDNN, oneMKL logs), else "cuda"
     device: str = "cuda"
+    #: CPU: what torch.profiler recorded inside each occurrence nothing could be NAMED at (op, count)
+    profiler_ops: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +104,7 @@ class Bundle:
             "toggles": self.toggles.to_dict(), "environment": self.environment,
             "missing": self.missing, "notes": self.notes,
             "sections": [{"title": x.get("title"), "data": x.get("data")} for x in self.sections],
+            "profiler_ops": self.profiler_ops,
         }
 
 
@@ -182,6 +185,10 @@ def collect(capture_dir: str | Path | Evidence, site: str | None = None) -> tupl
         counts=counts.reset_index(drop=True), kernels=kernels, problems=problems,
         environment=_environment(ev), missing=missing,
         notes=list(getattr(an, "notes", []) or []), device=_device(ev))
+    if an is not None and bundle.device == "cpu":  # where nothing is NAMED: what the profiler saw there
+        from forensics.judge.report import profiler_ops_at  # noqa: PLC0415 (reads the profiler traces again)
+
+        bundle.profiler_ops = [d for d in profiler_ops_at(an) if split_label(d["occurrence"])[0] == site]
     return bundle, ev
 
 
@@ -377,7 +384,8 @@ def _cell(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
-def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
+def render_report(b: Bundle, plot_note: str, plot_name: str | None, arms_picture: bool = False,
+                  sweep_chart: bool = False) -> str:
     """report.md: one section per question, in the order a reader asks them."""
     out = [f"# Evidence bundle: `{b.site or 'no site'}`\n"]
     if b.synthetic:
@@ -443,8 +451,15 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     elif b.kernels.empty:
         out.append("No instrument attributed a kernel launch to this site (no CUPTI/nsys/Kineto/ncu record "
                    "tied to its occurrences): the kernel is unknown, not guessed.\n")
-    out.append(_md_table(b.kernels, ["arm", "family", "launches", "grid", "block", "instrument", "mangled",
-                                     "demangled"]))
+    if b.kernels.empty and cpu and b.profiler_ops:
+        out.append("What torch.profiler recorded inside each occurrence, on its thread (nested ops included; the "
+                   "profiler's word only, no second instrument logs these ops, so none of them is NAMED):\n")
+        out.append(_md_table(pd.DataFrame([{"occurrence": d["occurrence"], "arm": d["arm"], "rank": d["rank"],
+                                            "op": o["op"], "count": o["count"]}
+                                           for d in b.profiler_ops for o in d["ops"]]), max_rows=200))
+    elif not (b.kernels.empty and cpu):
+        out.append(_md_table(b.kernels, ["arm", "family", "launches", "grid", "block", "instrument", "mangled",
+                                         "demangled"]))
 
     out.append("## Problem and algo descriptors\n")
     if cpu:
@@ -512,6 +527,10 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None) -> str:
     out.append("## Plot\n")
     alt = "implementation-op executions per arm" if cpu else "kernel launches per arm"
     out.append(f"![{alt}]({plot_name})\n" if plot_name else f"No plot: {plot_note}\n")
+    if arms_picture:
+        out.append("![the arms side by side per occurrence: implementation, algo, bits vs the baseline](arms.svg)\n")
+    if sweep_chart:
+        out.append("![the batch-size table: the first m rows' bits vs the full call's, per row count](sweep-chart.svg)\n")
 
     out.append("## Files\n")
     raw = ("site JSONL, the oneDNN and oneMKL lines of its calls" if cpu
@@ -645,8 +664,20 @@ def write_bundle(capture_dir: str | Path | Evidence, out_path: str | Path, site:
         if plot_path is not None:
             plot_name = "launches.png"
             members[plot_name] = plot_path.read_bytes()
+        from forensics.evidence.plots import arms_svg  # noqa: PLC0415
+
+        svg = arms_svg(bundle.comparison, f"{bundle.site}: the arms side by side per occurrence ({bundle.capture})")
+        if svg is not None:  # hand-written SVG: no dependency, every bundle with a comparison has it
+            members["arms.svg"] = red.text(svg).encode()
+        if "sweep.json" in sweep_members:  # kernel --rows: the batch-size table as a chart
+            from forensics.evidence.plots import sweep_svg  # noqa: PLC0415
+
+            chart = sweep_svg(json.loads(sweep_members["sweep.json"]))
+            if chart is not None:
+                members["sweep-chart.svg"] = red.text(chart).encode()
     with doing("rendering the bundle members"):
-        members["report.md"] = red.text(render_report(bundle, note, plot_name)).encode()
+        members["report.md"] = red.text(render_report(bundle, note, plot_name, "arms.svg" in members,
+                                                      "sweep-chart.svg" in members)).encode()
         members["evidence.json"] = (json.dumps(red.obj(bundle.to_json()), indent=1, default=str)
                                     + "\n").encode()
         members["manifest.yaml"] = yaml.safe_dump(red.obj(ev.manifest), sort_keys=False,
@@ -759,6 +790,10 @@ def _verify(members: dict[str, bytes], red: Redactor, top: str) -> None:
                 yaml.safe_load(text)
             elif name == "repro.py":
                 compile(text, "repro.py", "exec")
+            elif name.endswith(".svg"):
+                import xml.etree.ElementTree as ET  # noqa: PLC0415 (only a bundle with a picture)
+
+                ET.fromstring(text)
             elif name.endswith(".jsonl"):
                 for line in text.splitlines():
                     if line.lstrip().startswith("{"):
@@ -781,9 +816,12 @@ def _repro(ev: Evidence, bundle: Bundle) -> str:
     calls = ev.call_rows(arm, row["rank"], label)
     call = calls[0] if calls else None
     device = (bundle.environment.get(arm) or {}).get("device")
-    problem = gemm_problem(label, row.to_dict(), call, device)
+    knobs = repro_knobs(arm_knobs(ev, arm))
+    problem = gemm_problem(label, row.to_dict(), call, device) or conv_problem(label, row.to_dict(), device)
+    if problem is not None:  # the thread count splits a CPU reduction: the repro runs at the captured one
+        problem.threads, problem.threads_source = repro_threads(calls, arm_knobs(ev, arm))
     seen = None
-    if problem is None and calls:
+    if calls and not hasattr(problem, "m"):  # not a GEMM: name the library calls captured under the op
         from forensics.judge.cpu import describe_calls  # noqa: PLC0415
 
         by_inst: dict[str, list[dict[str, Any]]] = {}
@@ -792,4 +830,4 @@ def _repro(ev: Evidence, bundle: Bundle) -> str:
         per_execution = {i.name for i in instruments.of_role(instruments.CALLS) if i.per_execution}
         seen = "; ".join(f"{inst}: {describe_calls(pd.DataFrame(rows), inst)}" if inst in per_execution
                          else f"{inst}: {len(rows)} call(s)" for inst, rows in by_inst.items())
-    return render_repro(problem, repro_knobs(arm_knobs(ev, arm)), arm, bundle.capture, label, seen)
+    return render_repro(problem, knobs, arm, bundle.capture, label, seen)

@@ -28,6 +28,7 @@ LT_TO_TORCH = {"R_32F": "float32", "R_16F": "float16", "R_16BF": "bfloat16", "R_
 ALGO_KEYS = ALGO_COLUMNS  # the cuBLASLt algo descriptor the repro records (forensics.instruments.cublaslt)
 #: Instrument settings that never belong in a repro (they configure logging, not the computation).
 NOT_KNOBS = ("CUBLASLT_LOG_", "CUBLAS_LOGINFO_DBG", "CUBLAS_LOGDEST_DBG", "NVTX_INJECTION", "FORENSICS_",
+             "ONEDNN_VERBOSE", "DNNL_VERBOSE", "MKL_VERBOSE",
              "CUPTI_", "LD_LIBRARY_PATH", "LD_PRELOAD", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE",
              "LOCAL_WORLD_SIZE", "MASTER_")
 
@@ -52,6 +53,8 @@ class GemmProblem:
     captured_in: list[dict[str, Any]] = field(default_factory=list)
     captured_out: list[dict[str, Any]] = field(default_factory=list)
     algo: dict[str, Any] = field(default_factory=dict)
+    threads: int | None = None  # the intra-op thread count the arm ran with (repro_threads)
+    threads_source: str | None = None
 
     @property
     def a_shape(self) -> list[int]:
@@ -105,6 +108,81 @@ def gemm_problem(label: str, site_row: dict[str, Any], call: dict[str, Any] | No
                        str(outs[0].get("dtype")), acc, None, "site digests", device, ins, outs)
 
 
+@dataclass
+class ConvProblem:
+    """An ``aten.convolution`` occurrence: operand shapes, dtypes and strides as the site recorded
+    them; stride, padding and dilation are not recorded and are solved from the shapes."""
+
+    label: str
+    input: dict[str, Any]
+    weight: dict[str, Any]
+    bias: dict[str, Any] | None
+    out_shape: list[int]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    groups: int
+    assumed: str
+    captured_device: str | None = None
+    threads: int | None = None
+    threads_source: str | None = None
+
+
+def _solve_conv(size: int, kernel: int, out: int) -> tuple[int, int, int] | None:
+    """(stride, padding, dilation), the smallest, for which a convolution maps ``size`` to ``out``."""
+    for stride in range(1, max(size, 1) + 1):
+        for dilation in range(1, 4):
+            for padding in range(0, kernel * dilation + 1):
+                if (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1 == out:
+                    return stride, padding, dilation
+    return None
+
+
+def conv_problem(label: str, site_row: dict[str, Any], device: str | None = None) -> ConvProblem | None:
+    """The problem of an ``aten.convolution`` occurrence (input, weight, bias as recorded); None when
+    the site is not a convolution or its shapes do not say enough (a transposed one is not solved)."""
+    site_text, _ = split_label(label)
+    if not site_text.startswith(("aten.convolution", "aten.conv")):
+        return None
+    ins, outs = list(site_row.get("in_digests") or []), list(site_row.get("out_digests") or [])
+    meta = site_row.get("meta") if isinstance(site_row.get("meta"), dict) else {}
+    ops = [o for o in (meta.get("operands") or []) if isinstance(o, dict)]
+    shapes = [list(d.get("shape") or []) for d in ins]
+    if len(shapes) < 2 or not outs:
+        return None
+    x, w, out = shapes[0], shapes[1], [int(v) for v in outs[0].get("shape") or []]
+    nd = len(x) - 2
+    if nd < 1 or len(w) != len(x) or len(out) != len(x) or not w[1] or x[1] % w[1]:
+        return None
+    solved = [_solve_conv(int(x[2 + i]), int(w[2 + i]), int(out[2 + i])) for i in range(nd)]
+    if any(v is None for v in solved) or out[1] != w[0]:
+        return None  # transposed, or shapes no plain convolution gives
+
+    def operand(i: int) -> dict[str, Any]:
+        d = {"shape": shapes[i], "dtype": str(ins[i].get("dtype") or "float32")}
+        if i < len(ops) and ops[i].get("strides"):
+            d["strides"] = list(ops[i]["strides"])
+        return d
+
+    bias = operand(2) if len(shapes) > 2 and len(shapes[2]) == 1 else None
+    return ConvProblem(label, operand(0), operand(1), bias, out, [v[0] for v in solved], [v[1] for v in solved],
+                       [v[2] for v in solved], int(x[1]) // int(w[1]),
+                       "stride, padding and dilation are not recorded at the site: the smallest that give the "
+                       "captured output shape; groups from the channel counts", device)
+
+
+def repro_threads(calls: list[dict[str, Any]], knobs: dict[str, str]) -> tuple[int | None, str | None]:
+    """The intra-op thread count the arm ran the occurrence with: oneMKL's ``NThr`` on its calls
+    (what the library used), else the arm's ``OMP_NUM_THREADS``; (None, None) when neither says."""
+    nthr = {int(c["nthr"]) for c in calls if str(c.get("instrument")) == "mkl" and _str(c.get("nthr")) is not None}
+    if len(nthr) == 1:
+        return nthr.pop(), "oneMKL verbose log (NThr)"
+    omp = knobs.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:
+        return int(omp), "the arm's OMP_NUM_THREADS"
+    return None, None
+
+
 def _str(v: Any) -> str | None:
     if v is None or (isinstance(v, float) and v != v) or str(v) in ("<NA>", "nan"):
         return None
@@ -120,7 +198,7 @@ def repro_knobs(env: dict[str, str]) -> dict[str, str]:
             if not k.startswith(NOT_KNOBS) and not is_secret_name(k) and REDACTED not in v}
 
 
-def render_repro(problem: GemmProblem | None, knobs: dict[str, str], arm: str, capture_name: str,
+def render_repro(problem: GemmProblem | ConvProblem | None, knobs: dict[str, str], arm: str, capture_name: str,
                  site_label: str, calls_seen: str | None = None) -> str:
     """Source of the standalone repro script (torch only).
 
@@ -131,10 +209,17 @@ def render_repro(problem: GemmProblem | None, knobs: dict[str, str], arm: str, c
     if problem is None:
         return _NO_PROBLEM.format(label=site_label, version=__version__)
     desc = asdict(problem)
+    threads = (pprint.pformat(problem.threads), pprint.pformat(problem.threads_source))
+    if isinstance(problem, ConvProblem):
+        return (_PRELUDE + _CONV_BODY + _RUN).format(
+            calls=(calls_seen or "none attributed").replace('"', "'"), label=problem.label, version=__version__, capture=capture_name, arm=arm, threads=threads[0],
+            threads_source=threads[1], knobs=pprint.pformat(dict(sorted(knobs.items())), width=100),
+            problem=pprint.pformat(json.loads(json.dumps(desc, default=str)), sort_dicts=False, width=110))
     desc.update(a_shape=problem.a_shape, b_shape=problem.b_shape, out_shape=problem.out_shape)
     return _TEMPLATE.format(
         label=problem.label, version=__version__, capture=capture_name, arm=arm, source=problem.source,
-        knobs=pprint.pformat(dict(sorted(knobs.items())), width=100),
+        knobs=pprint.pformat(dict(sorted(knobs.items())), width=100), threads=threads[0],
+        threads_source=threads[1],
         problem=pprint.pformat(json.loads(json.dumps(desc, default=str)), sort_dicts=False, width=110),
     )
 
@@ -183,8 +268,11 @@ captured one: that run cannot show the captured kernel's behaviour.
 import os
 
 KNOBS = {knobs}
+THREADS = {threads}  # intra-op threads the arm ran with (from {threads_source})
 for _name, _value in KNOBS.items():  # before torch: cuBLAS reads these at handle creation
     os.environ[_name] = _value
+if THREADS and "OMP_NUM_THREADS" not in KNOBS:  # libgomp reads it at import
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)
 
 import argparse  # noqa: E402
 import hashlib  # noqa: E402
@@ -192,6 +280,8 @@ import sys  # noqa: E402
 
 import torch  # noqa: E402
 
+if THREADS:  # the thread count splits the reduction: a repro at another count computes another sum
+    torch.set_num_threads(THREADS)
 PROBLEM = {problem}
 
 
@@ -253,6 +343,9 @@ def main():
         PROBLEM["label"], PROBLEM["m"], PROBLEM["n"], PROBLEM["k"], PROBLEM["transa"], PROBLEM["transb"],
         PROBLEM["a_dtype"], PROBLEM["b_dtype"], PROBLEM["out_dtype"], PROBLEM["accumulate"], PROBLEM["source"]))
     print("knobs: " + (" ".join("%s=%s" % kv for kv in sorted(KNOBS.items())) or "none"))
+    print("threads: %s" % ("%d (captured: %s)" % (torch.get_num_threads(), {threads_source}) if THREADS
+                           else "%d (the captured count is not recorded: this machine's default)"
+                           % torch.get_num_threads()))
     if captured is None:
         print("device: %s; the captured device is not recorded: compare devices before reading the result" % here)
     elif here != captured:
@@ -274,6 +367,120 @@ def main():
         print("run %d: out %s %s digest %s" % (i + 1, list(d.shape), str(d.dtype).replace("torch.", ""), digests[-1]))
     for note in notes:
         print("note: " + note)
+    same = len(set(digests)) == 1
+    print("result: %s across %d runs" % ("IDENTICAL" if same else "DIFFERENT", args.runs))
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+_PRELUDE = '''#!/usr/bin/env python3
+"""Standalone repro of {label} (forensics {version}; capture {capture}, arm {arm}).
+
+Reruns the captured convolution (aten.convolution.default) with the operands' shapes, dtypes and
+strides the site recorded, with the arm's knobs set as environment variables BEFORE torch is
+imported and the arm's intra-op thread count (which decides how ATen runs it: the thnn path's
+oneMKL GEMMs or oneDNN's kernel, and how a reduction is split). Inputs are random with the
+captured shapes (not the captured values), so compare the runs with each other. The library
+calls the capture attributed to this occurrence ({calls}) are in report.md.
+
+    python repro.py [--device cpu|cuda] [--runs N] [--seed S] [--threads T]
+
+Exit status: 0 when every run gave bit-identical output, 1 when the runs differ.
+"""
+import os
+
+KNOBS = {knobs}
+THREADS = {threads}  # intra-op threads the arm ran with
+THREADS_SOURCE = {threads_source}
+for _name, _value in KNOBS.items():
+    os.environ[_name] = _value
+if THREADS and "OMP_NUM_THREADS" not in KNOBS:  # libgomp reads it at import
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+
+PROBLEM = {problem}
+
+
+def digest(t):
+    """sha256 of the output's bytes in row-major order: equal digests mean equal bits, in order."""
+    raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8)
+    try:
+        data = raw.numpy().tobytes()
+    except Exception:  # noqa: BLE001 - torch without numpy
+        data = bytes(raw.tolist())
+    return "sha256:" + hashlib.sha256(data).hexdigest()[:16]
+
+
+def tensor(spec, gen, device):
+    """A random tensor of the captured shape and dtype, laid out with the captured strides."""
+    t = torch.randn(spec["shape"], generator=gen).to(getattr(torch, spec["dtype"]))
+    strides = spec.get("strides")
+    if strides and list(t.stride()) != strides:
+        t = torch.empty_strided(spec["shape"], strides, dtype=t.dtype).copy_(t)
+    return t.to(device)
+'''
+
+_CONV_BODY = '''
+
+def run_once(x, w, b):
+    nd = len(PROBLEM["stride"])
+    return torch.ops.aten.convolution.default(x, w, b, PROBLEM["stride"], PROBLEM["padding"], PROBLEM["dilation"],
+                                              False, [0] * nd, PROBLEM["groups"])
+
+
+def describe():
+    return "%s input %s weight %s -> %s stride=%s padding=%s dilation=%s groups=%d (%s)" % (
+        PROBLEM["label"], PROBLEM["input"]["shape"], PROBLEM["weight"]["shape"], PROBLEM["out_shape"],
+        PROBLEM["stride"], PROBLEM["padding"], PROBLEM["dilation"], PROBLEM["groups"], PROBLEM["assumed"])
+
+
+def operands(device, seed):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    b = tensor(PROBLEM["bias"], gen, device) if PROBLEM["bias"] else None
+    return tensor(PROBLEM["input"], gen, device), tensor(PROBLEM["weight"], gen, device), b
+'''
+
+_RUN = '''
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--runs", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=THREADS, help="intra-op threads (default: the captured count)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    print("problem: " + describe())
+    print("knobs: " + (" ".join("%s=%s" % kv for kv in sorted(KNOBS.items())) or "none"))
+    if THREADS and args.threads == THREADS:
+        print("threads: %d (captured: %s)" % (torch.get_num_threads(), THREADS_SOURCE))
+    elif args.threads:
+        print("threads: %d (--threads; captured %s)" % (torch.get_num_threads(), THREADS or "not recorded"))
+    else:
+        print("threads: %d (the captured count is not recorded: this machine's default)" % torch.get_num_threads())
+    captured = PROBLEM.get("captured_device")
+    here = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    if captured is not None and captured != here:
+        print("device: %s; captured on %s: the device differs" % (here, captured))
+    else:
+        print("device: %s" % here)
+    x, w, b = operands(device, args.seed)
+    digests = []
+    for i in range(args.runs):
+        d = run_once(x, w, b)
+        digests.append(digest(d))
+        print("run %d: out %s %s digest %s" % (i + 1, list(d.shape), str(d.dtype).replace("torch.", ""), digests[-1]))
     same = len(set(digests)) == 1
     print("result: %s across %d runs" % ("IDENTICAL" if same else "DIFFERENT", args.runs))
     return 0 if same else 1

@@ -38,24 +38,17 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
         console.print(f"[yellow]not recognised:[/yellow] {len(odd) - MAX_UNREAD_SHOWN} more files, listed in analysis.json "
                       "(not_read)")
     noun = what_is_named(an)
+    if noun[1] != "kernel":  # the CPU: what the profiler saw where nothing could be NAMED (its word only)
+        for line in profiler_ops_lines(profiler_ops_at(an)):
+            console.print(escape(line), markup=False)
     if not len(an.verdicts):
         why = ": the files read hold none (the notes above say why)" if an.notes else ""
         console.print(f"[yellow]no {noun[0]} to judge{why}[/yellow]")
         return
     v = an.verdicts
     many = v["arm"].nunique() > 1 or v["rank"].nunique() > 1
-    fams = _families(an)
-    cpu = noun[1] != "kernel"
-    cols = (["arm", "rank"] if many else []) + ["scope", "implementation -> library" if cpu else "kernel (short name)"] + \
-        [instruments.FAMILIES[f].column for f in fams] + ["verdict"]
-    shown = display_names(v, 100 if cpu else 48)
-    rows = []
-    for r, label in zip(v.head(max_rows).itertuples(index=False), shown):
-        c, src = r.counts, r.sources
-        rows.append(([str(r.arm), str(r.rank)] if many else []) + [
-            str(r.scope), label] + [
-            _fmt(c.get(f), src.get(f) if src.get(f) != f else None) for f in fams] + [
-            f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]"])
+    cols, rows = verdict_rows(an, max_rows=max_rows, styled=True, all_columns=False)
+    shown = display_names(v, 100 if noun[1] != "kernel" else 48)
     # never a token split at the terminal's width: constant columns said once, else key: value lines
     print_fitted_table(console, f"{noun[0]} counted per instrument family and the two-instrument rule", cols, rows)
     if len(an.verdicts) > max_rows:
@@ -72,6 +65,125 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
     named = an.named
     console.print(f"[bold]{len(named)} of {len(an.verdicts)} (scope, {noun[1]}) pairs NAMED[/bold] "
                   f"({distinct_named(an)} distinct {noun[1]}s)")
+
+
+#: The JSON report of an analysis (analysis.json, ``analyze --as json``): its name and version
+#: (docs/formats/analysis.md lists its keys; the version changes when a key changes meaning or goes).
+SCHEMA, SCHEMA_VERSION = "forensics.analysis", 1
+
+
+def analysis_json(an: Analysis) -> dict:
+    """analysis.json's content: ``schema`` and ``version`` first, then the analysis."""
+    return {"schema": SCHEMA, "version": SCHEMA_VERSION, **an.to_json()}
+
+
+#: ``compare``'s JSON report (docs/formats/compare.md).
+COMPARE_SCHEMA, COMPARE_VERSION = "forensics.compare", 1
+
+
+def compare_json(comparison, discriminator, toggles, losses: list | None = None) -> dict:
+    """``compare --json``'s content: ``schema`` and ``version``, then the arm comparison, the
+    discriminator table, the toggle report and what a reader lost."""
+    return {"schema": COMPARE_SCHEMA, "version": COMPARE_VERSION, "comparison": comparison.to_dict(),
+            "discriminator": discriminator.to_dict(), "toggles": toggles.to_dict(), "losses": list(losses or [])}
+
+
+def compare_rows(comparison) -> tuple[list[str], list[list]]:
+    """``compare --as csv|markdown``: one row per (arm, occurrence) compared with the baseline."""
+    cols = ["arm", "baseline", "toggle", "comparable"]
+    rows: list[list] = []
+    occ_cols: list[str] = []
+    for p in comparison.pairs:
+        occ = p.occurrences
+        for c in list(getattr(occ, "columns", [])):
+            if c not in occ_cols:
+                occ_cols.append(c)
+    for p in comparison.pairs:
+        toggle = ", ".join(f"{k}={v}" for k, v in (p.toggle or {}).items())
+        occ = p.occurrences
+        for rec in (occ.to_dict("records") if len(occ) else []):
+            rows.append([p.arm, p.baseline, toggle, p.comparable] + [rec.get(c) for c in occ_cols])
+    return cols + occ_cols, rows
+
+
+def verdict_rows(an: Analysis, max_rows: int | None = None, styled: bool = False,
+                 all_columns: bool = True) -> tuple[list[str], list[list[str]]]:
+    """The verdict table's (columns, rows), as the text table shows them (``styled``: the verdict
+    in rich markup) or for ``--as csv|markdown`` (``all_columns``: arm and rank always, the full
+    kernel name too, every row)."""
+    noun = what_is_named(an)
+    v = an.verdicts
+    many = all_columns or v["arm"].nunique() > 1 or v["rank"].nunique() > 1
+    fams = _families(an)
+    cpu = noun[1] != "kernel"
+    cols = (["arm", "rank"] if many else []) + ["scope", "implementation -> library" if cpu else "kernel (short name)"] + \
+        [instruments.FAMILIES[f].column for f in fams] + ["verdict"] + (["kernel", "reason"] if all_columns else [])
+    shown = display_names(v, 100 if cpu else 48)
+    body = v if max_rows is None else v.head(max_rows)
+    rows = []
+    for r, label in zip(body.itertuples(index=False), shown):
+        c, src = r.counts, r.sources
+        rows.append(([str(r.arm), str(r.rank)] if many else []) + [
+            str(r.scope), label] + [
+            _fmt(c.get(f), src.get(f) if src.get(f) != f else None) for f in fams] + [
+            f"[{_STYLE.get(r.verdict, '')}]{r.verdict}[/]" if styled else str(r.verdict)]
+            + ([str(r.kernel), str(getattr(r, "reason", "") or "")] if all_columns else []))
+    return cols, rows
+
+
+#: Ops listed per unnameable occurrence (the most frequent first; the rest counted in one line).
+PROFILER_OPS_SHOWN = 12
+
+
+def profiler_ops_at(an: Analysis) -> list[dict]:
+    """What torch.profiler recorded inside each site occurrence that has no verdict row (an op no
+    second instrument logs: ATen's own reductions, elementwise ops): per (arm, rank, occurrence),
+    every op the profiler saw inside the occurrence's range on its thread, nested ones included,
+    with its count. The profiler's word only: this names nothing, it shows what there was to see."""
+    from parsers import kineto  # noqa: PLC0415 (read only for a site nothing could be NAMED at)
+
+    if not len(an.sites) or "label" not in an.sites.columns:
+        return []
+    judged = set()
+    if len(an.verdicts):
+        judged = {(str(r.arm), int(r.rank), str(r.scope)) for r in an.verdicts.itertuples(index=False)}
+    wanted: dict[tuple[str, int], set[str]] = {}
+    for r in an.sites[["arm", "rank", "label"]].drop_duplicates().itertuples(index=False):
+        key = (str(r.arm), int(r.rank))
+        if (key[0], key[1], str(r.label)) not in judged:
+            wanted.setdefault(key, set()).add(str(r.label))
+    out: list[dict] = []
+    for f in an.capture.files:
+        labels = wanted.get((str(f.arm), int(f.rank) if f.rank is not None else -1))
+        if f.instrument != "torch_profiler" or not labels:
+            continue
+        trace = kineto.read_trace(f.path)
+        ops, ann = trace.cpu_ops, trace.annotations
+        if not len(ann) or not len(ops):
+            continue
+        for a in ann[ann["name"].isin(labels)].itertuples(index=False):
+            end = a.end_ns if a.end_ns is not None and a.end_ns == a.end_ns else None
+            inside = ops[(ops["tid"] == a.tid) & (ops["start_ns"] >= a.start_ns)
+                         & ((ops["end_ns"] <= end) if end is not None else True)]
+            counts = inside["name"].astype(str).value_counts(sort=False)
+            ranked = sorted(((str(n), int(c)) for n, c in counts.items()), key=lambda nc: (-nc[1], nc[0]))
+            out.append({"arm": str(f.arm), "rank": int(f.rank), "occurrence": str(a.name), "file": str(f.path),
+                        "ops": [{"op": n, "count": c} for n, c in ranked]})
+    return sorted(out, key=lambda d: (d["occurrence"], d["arm"], d["rank"]))
+
+
+def profiler_ops_lines(seen: list[dict]) -> list[str]:
+    """``profiler_ops_at`` as text lines: arms that saw the same ops at an occurrence said once."""
+    lines: list[str] = []
+    groups: dict[tuple, list[str]] = {}
+    for d in seen:
+        key = (d["occurrence"], tuple((o["op"], o["count"]) for o in d["ops"]))
+        groups.setdefault(key, []).append(f"{d['arm']} rank {d['rank']}")
+    for (occ, ops), who in groups.items():
+        shown = ", ".join(f"{op} x{n}" for op, n in ops[:PROFILER_OPS_SHOWN])
+        more = f", and {len(ops) - PROFILER_OPS_SHOWN} more op(s)" if len(ops) > PROFILER_OPS_SHOWN else ""
+        lines.append(f"profiler at {occ} ({', '.join(who)}): {shown or 'no op recorded inside its range'}{more}")
+    return lines
 
 
 def what_is_named(an: Analysis) -> tuple[str, str]:
@@ -221,7 +333,7 @@ def write_outputs(an: Analysis, out_dir: Path) -> list[Path]:
     from forensics.core.errors import doing  # noqa: PLC0415
 
     with doing(f"rendering the analysis of {an.capture.root}"):
-        texts = {"analysis.json": json.dumps(an.to_json(), indent=1, default=str) + "\n",
+        texts = {"analysis.json": json.dumps(analysis_json(an), indent=1, default=str) + "\n",
                  "report.md": render_markdown(an)}
     with doing(f"writing the analysis outputs under {out_dir}"):
         target = fresh_dir(out_dir)

@@ -8,9 +8,10 @@ from typing import Any
 import msgspec
 from rich.console import Console
 
-from forensics.runtime.console import make_console
-from rich.table import Table
+from rich.markup import escape
 from rich.text import Text
+
+from forensics.runtime.console import make_console, print_fitted_table
 
 from forensics.knobs import StaticScan
 from forensics.knobs.catalog import KnobEntry, load_catalog
@@ -69,9 +70,33 @@ def to_json(report: KnobReport) -> dict[str, Any]:
     return out
 
 
-def _row(table: Table, *cells: str) -> None:
-    """Add a row of plain text (never parsed as rich markup: paths and code contain brackets)."""
-    table.add_row(*(Text(c) for c in cells))
+#: ``knob --as csv|markdown``: one row per finding, Python (read, write, unresolved, mention) and
+#: shared library (contains the name, cannot tell).
+ROW_COLUMNS = ["kind", "where", "line", "in", "form", "default", "feeds"]
+
+
+def knob_rows(report: KnobReport) -> tuple[list[str], list[list]]:
+    """Every finding of the static scan as rows (the tables' content, never truncated); a library's
+    ``form`` is its environment imports and ``feeds`` the strings around the name in it."""
+    rows: list[list] = []
+    s = report.scan
+    for kind in (READ, WRITE, UNRESOLVED, MENTION):
+        for f in s.findings(kind):
+            rows.append([f"python {kind}", f.file, f.line, f.scope, f.form + (f" ({f.note})" if f.note else ""),
+                         f.default or "", f.feeds or ""])
+    for lib in s.libraries:
+        hit = (lib.names or lib.hits or [None])[0]
+        near = " | ".join(hit.before[-2:] + [f"<{hit.string}>"] + hit.after[:2]) if hit is not None else ""
+        rows.append([f"library {lib.verdict}", lib.file, "", ", ".join(lib.sections), ", ".join(lib.env_imports),
+                     "", near])
+    return ROW_COLUMNS, rows
+
+
+def _table(console: Console, title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Print a table of plain text (never read as rich markup: paths and code hold brackets) fitted to
+    the width (a terminal's, 100 columns piped): constant columns said once, else ``key: value``
+    lines, never a name split (forensics.runtime.console.print_fitted_table)."""
+    print_fitted_table(console, title, list(columns), [[escape(c) for c in r] for r in rows])
 
 
 def _say(console: Console, text: str, style: str | None = None) -> None:
@@ -105,22 +130,16 @@ def render(report: KnobReport, console: Console | None = None) -> None:
         rows = s.findings(kind)
         if not rows:
             continue
-        t = Table(title=f"{title}: {len(rows)}", show_lines=False)
-        for col in ("where", "in", "form", "default/value", "feeds"):
-            t.add_column(col, overflow="fold")
-        for f in rows:
-            _row(t, f"{_rel(f.file, roots)}:{f.line}", f.scope, f.form + (f" ({f.note})" if f.note else ""), f.default or "", f.feeds or "")
-        console.print(t)
+        _table(console, f"{title}: {len(rows)}", ("where", "in", "form", "default/value", "feeds"),
+               [(f"{_rel(f.file, roots)}:{f.line}", f.scope, f.form + (f" ({f.note})" if f.note else ""),
+                 f.default or "", f.feeds or "") for f in rows])
     mentions = s.findings(MENTION)
     if mentions:
-        t = Table(title=f"Mentions only (docstrings, comments, messages, constants): {len(mentions)}")
-        for col in ("where", "form", "text"):
-            t.add_column(col, overflow="fold")
-        for f in mentions[:_MENTION_ROWS]:
-            _row(t, f"{_rel(f.file, roots)}:{f.line}", f.form, f.feeds or "")
+        rows = [(f"{_rel(f.file, roots)}:{f.line}", f.form, f.feeds or "") for f in mentions[:_MENTION_ROWS]]
         if len(mentions) > _MENTION_ROWS:
-            _row(t, "...", f"{len(mentions) - _MENTION_ROWS} more (see --json)", "")
-        console.print(t)
+            rows.append(("...", f"{len(mentions) - _MENTION_ROWS} more (see --json)", ""))
+        _table(console, f"Mentions only (docstrings, comments, messages, constants): {len(mentions)}",
+               ("where", "form", "text"), rows)
     _render_libraries(s, console, roots)
     for path, reason in s.unreadable[:_UNREADABLE_LINES]:
         _say(console, f"unreadable (not scanned): {path}: {reason}")
@@ -155,28 +174,27 @@ def _render_libraries(s: StaticScan, console: Console, roots: list[str]) -> None
     holds, signs, bare = _library_groups(s)
     known = set(load_catalog())
     if holds:
-        t = Table(title=f"Shared libraries holding the name as a string: {len(holds)}")
-        for col in ("library", "sections", "env imports", "nearby strings"):
-            t.add_column(col, overflow="fold")
+        rows = []
         for lib in holds:
             hit = (lib.names or lib.hits)[0]
             near = " | ".join(hit.before[-2:] + [f"<{hit.string}>"] + hit.after[:2])
-            _row(t, _rel(lib.file, roots), ", ".join(lib.sections), ", ".join(lib.env_imports), near)
-        console.print(t)
+            rows.append((_rel(lib.file, roots), ", ".join(lib.sections), ", ".join(lib.env_imports), near))
+        _table(console, f"Shared libraries holding the name as a string: {len(holds)}",
+               ("library", "sections", "env imports", "nearby strings"), rows)
     if signs:
         # strongest signs first: name pieces, then text mentions, then same-prefix names only
         signs = sorted(signs, key=lambda lib: (not lib.fragments, not lib.messages, lib.file))
-        t = Table(title=f"Cannot tell statically (read the environment, no string of the name; signs of it): {len(signs)}")
-        for col in ("library", "env imports", "name pieces", "same-prefix names held (* catalogued)", "name inside text"):
-            t.add_column(col, overflow="fold")
+        rows = []
         for lib in signs[:_WEAK_LIBRARY_ROWS]:
             family = sorted(lib.family, key=lambda n: (n not in known, n))
             fam = ", ".join(n + ("*" if n in known else "") for n in family[:6]) + (f" (+{len(family) - 6})" if len(family) > 6 else "")
-            _row(t, _rel(lib.file, roots), ", ".join(lib.env_imports), ", ".join(lib.fragments), fam,
-                 lib.messages[0].string if lib.messages else "")
+            rows.append((_rel(lib.file, roots), ", ".join(lib.env_imports), ", ".join(lib.fragments), fam,
+                         lib.messages[0].string if lib.messages else ""))
         if len(signs) > _WEAK_LIBRARY_ROWS:
-            _row(t, "...", f"{len(signs) - _WEAK_LIBRARY_ROWS} more (see --json)", "", "", "")
-        console.print(t)
+            rows.append(("...", f"{len(signs) - _WEAK_LIBRARY_ROWS} more (see --json)", "", "", ""))
+        _table(console, f"Cannot tell statically (read the environment, no string of the name; signs of it): "
+                        f"{len(signs)}", ("library", "env imports", "name pieces",
+                                          "same-prefix names held (* catalogued)", "name inside text"), rows)
     if bare:
         _say(console, f"cannot tell statically: {len(bare)} more librar{'y' if len(bare) == 1 else 'ies'} read the environment "
                       "with no sign of the name (no string, no pieces, no same-prefix names); listed in --json, "

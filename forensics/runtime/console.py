@@ -4,10 +4,16 @@ On a terminal, rich wraps lines to the window between words, never inside one, a
 fitted to the window by :func:`print_fitted_table` (constant columns said once, else one
 ``key: value`` line per cell), so ``aten.convolution.default#1`` is never split at any width. Off a terminal (a pipe, a log file, CI) every line is
 printed whole: no hard wrap at 80 columns, no colour codes, no markup-driven wrapping, so that
-``grep`` and log readers see each message on one line.
+``grep`` and log readers see each message on one line... up to 100 columns: a piped line longer than
+:data:`PIPED_TABLE_WIDTH` is broken between words (:func:`fit_line`), its continuation lines indented
+:data:`CONTINUATION` columns deeper than it; a word is never split, so a path or a name longer than
+the room left stands alone on its line, and a command to copy (``next:``, a dry run's ``argv:``)
+is printed whole. Lines on stderr are never broken: an error is one line, whatever its length.
 """
 from __future__ import annotations
 
+import os
+import re
 import sys
 from typing import TextIO
 
@@ -18,6 +24,90 @@ PLAIN_WIDTH = 100_000
 #: Off a terminal a table is fitted to this many columns (a log read in a pager or a CI page); its
 #: lines are still never wrapped, so one holding a path or a long kernel name may be longer.
 PIPED_TABLE_WIDTH = 100
+
+
+#: How much deeper than the line it continues a continuation line is indented (deeper than the
+#: 2- and 4-column indents commands use for the items under a line, so it never reads as one).
+CONTINUATION = 6
+#: Lines printed whole however long: a command the user copies (``next: forensics kernel ...``; a
+#: dry run's ``argv:``, ``env:`` and ``then:`` lines).
+_WHOLE = re.compile(r"^\s*(next|argv|env|then): ")
+#: Box-drawing table lines are never broken (print_fitted_table fits tables to the width instead).
+_BOX = set("┏┃┡│└┗┣┠├╭╰━─")
+
+
+def piped_width() -> int:
+    """Columns piped output is fitted to: ``$COLUMNS`` when the user set it (a wider log viewer), else
+    :data:`PIPED_TABLE_WIDTH`."""
+    try:
+        return max(int(os.environ.get("COLUMNS", "")), 20)
+    except ValueError:
+        return PIPED_TABLE_WIDTH
+
+
+def unfit(text: str) -> str:
+    """``text`` with every line :func:`fit_line` broke joined again (a continuation line is indented
+    exactly :data:`CONTINUATION` columns deeper than the line it continues): the lines as written."""
+    out: list[str] = []
+    base = -1
+    for line in text.split("\n"):
+        indent = len(line) - len(line.lstrip(" "))
+        if out and line.strip() and indent == base + CONTINUATION:
+            out[-1] += " " + line.strip()
+            continue
+        out.append(line)
+        base = indent
+    return "\n".join(out)
+
+
+def fit_line(line: str, width: int = PIPED_TABLE_WIDTH) -> list[str]:
+    """``line`` as lines of at most ``width`` columns, broken only at a space; each continuation is
+    indented :data:`CONTINUATION` columns deeper than ``line``. A word longer than the room left
+    (a path) stands whole on its own line, the one case where a line is longer than ``width``;
+    a command line (``next:``, ``argv:``, ``env:``, ``then:``) and a table's box-drawing line are
+    returned whole."""
+    if len(line) <= width or _WHOLE.match(line) or (line.lstrip()[:1] in _BOX):
+        return [line]
+    indent = len(line) - len(line.lstrip(" "))
+    pad = " " * (indent + CONTINUATION)
+    words = line[indent:].split(" ")
+    out: list[str] = []
+    cur = " " * indent + words[0]
+    for w in words[1:]:
+        if len(cur) + 1 + len(w) <= width:
+            cur += " " + w
+        elif not w:  # runs of spaces inside the line (two-space separators) fold into the break
+            continue
+        else:
+            out.append(cur.rstrip())
+            cur = pad + w
+    out.append(cur.rstrip())
+    return out
+
+
+class _FittedStream:
+    """A text stream that passes each whole line through :func:`fit_line` (a pipe, a log file)."""
+
+    def __init__(self, stream: TextIO, width: int | None = None) -> None:
+        self._stream, self._width, self._partial = stream, width or piped_width(), ""
+
+    def write(self, text: str) -> int:
+        *whole, self._partial = (self._partial + text).split("\n")
+        for line in whole:
+            self._stream.write("\n".join(fit_line(line, self._width)) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._partial:
+            self._stream.write("\n".join(fit_line(self._partial, self._width)))
+            self._partial = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str):  # encoding, fileno, ...: the stream's own
+        return getattr(self._stream, name)
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -32,7 +122,8 @@ def make_console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     if is_terminal(stream):
         return Console(stderr=stderr, soft_wrap=False)  # wrapped between words, never inside one
-    return Console(file=stream, width=PLAIN_WIDTH, soft_wrap=True, no_color=True, color_system=None,
+    # stdout is fitted to 100 columns; stderr is not: an error there is one line, whatever its length
+    return Console(file=stream if stderr else _FittedStream(stream), width=PLAIN_WIDTH, soft_wrap=True, no_color=True, color_system=None,
                    highlight=False, emoji=False, force_terminal=False)
 
 
@@ -69,7 +160,7 @@ def print_fitted_table(console: Console, title: str, columns: list[str], rows: l
             t.add_row(*r)
         return t
 
-    width = PIPED_TABLE_WIDTH if console.width >= PLAIN_WIDTH else console.width
+    width = piped_width() if console.width >= PLAIN_WIDTH else console.width
     if table_width(columns, rows) <= width:
         console.print(table(columns, rows))
         return "table"

@@ -121,3 +121,59 @@ def write_json(path: str | os.PathLike[str], payload: Any, *, force: bool, what:
         return None
     check_output(path, force=force, flag=flag, what=what)
     return write_atomic(path, text, overwrite=force, what=what, hint=f"--force replaces it, or choose another {flag}")
+
+
+#: What ``--as`` takes: the text report (the default), the JSON report (``--json -``), or the
+#: command's table as CSV or as a Markdown table (docs/formats/).
+AS_FORMATS = ("text", "json", "csv", "markdown")
+#: Help text of ``--as`` (one wording for every command).
+AS_HELP = ("print the report as text (default), json (the JSON report, as --json -), or its table as csv "
+           "or markdown; nothing else goes to stdout (docs/formats/)")
+
+
+def check_as(value: str) -> str:
+    """``--as`` validated before anything runs: exit 2 naming the choices (typer's usage error)."""
+    if value not in AS_FORMATS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(AS_FORMATS)}", param_hint="--as")
+    return value
+
+
+def _cell(value: Any) -> str:
+    """A cell as text: None and NaN empty, a whole float as an integer (2, not 2.0)."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return ""
+        if value.is_integer():
+            return str(int(value))
+    return str(value)
+
+
+def render_rows(columns: list[str], rows: list[list[Any]], fmt: str) -> str:
+    """A table's rows in ``fmt``: ``csv`` (RFC 4180, a header row) or ``markdown`` (a pipe table,
+    ``|`` in a cell escaped, a line break in one as ``<br>``). Every row, never truncated."""
+    import csv  # noqa: PLC0415
+    import io  # noqa: PLC0415
+
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows([[_cell(c) for c in r] for r in rows])
+        return buf.getvalue()
+    if fmt == "markdown":
+        def md(c: Any) -> str:
+            return _cell(c).replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
+        lines = ["| " + " | ".join(md(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(md(c) for c in r) + " |" for r in rows]
+        return "\n".join(lines) + "\n"
+    raise ValueError(f"no table rendering for {fmt!r} (csv or markdown)")
+
+
+def emit_as(fmt: str, payload: Any, columns: list[str], rows: list[list[Any]]) -> None:
+    """Print a result for ``--as json|csv|markdown`` on stdout, alone: the JSON report, or its rows."""
+    if fmt == "json":
+        typer.echo(json.dumps(payload, indent=1, default=str))
+    else:
+        typer.echo(render_rows(columns, rows, fmt), nl=False)
