@@ -15,6 +15,7 @@ import forensics.capture.kernel as capture_kernel_mod
 import forensics.core.site as site_mod
 from forensics.cli import main
 from forensics.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, BadInput
+from forensics.runtime.console import unfit
 from forensics.judge import analysis as analysis_mod
 
 pytestmark = pytest.mark.slow  # integration lane: real kernel runs (35 s on 2 cores)
@@ -78,7 +79,7 @@ def test_an_analysis_that_refuses_the_capture_is_exit_3_never_0(tmp_path, monkey
 
     monkeypatch.setattr(analysis_mod, "analyze", refuse)
     code = main(_argv(tmp_path / "cap", "--site", SITE))
-    out = capsys.readouterr().out
+    out = unfit(capsys.readouterr().out)  # the piped-width rule may break a long line (forensics.runtime.console)
     assert code == EXIT_BAD_INPUT
     assert "analysis failed:" in out and "sites.jsonl:3: truncated line" in out
     assert (tmp_path / "cap" / "manifest.yaml").is_file()  # the capture stays
