@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 LAUNCHES, CALLS, CONTEXT, UNREAD = "launches", "calls", "context", "unread"
-CUDA, CPU = "cuda", "cpu"
+CUDA, CPU, ROCM = "cuda", "cpu", "rocm"
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class Instrument:
     name: str  # the key in capture manifests and frames ("nsys", "ncu_csv", ...)
     role: str  # LAUNCHES | CALLS | CONTEXT | UNREAD
     patterns: tuple[str, ...]  # file-name globs (a hint: files are recognised by content first)
-    device: str | None = None  # CUDA | CPU; None for context files of any device
+    device: str | None = None  # CUDA | CPU | ROCM; None for context files of any device
     family: str | None = None  # a Family name; None for CONTEXT/UNREAD
     reader: Callable[[Any], Any] | None = None  # path -> frame (launch frame or call frame)
     label: str = ""
@@ -113,6 +113,11 @@ class Instrument:
     #: CALLS only: one implementation-op execution issues many calls (the CPU libraries), matched by
     #: forensics.judge.cpu.match; False: one call to one launch group (cuBLAS).
     per_execution: bool = False
+    #: CALLS only, (kernel name, grid, call row, library) -> [FieldCheck]: how one call is checked against the
+    #: launch matched to it; None: forensics.core.kernel_names.check_call (cuBLAS names) for a GPU log.
+    identity: Callable[..., list[Any]] | None = None
+    #: CALLS only: the library's name in identity checks ("hipBLASLt"); "" for the instrument's name.
+    library: str = ""
     #: CALLS only: the columns that make the library's "algo descriptor" (compared across arms).
     algo_columns: tuple[str, ...] = ()
     #: Text logs: a line of this form in a file's first bytes recognises the file (``why`` says it).
