@@ -1,0 +1,93 @@
+"""The two-instrument rule on AMD: rocprofv3's launches (the rocprofiler family) and the hipBLASLt
+log's calls (the hipblaslt family, independent of it) NAME a Tensile kernel only when counts AND
+identity agree (:func:`forensics.core.kernel_names.check_amd_call`: types, layout, macro tile vs
+m x n, batch); CONFLICT when the counts agree and identity does not.
+
+No public source holds a rocprofv3 trace of a Tensile GEMM beside the same run's hipBLASLt log
+(tests/fixtures/amd/PROVENANCE.md). Every case here pairs the REAL hipBLASLt log of i-chaochen's
+README (hipblaslt_mask5_level5.log: one call, m=48 n=176 k=1024, NT, bf16, pid 1862601) with a
+rocprofv3 kernel trace written here in the real header of rocprofiler-sdk's documentation
+(rocprofv3_v3_kernel_trace.csv):
+
+* NAMED: SYNTHETIC. The Tensile name is built from a real gfx950 name's fields
+  (``Cijk_Alik_Bljk_BBS_BH_UserArgs_MT128x128x64_...``, tests/test_amd_kernel_names.py) with the
+  call's layout letters (``Ailk_Bjlk``: NT) and a 64x64 macro tile; the grid is the 3 tiles of 48x176.
+* CONFLICT: files of DIFFERENT PROGRAMS. The kernel's name is REAL, from HTA's MI250 Kineto trace
+  (tests/fixtures/amd/kineto_rocm6.2_...: the fp32 weight-gradient GEMM, NT, macro tile 64x16);
+  one launch, one call: counts agree, the precision (fp32 vs bf16) does not.
+* DISAGREE: SYNTHETIC, the NAMED trace with a second launch of the kernel (2 launches, 1 call).
+The real ``addition_kernel`` row of the documentation's trace rides along in every case: the log
+cannot confirm it (not a Tensile name), so it stays SINGLE-SOURCE.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from forensics.judge.analysis import analyze
+
+AMD = Path(__file__).resolve().parent / "fixtures" / "amd"
+PID = 1862601  # the hipBLASLt log's process; rocprofv3 names its files <pid>_kernel_trace.csv
+HEADER = AMD.joinpath("rocprofv3_v3_kernel_trace.csv").read_text().splitlines()[0]
+ADDITION = "void addition_kernel<float>(float*, float const*, float const*, int, int)"  # real, same file
+NAMED_NAME = "Cijk_Ailk_Bjlk_BBS_BH_UserArgs_MT64x64x64_MI16x16x1_SN_AFC1_GSUAMB_ISA950_MIWT2_2_WG32_8_1"  # SYNTHETIC
+REAL_FP32 = ("Cijk_Ailk_Bjlk_SB_Bias_AS_SAV_UserArgs_MT64x16x16_MI16x16x1_SN_LDSB0_AFC1_AFEM1_AFEM1_ASEM1_CLR1_CADS0_"
+             "EPS0_GRVWA1_GRVWB1_GSUAMB_ISA90a_IU1_K1_LBSPPA0_LBSPPB0_LBSPPM0_LPA0_LPB0_LPM0_LRVW1_LWPMn1_MIAV0_MIWT1_1_"
+             "MO40_NTn1_NTA0_NTB0_NTC0_NTD0_NTM0_NEPBS2_NLCA1_NLCB1_ONLL1_PGR2_PLR1_PKA1_SIA3_SS1_SPO1_SRVW0_SSO0_SVW1_"
+             "TLDS0_USFGROn1_VSn1_VWA1_VWB1_WSGRA0_WSGRB0_WS64_WG64_4_1")  # real: HTA's MI250 trace
+
+
+def _row(i: int, name: str, wg: tuple[int, int, int], workgroups: tuple[int, int, int]) -> str:
+    grid = [w * g for w, g in zip(wg, workgroups)]  # rocprofv3 prints the grid in work-items
+    t = 2414192765353337 + 100000 * i
+    return (f'"KERNEL_DISPATCH",2,1,1,{PID},{i},{10 + i},"{name}",{1937 + i},{t},{t + 50000},0,0,'
+            f"{wg[0]},{wg[1]},{wg[2]},{grid[0]},{grid[1]},{grid[2]}")
+
+
+def _capture(tmp_path: Path, kernels: list[tuple[str, tuple, tuple]]) -> Path:
+    rows = [_row(1, ADDITION, (64, 1, 1), (16384, 1, 1))] + [_row(i + 2, *k) for i, k in enumerate(kernels)]
+    tmp_path.joinpath(f"{PID}_kernel_trace.csv").write_text("\n".join([HEADER, *rows]) + "\n")
+    shutil.copy(AMD / "hipblaslt_mask5_level5.log", tmp_path / f"hipblaslt.{PID}.log")
+    return tmp_path
+
+
+def _verdicts(tmp_path: Path) -> dict[str, object]:
+    an = analyze(tmp_path)
+    assert {f.instrument for f in an.capture.files} == {"rocprofv3", "hipblaslt"}
+    return {r.kernel: r for r in an.verdicts.itertuples()}
+
+
+def test_counts_and_identity_agree_named(tmp_path):
+    v = _verdicts(_capture(tmp_path, [(NAMED_NAME, (256, 1, 1), (3, 1, 1))]))
+    gemm = v[NAMED_NAME]
+    assert gemm.verdict == "NAMED", gemm.reason
+    assert gemm.counts == {"rocprofiler": 1, "hipblaslt": 1}
+    assert {"library", "precision", "layout", "grid"} <= set(gemm.identity["checked"])
+    assert not gemm.identity["conflicts"]
+    assert v[ADDITION].verdict == "SINGLE-SOURCE" and v[ADDITION].counts == {"rocprofiler": 1}
+
+
+def test_counts_agree_identity_does_not_conflict(tmp_path):
+    # different programs: the MI250 trace's real fp32 kernel name against the README's real bf16 call
+    v = _verdicts(_capture(tmp_path, [(REAL_FP32, (256, 1, 1), (11, 1, 1))]))
+    gemm = v[REAL_FP32]
+    assert gemm.counts == {"rocprofiler": 1, "hipblaslt": 1}
+    assert gemm.verdict == "CONFLICT", gemm.reason
+    assert any(c.startswith("precision") for c in gemm.identity["conflicts"]), gemm.identity
+    assert "fp32" in gemm.reason and "bf16" in gemm.reason
+
+
+def test_counts_differ_disagree(tmp_path):
+    v = _verdicts(_capture(tmp_path, [(NAMED_NAME, (256, 1, 1), (3, 1, 1))] * 2))
+    gemm = v[NAMED_NAME]
+    assert gemm.verdict == "DISAGREE" and "1 call(s) for 2 launch group(s)" in gemm.reason, gemm.reason
+
+
+def test_without_the_log_single_source_and_the_log_is_named_missing(tmp_path):
+    _capture(tmp_path, [(NAMED_NAME, (256, 1, 1), (3, 1, 1))])
+    (tmp_path / f"hipblaslt.{PID}.log").unlink()
+    an = analyze(tmp_path)
+    v = {r.kernel: r for r in an.verdicts.itertuples()}
+    assert v[NAMED_NAME].verdict == "SINGLE-SOURCE"
+    assert "hipBLASLt/rocBLAS log" in v[NAMED_NAME].reason
+    assert any("hipBLASLt or rocBLAS log" in m for m in an.missing)
