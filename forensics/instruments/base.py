@@ -50,8 +50,8 @@ def _always(mode: str) -> bool:
 
 @dataclass(frozen=True)
 class OwnPass:
-    """An instrument that wraps the user's command in a tool of its own (ncu, nsys): one pass of the
-    first arm, skipped with one line when the tool or a CUDA device is absent."""
+    """An instrument that wraps the user's command in a tool of its own (ncu, nsys, rocprofv3): one pass
+    of the first arm, skipped with one line when the tool or its device (CUDA, or ``device_status``) is absent."""
 
     tool: str  # the executable's name on PATH
     globs: tuple[str, ...]  # install folders searched after PATH (newest match wins)
@@ -62,6 +62,12 @@ class OwnPass:
     post: Callable[[str, Path], list[list[str]]] = _no_post
     #: (ncu mode) -> whether the probe brackets the step window with cudaProfilerStart/Stop
     profiler_window: Callable[[str], bool] = _always
+    #: () -> (device present, one-line reason when not): the device the tool observes; None: CUDA's
+    #: (``forensics.capture.passes.cuda_status``, resolved once into ``Tools.cuda``)
+    device_status: Callable[[], tuple[bool, str]] | None = None
+    #: True: the tool wraps every arm's command instead of a pass of its own (rocprofv3: its launches and
+    #: the arm's library logs then come from one process, as CUPTI's and the cuBLASLt log's do)
+    wraps_arms: bool = False
 
 
 @dataclass(frozen=True)

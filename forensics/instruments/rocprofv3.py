@@ -1,7 +1,8 @@
 """rocprofv3 (ROCprofiler-SDK) on AMD GPUs: the kernel dispatch trace, a launch counter, CUPTI's
-counterpart (docs/amd.md). Its own pass of the first arm (``rocprofv3 --kernel-trace
---marker-trace --hip-runtime-trace --output-format csv``); the older rocprof's ``results.csv`` is
-read too (``parsers.rocprofv3``).
+counterpart (docs/amd.md). It wraps every arm's command (``rocprofv3 --kernel-trace
+--marker-trace --hip-runtime-trace --output-format csv -d ARM -o %pid% -- CMD``), as CUPTI's probe
+runs in every arm, so a launch and the hipBLASLt call that made it come from one process; the
+older rocprof's ``results.csv`` is read too (``parsers.rocprofv3``).
 
 Family ``rocprofiler``: rocprofv3 and PyTorch's profiler on ROCm both take their launches from AMD's
 runtime tracing (roctracer / ROCprofiler-SDK, as CUPTI, Kineto and nsys share CUPTI), so a
@@ -12,6 +13,7 @@ time and its ``SITE#N`` range (the NVTX counterpart), never counted.
 """
 from __future__ import annotations
 
+import glob
 import re
 from pathlib import Path
 from typing import Any
@@ -31,9 +33,20 @@ API_SUFFIXES = ("hip_api_trace.csv", "hip_runtime_api_trace.csv", "hip_runtime_t
 def rocprofv3_argv(tool: str, report: Path, command: list[str], **_: Any) -> list[str]:
     """Kernel dispatches, ROCTx ranges (the site probe's occurrence ranges) and the HIP runtime calls
     (their start is a launch's host time, what a range is matched against), as CSV (ROCm 7 writes
-    its rocpd database otherwise), one ``<pid>_*.csv`` set per process in the pass's folder."""
+    its rocpd database otherwise), one ``<pid>_*.csv`` set per process in the arm's folder. The
+    whole run is traced (no profiler start/stop window): the ``SITE#N`` ranges select the window."""
     return [tool, "--kernel-trace", "--marker-trace", "--hip-runtime-trace", "--output-format", "csv",
             "-d", str(report.parent), "-o", "%pid%", "--"] + list(command)
+
+
+def rocm_status() -> tuple[bool, str]:
+    """An AMD GPU is visible when the ROCm kernel driver's nodes are: ``/dev/kfd`` and a render node
+    under ``/dev/dri`` (what the HIP runtime opens); no ROCm library is loaded to ask."""
+    if not Path("/dev/kfd").exists():
+        return False, "no ROCm device (no /dev/kfd: the amdgpu kernel driver's compute node is absent)"
+    if not glob.glob("/dev/dri/renderD*"):
+        return False, "no ROCm device (/dev/kfd but no /dev/dri/renderD* render node)"
+    return True, ""
 
 
 def _sibling(path: Path, suffixes: tuple[str, ...]) -> Path | None:
@@ -115,7 +128,7 @@ ROCPROFV3 = Instrument(
     line_why="CSV with rocprofv3's kernel-trace header (Kind, Agent_Id, ..., Kernel_Name) or rocprof's results.csv",
     switch=Switch(order=50, own_pass=OwnPass(
         "rocprofv3", ROCPROFV3_GLOBS, "rocprofv3 (ROCprofiler-SDK) not found on PATH or /opt/rocm*/bin",
-        rocprofv3_argv)))
+        rocprofv3_argv, profiler_window=lambda mode: False, device_status=lambda: rocm_status(), wraps_arms=True)))
 KINETO_ROCM = Instrument(
     "kineto_rocm", LAUNCHES, (), ROCM, "rocprofiler", read_kineto, "PyTorch profiler (Kineto) trace on ROCm",
     names=("kernel symbol (demangled)", "stream", "launching op (external id)"), content=kineto_on_rocm)
