@@ -91,3 +91,43 @@ def test_without_the_log_single_source_and_the_log_is_named_missing(tmp_path):
     assert v[NAMED_NAME].verdict == "SINGLE-SOURCE"
     assert "hipBLASLt/rocBLAS log" in v[NAMED_NAME].reason
     assert any("hipBLASLt or rocBLAS log" in m for m in an.missing)
+
+
+# --------------------------------------------------------------------------- per site occurrence
+MARKER_HEADER = AMD.joinpath("rocprofv3_marker_api_trace.csv").read_text().splitlines()[0]
+API_HEADER = AMD.joinpath("rocprofv3_hip_runtime_api_trace.csv").read_text().splitlines()[0]
+
+
+def test_per_site_occurrence_with_roctx_ranges(tmp_path):
+    """SYNTHETIC marker and HIP API traces (the real headers of rocprofiler-sdk's documentation) and a
+    SYNTHETIC site file (the site probe's format, tests/fixtures/cpu): the site probe's ROCTx range
+    ``aten.mm.default#1`` holds the Tensile launch's launching call (hipExtModuleLaunchKernel, the
+    launcher HTA's MI250 trace shows for its Tensile kernels); the addition_kernel is launched before
+    it. Launches are matched to the range by their HIP call's start (same correlation id and
+    process), the hipBLASLt call to the occurrence by its problem (m, n, k): judged per occurrence."""
+    _capture(tmp_path, [(NAMED_NAME, (256, 1, 1), (3, 1, 1))])
+    t0 = 2414192765000000
+    # kernel rows 1 and 2 carry correlation ids 1938 and 1939 (_row): their HIP launch calls
+    tmp_path.joinpath(f"{PID}_hip_api_trace.csv").write_text("\n".join([
+        API_HEADER,
+        f'"HIP_RUNTIME_API","hipLaunchKernel",{PID},{PID},1938,{t0 + 1000},{t0 + 2000}',
+        f'"HIP_RUNTIME_API","hipExtModuleLaunchKernel",{PID},{PID},1939,{t0 + 6000},{t0 + 7000}']) + "\n")
+    tmp_path.joinpath(f"{PID}_marker_api_trace.csv").write_text("\n".join([
+        MARKER_HEADER, f'"MARKER_CORE_API","aten.mm.default#1",{PID},{PID},1,{t0 + 5000},{t0 + 9000}']) + "\n")
+    header = {"event": "header", "schema": "forensics.sites", "version": 1, "rank": 0, "pid": PID, "arm": "a1",
+              "site_filter": "aten.mm.default", "steps": "0", "nvtx_domain": None, "host": "synthetic", "argv": ["t.py"]}
+    site = {"event": "site", "arm": "a1", "iteration": 0, "site": "aten.mm.default", "occurrence": 1,
+            "label": "aten.mm.default#1", "external_id": 1, "rank": 0, "pid": PID, "op": "aten.mm.default",
+            "in": [{"shape": [176, 1024], "dtype": "bfloat16", "numel": 180224},
+                   {"shape": [1024, 48], "dtype": "bfloat16", "numel": 49152}],
+            "out": [{"shape": [176, 48], "dtype": "bfloat16", "numel": 8448}],
+            "meta": {"m": 48, "n": 176, "k": 1024, "batch": 1}}
+    import json
+
+    tmp_path.joinpath("sites.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(site) + "\n")
+    an = analyze(tmp_path)
+    assert {f.instrument for f in an.capture.files} >= {"rocprofv3", "hipblaslt", "sites"}
+    rows = {(r.scope, r.kernel): r for r in an.verdicts.itertuples()}
+    assert set(rows) == {("aten.mm.default#1", NAMED_NAME)}, list(rows)  # the addition_kernel is in no range
+    gemm = rows[("aten.mm.default#1", NAMED_NAME)]
+    assert gemm.verdict == "NAMED" and gemm.counts == {"rocprofiler": 1, "hipblaslt": 1}, gemm.reason

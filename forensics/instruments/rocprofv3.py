@@ -82,6 +82,8 @@ def read_attributed(path: Any) -> Any:
         return df
     attrs = dict(df.attrs)
     ranges = rocprofv3.read_marker_trace(marker)
+    # the CSV does not tell push/pop from start/end: matched as start/end ranges (same process, any thread)
+    ranges["kind"] = ranges["kind"].fillna("startend")
     timed = rocprofv3.with_launch_times(df, rocprofv3.read_api_trace(api))
     if "tid" not in timed.columns and "thread_id" in timed.columns:
         timed["tid"] = timed["thread_id"]
