@@ -131,3 +131,25 @@ def test_per_site_occurrence_with_roctx_ranges(tmp_path):
     assert set(rows) == {("aten.mm.default#1", NAMED_NAME)}, list(rows)  # the addition_kernel is in no range
     gemm = rows[("aten.mm.default#1", NAMED_NAME)]
     assert gemm.verdict == "NAMED" and gemm.counts == {"rocprofiler": 1, "hipblaslt": 1}, gemm.reason
+
+
+def test_the_bundle_of_an_amd_occurrence(tmp_path):
+    """The bundle of that occurrence: raw/ holds the rocprofv3 row of the site's launch with its CSV
+    header; repro.py rebuilds the problem from the hipBLASLt call (this log printed no bench line)."""
+    import tarfile
+
+    from forensics.cli import main
+
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    test_per_site_occurrence_with_roctx_ranges(cap)
+    out = tmp_path / "bundle.tar.gz"
+    assert main(["bundle", str(cap), "--out", str(out)]) == 0
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+        raw = [n for n in names if n.endswith("_kernel_trace.csv")]
+        assert len(raw) == 1, names
+        rows = tar.extractfile(raw[0]).read().decode().splitlines()
+        repro = tar.extractfile(next(n for n in names if n.endswith("repro.py"))).read().decode()
+    assert rows[0].startswith('"Kind","Agent_Id"') and len(rows) == 2 and "Cijk_Ailk_Bjlk_BBS_BH" in rows[1]
+    assert "source: hipBLASLt log" in repro and "'bench': None" in repro  # this log printed no bench line
