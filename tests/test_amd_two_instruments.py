@@ -153,3 +153,20 @@ def test_the_bundle_of_an_amd_occurrence(tmp_path):
         repro = tar.extractfile(next(n for n in names if n.endswith("repro.py"))).read().decode()
     assert rows[0].startswith('"Kind","Agent_Id"') and len(rows) == 2 and "Cijk_Ailk_Bjlk_BBS_BH" in rows[1]
     assert "source: hipBLASLt log" in repro and "'bench': None" in repro  # this log printed no bench line
+
+
+def test_kineto_on_rocm_never_confirms_rocprofv3(tmp_path):
+    """One source: the REAL Kineto trace of PyTorch on ROCm (a different program, HTA's MI250 run)
+    beside the rocprofv3 trace is the same family; rocprofv3 is counted, the Kineto file is read and
+    said not counted, and no verdict counts the family twice."""
+    _capture(tmp_path, [(REAL_FP32, (256, 1, 1), (11, 1, 1))])
+    (tmp_path / f"hipblaslt.{PID}.log").unlink()
+    shutil.copy(AMD / "kineto_rocm6.2_mi250_minitoy_train.json.gz", tmp_path / "worker0.pt.trace.json.gz")
+    an = analyze(tmp_path)
+    assert {f.instrument for f in an.capture.files} == {"rocprofv3", "kineto_rocm"}
+    v = {r.kernel: r for r in an.verdicts.itertuples()}
+    # the same kernel name in both files: still one family, one count (rocprofv3's), SINGLE-SOURCE
+    assert v[REAL_FP32].verdict == "SINGLE-SOURCE" and v[REAL_FP32].counts == {"rocprofiler": 1}
+    assert all(set(r.counts) == {"rocprofiler"} for r in an.verdicts.itertuples())
+    assert any("worker0.pt.trace.json.gz" in n and "not counted" in n and "rocprofv3 is counted" in n
+               for n in an.notes), an.notes
