@@ -107,3 +107,21 @@ def test_what_analyze_cannot_count_is_refused_in_one_line(name, why, tmp_path, c
     rc = main(["analyze", str(AMD / name), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 3 and len(err) == 1 and name in err[0] and why in err[0], err
+
+
+@pytest.mark.parametrize("name,cut", [("rocprofv3_v3_kernel_trace.csv", 0.6), ("hipblaslt_mask5_level5.log", None)])
+def test_a_damaged_amd_file_is_bad_input_naming_file_and_line(name, cut, tmp_path, capsys):
+    """A real file damaged here: the kernel trace cut inside a row (its header intact), the hipBLASLt
+    log's [Trace] matmul line with A's rows made non-numeric: one line naming the file and line, exit 3."""
+    data = (AMD / name).read_bytes()
+    if cut is not None:
+        data = data[: int(len(data) * cut)]
+    else:
+        data = data.replace(b"Adesc=[type=R_16BF rows=48 ", b"Adesc=[type=R_16BF rows=4x8 ", 1)
+        assert b"rows=4x8" in data
+    bad = tmp_path / name
+    bad.write_bytes(data)
+    rc = main(["analyze", str(bad), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 3 and len(err) == 1 and f"{name}:" in err[0], err
+    assert any(ch.isdigit() for ch in err[0].split(f"{name}:", 1)[1][:8]), err  # file:LINE
