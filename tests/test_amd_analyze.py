@@ -125,3 +125,23 @@ def test_a_damaged_amd_file_is_bad_input_naming_file_and_line(name, cut, tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 3 and len(err) == 1 and f"{name}:" in err[0], err
     assert any(ch.isdigit() for ch in err[0].split(f"{name}:", 1)[1][:8]), err  # file:LINE
+
+
+def test_an_empty_rocm_capture_is_told_the_amd_families_are_missing(tmp_path):
+    """A capture whose manifest says device rocm and whose arm wrote its site file only (no AMD GPU:
+    SYNTHETIC, the header line of the site probe's format): its missing lines are the AMD families',
+    not CUDA's (the manifest's device is believed)."""
+    from forensics.capture.kernel import build_manifest
+    from forensics.capture.passes import Tools, plan_passes
+    from forensics.judge.analysis import analyze
+    import yaml
+
+    plan = plan_passes("aten.mm.default", ["python", "t.py"], out=tmp_path, device="rocm", tools=Tools())
+    (tmp_path / "manifest.yaml").write_text(yaml.safe_dump(build_manifest(plan, ["python", "t.py"], plan.instruments)))
+    (tmp_path / "a1").mkdir()
+    (tmp_path / "a1" / "sites.jsonl").write_text(json.dumps({
+        "event": "header", "schema": "forensics.sites", "version": 1, "rank": 0, "pid": 1, "arm": "a1",
+        "site_filter": "aten.mm.default", "steps": "0", "nvtx_domain": None, "host": "synthetic", "argv": ["t.py"]}) + "\n")
+    missing = analyze(tmp_path, keep_going=True).missing
+    assert any("rocprofv3 kernel trace" in m for m in missing) and any("hipBLASLt or rocBLAS" in m for m in missing)
+    assert not any(word in m for m in missing for word in NVIDIA), missing

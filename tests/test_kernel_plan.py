@@ -241,3 +241,19 @@ def test_dry_run_asks_for_rocm_on_a_machine_without_it(tmp_path, capsys):
     assert rc == 0 and "device: rocm" in out and "instruments: hipblaslt,rocblas,rocprofv3" in out
     assert "--kernel-trace --marker-trace --hip-runtime-trace --output-format csv" in out
     assert "ncu" not in out and "CUBLASLT" not in out
+
+
+def test_a_wrapped_arm_is_not_declared_another_command(tmp_path, monkeypatch):
+    """The manifest declares an arm's command only when it differs from the run's (--arm-command):
+    rocprofv3's wrapper is not a different command (compare would read it as one)."""
+    from forensics.capture.kernel import build_manifest
+    from forensics.instruments import rocprofv3
+
+    monkeypatch.setattr(rocprofv3, "rocm_status", lambda: (True, ""))
+    tools = Tools(other={"rocprofv3": "/opt/rocm/bin/rocprofv3"})
+    p = plan_passes("aten.mm.default", ["python", "train.py"], out=tmp_path / "cap", device="rocm", tools=tools)
+    assert p.passes[0].argv[0] == "/opt/rocm/bin/rocprofv3" and p.passes[0].command == ["python", "train.py"]
+    m = build_manifest(p, ["python", "train.py"], p.instruments)
+    arms = {a["name"]: a for a in m["arms"]}
+    assert "command" not in arms["a1"] and "command" not in arms["a2"]
+    assert m["device"] == "rocm"

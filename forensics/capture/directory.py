@@ -573,7 +573,7 @@ def _report_missing(cap: Capture) -> None:
         return
     # one line per counting family of the capture's device(s) with no member present (the registry's words)
     device = cap.manifest.get("device") if isinstance(cap.manifest, dict) else None
-    cap.missing.extend(_reg.missing_families(present, device if device in (_reg.CPU, _reg.CUDA) else None))
+    cap.missing.extend(_reg.missing_families(present, device if device in (_reg.CPU, _reg.CUDA, _reg.ROCM) else None))
     if "sites" not in present:
         cap.missing.append("no site JSONL (sites.jsonl): no digests, kernels cannot be tied to site occurrences by id")
     if "nsys_rep" in present and "nsys" not in present:

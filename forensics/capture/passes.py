@@ -75,6 +75,7 @@ class Pass:
     toggle: dict[str, str] = field(default_factory=dict)
     arm_env: dict[str, str] = field(default_factory=dict)  # the arm's own env (toggles), for the manifest
     notes: list[str] = field(default_factory=list)  # said by --dry-run (an arm wrapper that cannot run here)
+    command: list[str] = field(default_factory=list)  # an arm's own command, without a tool's wrapper (rocprofv3)
 
 
 @dataclass
@@ -290,7 +291,8 @@ def plan_passes(
                           f"where it can: {shlex.join(wrapped)}"] if why else []
         passes.append(Pass(name=name, arm=name, role="arm", folder=folder, argv=argv, env=add,
                            log_path=out / "passes" / f"{name}.log", probe_config=cfg,
-                           config_path=folder / "probe.json", toggle=toggle, arm_env=env, notes=notes))
+                           config_path=folder / "probe.json", toggle=toggle, arm_env=env, notes=notes,
+                           command=list(commands[name])))
     first = arm_specs[0][0]
     first_env = arm_specs[0][1]
     for inst in chosen:
