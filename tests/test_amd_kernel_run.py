@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # one real arm of a torch program: ~15 s on 2 shared cores
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # one real arm of a torch program: ~15 s on 2 shared cores
 @pytest.mark.skipif(Path("/dev/kfd").exists(), reason="this machine has a ROCm device node")
 def test_kernel_on_rocm_without_an_amd_gpu(tmp_path):
     out = tmp_path / "cap"
@@ -35,3 +34,28 @@ def test_kernel_on_rocm_without_an_amd_gpu(tmp_path):
 
     missing = analyze(out).missing
     assert any("rocprofv3 kernel trace" in m for m in missing) and any("hipBLASLt or rocBLAS" in m for m in missing)
+
+
+def test_the_site_probe_sends_its_ranges_to_roctx_on_rocm(tmp_path, monkeypatch):
+    """On a ROCm build (torch.version.hip set) the site probe's ranges go through torch.cuda.nvtx
+    (ROCTx there, what rocprofv3 --marker-trace records), named with the site label alone; elsewhere
+    through the nvtx package, as before. SIMULATED here (no ROCm torch on this machine): torch's
+    version.hip and cuda.nvtx are replaced by recorders; what is tested is the probe's choice."""
+    import types
+
+    import torch
+
+    from probes.config import ProbeConfig
+    from probes.sites import SiteProbe
+    from probes.window import StepWindow, parse_steps
+
+    calls = []
+    fake = types.SimpleNamespace(range_start=lambda msg: calls.append(("start", msg)) or 7,
+                                 range_end=lambda rid: calls.append(("end", rid)))
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133", raising=False)
+    monkeypatch.setattr(torch.cuda, "nvtx", fake)
+    cfg = ProbeConfig(out_dir=str(tmp_path), probes=["sites"], arm="a1", site="aten.mm.default", nvtx=True)
+    probe = SiteProbe(cfg, StepWindow(parse_steps("0")), tmp_path, 0)
+    rng = probe._range_start("aten.mm.default#1")
+    probe._range_end(rng)
+    assert calls == [("start", "aten.mm.default#1"), ("end", 7)]
