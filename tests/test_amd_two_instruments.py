@@ -170,3 +170,41 @@ def test_kineto_on_rocm_never_confirms_rocprofv3(tmp_path):
     assert all(set(r.counts) == {"rocprofiler"} for r in an.verdicts.itertuples())
     assert any("worker0.pt.trace.json.gz" in n and "not counted" in n and "rocprofv3 is counted" in n
                for n in an.notes), an.notes
+
+
+def test_two_ranks_files_in_one_arm_folder_count_for_their_ranks(tmp_path):
+    """rocprofv3 -d ARM -o %pid% writes every rank's <pid>_kernel_trace.csv into the arm folder, as
+    the hipBLASLt log's hipblaslt.<pid>.log: each file counts for the rank whose site file recorded
+    its pid. Rank 0: the real README log (pid 1862601) beside the SYNTHETIC NAMED trace; rank 1:
+    SYNTHETIC, the same log with its pid changed to 222, beside a trace holding the real fp32
+    kernel name of HTA's MI250 trace (different programs: CONFLICT). Site files: SYNTHETIC (a header and
+    one non-GEMM site record each, which ties the rank to its pid; no range, so each rank's window is judged)."""
+    import json
+
+    arm = tmp_path / "a1"
+    arm.mkdir()
+    _capture(arm, [(NAMED_NAME, (256, 1, 1), (3, 1, 1))])
+    other = tmp_path / "other"
+    other.mkdir()
+    _capture(other, [(REAL_FP32, (256, 1, 1), (11, 1, 1))])
+    (other / f"{PID}_kernel_trace.csv").rename(arm / "222_kernel_trace.csv")
+    log = (other / f"hipblaslt.{PID}.log").read_text().replace(f"[HIPBLASLT][{PID}]", "[HIPBLASLT][222]")
+    (arm / "hipblaslt.222.log").write_text(log)
+    shutil.rmtree(other)
+    for rank, pid in ((0, PID), (1, 222)):
+        (arm / f"rank{rank}").mkdir()
+        (arm / f"rank{rank}" / "sites.jsonl").write_text(json.dumps({
+            "event": "header", "schema": "forensics.sites", "version": 1, "rank": rank, "pid": pid, "arm": "a1",
+            "site_filter": "aten.mm.default", "steps": "0", "nvtx_domain": None, "host": "synthetic",
+            "argv": ["t.py"]}) + "\n" + json.dumps({  # a site record: what ties the rank to its pid
+            "event": "site", "arm": "a1", "iteration": 0, "site": "aten.relu.default", "occurrence": 1,
+            "label": "aten.relu.default#1", "external_id": 1, "rank": rank, "pid": pid, "op": "aten.relu.default",
+            "in": [{"shape": [8], "dtype": "float32", "numel": 8}], "out": [{"shape": [8], "dtype": "float32",
+                                                                               "numel": 8}], "meta": {}}) + "\n")
+    an = analyze(tmp_path)
+    files = {f.path.name: f.pid for f in an.capture.files if f.instrument == "rocprofv3"}
+    assert files == {f"{PID}_kernel_trace.csv": PID, "222_kernel_trace.csv": 222}
+    v = {(r.rank, r.kernel): r for r in an.verdicts.itertuples()}
+    assert v[(0, NAMED_NAME)].verdict == "NAMED" and v[(0, NAMED_NAME)].counts == {"rocprofiler": 1, "hipblaslt": 1}
+    assert v[(1, REAL_FP32)].verdict == "CONFLICT"
+    assert (1, NAMED_NAME) not in v and (0, REAL_FP32) not in v

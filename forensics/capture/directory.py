@@ -39,7 +39,7 @@ MANIFEST_SCHEMA = 1
 #: (glob on the file name, instrument). First match wins. Read from the instrument registry.
 FILE_PATTERNS: list[tuple[str, str]] = file_patterns()
 _RANK_DIR = re.compile(r"^rank[-_]?(\d+)$")
-_PID = re.compile(r"\.(\d+)\.log$")
+_PID = re.compile(r"(?:\.|^)(\d+)(?:\.log|_[a-z_]*trace\.csv)$")  # cublaslt.<pid>.log, rocprofv3's <pid>_kernel_trace.csv
 #: Ranks and process ids read from names (rank folders, log names) are bounded like the manifest's.
 MAX_RANK, MAX_PID = (1 << 31) - 1, (1 << 63) - 1
 
