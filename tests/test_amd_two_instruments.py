@@ -208,3 +208,28 @@ def test_two_ranks_files_in_one_arm_folder_count_for_their_ranks(tmp_path):
     assert v[(0, NAMED_NAME)].verdict == "NAMED" and v[(0, NAMED_NAME)].counts == {"rocprofiler": 1, "hipblaslt": 1}
     assert v[(1, REAL_FP32)].verdict == "CONFLICT"
     assert (1, NAMED_NAME) not in v and (0, REAL_FP32) not in v
+
+
+TENSILE_HHS = "Cijk_Alik_Bljk_HHS_BH_MT64x64x32_MI32x32x8_SN_K1"  # SYNTHETIC, the real grammar's fields (TN, fp16)
+
+
+def test_a_rocblas_log_names_batched_tensile_launches(tmp_path):
+    """The REAL rocBLAS log of ROCm/rocm-libraries#3413 (3 rocblas_gemm_batched_ex calls: T,N, fp16
+    in, batch 96; 256x64x128, 128x64x256, 256x64x128; no pid in its lines) beside a rocprofv3 trace
+    (real header, SYNTHETIC rows) of one Tensile kernel launched 3 times with grid.z = 96: counts
+    agree 3 = 3, and layout, precision, grid (4 and 2 workgroups for 64x64 tiles) and batch are
+    checked call by call: NAMED; with grid.z = 95, the batch check conflicts: CONFLICT."""
+    for z, verdict in ((96, "NAMED"), (95, "CONFLICT")):
+        d = tmp_path / str(z)
+        d.mkdir()
+        rows = [_row(i, TENSILE_HHS, (256, 1, 1), (wg, 1, z)) for i, wg in ((1, 4), (2, 2), (3, 4))]
+        (d / f"{PID}_kernel_trace.csv").write_text("\n".join([HEADER, *rows]) + "\n")
+        shutil.copy(AMD / "rocblas_layer3_rocm_libraries3413.log", d / "rocblas_trace.log")
+        an = analyze(d)
+        assert {f.instrument for f in an.capture.files} == {"rocprofv3", "rocblas"}
+        (row,) = list(an.verdicts.itertuples())
+        assert row.verdict == verdict and row.counts == {"rocprofiler": 3, "hipblaslt": 3}, row.reason
+        if verdict == "NAMED":
+            assert {"library", "precision", "layout", "grid", "batch/split-K"} <= set(row.identity["checked"])
+        else:
+            assert any(c.startswith("batch") for c in row.identity["conflicts"]), row.identity
