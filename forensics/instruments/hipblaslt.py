@@ -19,7 +19,7 @@ from typing import Any
 from forensics.core.kernel_names import check_amd_call, tensile_launch_role
 from forensics.instruments.base import CALLS, ROCM, Family, Instrument, Switch
 
-FAMILY = Family("hipblaslt", "hipBLASLt/rocBLAS log", "hipBLASLt", ROCM,
+FAMILY = Family("hipblaslt", "hipBLASLt/rocBLAS log", "hipBLASLt/rocBLAS", ROCM,
                 "no hipBLASLt or rocBLAS log (HIPBLASLT_LOG_MASK, ROCBLAS_LAYER): no library-side call count, "
                 "no problem descriptor, no bench line")
 
