@@ -80,6 +80,22 @@ def _selection(site: str | None) -> tuple[str | None, int | None]:
     return split_label(site) if site else (None, None)
 
 
+class _TorchRanges:
+    """Site ranges on ROCm: the nvtx package calls NVIDIA's NVTX, which nothing records there;
+    torch.cuda.nvtx of PyTorch's ROCm build calls ROCTx (torch/csrc/cuda/shared/nvtx.cpp includes
+    roctracer/roctx.h under USE_ROCM: roctxRangeStartA/Stop), which rocprofv3 --marker-trace records.
+    ROCTx has no domain: the range's name is the site label alone."""
+
+    def __init__(self, nv: Any) -> None:
+        self.nv = nv
+
+    def start_range(self, message: str, domain: str | None = None) -> Any:
+        return self.nv.range_start(message)
+
+    def end_range(self, rng: Any) -> None:
+        self.nv.range_end(rng)
+
+
 class SiteProbe:
     """Per-process recorder; created by :func:`install`."""
 
@@ -249,9 +265,13 @@ class SiteProbe:
             return None
         try:
             if self._nvtx is None:
-                import nvtx  # noqa: PLC0415
+                torch = sys.modules.get("torch")
+                if torch is not None and getattr(getattr(torch, "version", None), "hip", None):
+                    self._nvtx = _TorchRanges(torch.cuda.nvtx)  # ROCm: ROCTx, what rocprofv3 --marker-trace records
+                else:
+                    import nvtx  # noqa: PLC0415
 
-                self._nvtx = nvtx
+                    self._nvtx = nvtx
             return self._nvtx.start_range(message=label, domain=NVTX_DOMAIN)
         except Exception:  # noqa: BLE001
             self.cfg.nvtx = False

@@ -109,10 +109,15 @@ def test_every_corpus_kernel_name_classifies_consistently(corpus):
 # --------------------------------------------------------------------------- the registry
 def test_registry_is_the_one_place():
     counting = [i for i in reg.INSTRUMENTS if i.role in (reg.LAUNCHES, reg.CALLS)]
-    assert all(i.family in reg.FAMILIES and i.device in (reg.CUDA, reg.CPU) and i.reader for i in counting)
+    assert all(i.family in reg.FAMILIES and i.device in (reg.CUDA, reg.CPU, reg.ROCM) and i.reader for i in counting)
     family = {i.name: i.family for i in reg.INSTRUMENTS if i.family}
     assert family["ncu_csv"] == "ncu" and family["cublas"] == "cublaslt"
     assert {family[n] for n in ("cupti", "kineto", "nsys")} == {"cupti"}
+    # AMD: rocprofv3 and Kineto on ROCm are one source (AMD's runtime tracing), the two logs one family
+    assert {family[n] for n in ("rocprofv3", "kineto_rocm")} == {"rocprofiler"}
+    assert family["hipblaslt"] == family["rocblas"] == "hipblaslt"
+    assert reg.preference("rocprofiler") == ("rocprofv3", "kineto_rocm")
+    assert reg.preference("hipblaslt") == ("hipblaslt", "rocblas")
     assert FILE_PATTERNS == reg.file_patterns()
     assert reg.preference("cupti") == ("cupti", "nsys", "kineto")
     assert reg.preference("ncu") == ("ncu", "ncu_csv")
@@ -128,7 +133,9 @@ def test_registry_is_the_one_place():
     ("ncu_extrap_ex-gpu.s10_raw_by_ncu2022.3.csv", "ncu_csv"), ("x_details.csv", "ncu_csv"),
     ("window.sqlite", "nsys"), ("window.nsys-rep", "nsys_rep"), ("kineto_trace.json.gz", "kineto"),
     ("worker0.pt.trace.json.gz", "kineto"), ("environment.json", "environment"), ("trace.jsonl", "optrace"),
-    ("run.log", None),
+    ("run.log", None), ("21228_kernel_trace.csv", "rocprofv3"), ("results.csv", "rocprofv3"),
+    ("21228_marker_api_trace.csv", "rocprofv3_marker"), ("21228_hip_api_trace.csv", "rocprofv3_api"),
+    ("hipblaslt.1862601.log", "hipblaslt"), ("rocblas_trace.log", "rocblas"), ("rocblas_bench.log", "rocblas_bench"),
 ])
 def test_files_classify_from_the_registry(name, kind):
     assert classify(name) == kind == reg.classify_file(name)

@@ -197,3 +197,63 @@ def test_run_config_yaml(tmp_path):
     with pytest.raises(BadInput, match="no such"):
         load_run_config(tmp_path / "missing.yaml")
     assert os.path.exists(good)
+
+
+# --------------------------------------------------------------------------- ROCm (docs/amd.md)
+def test_rocm_arms_get_the_library_logs_and_rocprofv3_wraps_each_arm(tmp_path, monkeypatch):
+    from forensics.instruments import rocprofv3
+
+    monkeypatch.setattr(rocprofv3, "rocm_status", lambda: (True, ""))
+    tools = Tools(cuda=False, cuda_reason="no CUDA device (test)", other={"rocprofv3": "/opt/rocm/bin/rocprofv3"})
+    p = plan_passes("aten.mm.default", ["python", "train.py"], out=tmp_path / "cap", device="rocm", tools=tools)
+    assert [x.name for x in p.passes] == ["a1", "a2"]  # no pass of its own: rocprofv3 runs in the arms
+    a1 = p.passes[0]
+    assert a1.argv == ["/opt/rocm/bin/rocprofv3", "--kernel-trace", "--marker-trace", "--hip-runtime-trace",
+                       "--output-format", "csv", "-d", str(tmp_path / "cap" / "a1"), "-o", "%pid%", "--",
+                       "python", "train.py"]
+    assert a1.env["HIPBLASLT_LOG_MASK"] == "34"
+    assert a1.env["HIPBLASLT_LOG_FILE"] == str(tmp_path / "cap" / "a1" / "hipblaslt.%i.log")
+    assert a1.env["ROCBLAS_LAYER"] == "3"
+    assert a1.env["ROCBLAS_LOG_TRACE_PATH"] == str(tmp_path / "cap" / "a1" / "rocblas_trace.log")
+    assert a1.env["ROCBLAS_LOG_BENCH_PATH"] == str(tmp_path / "cap" / "a1" / "rocblas_bench.log")
+    assert not a1.notes and not any(k.startswith("CUBLAS") for k in a1.env)
+
+
+def test_rocm_without_an_amd_gpu_runs_the_arms_unwrapped_and_says_so(tmp_path, monkeypatch):
+    from forensics.instruments import rocprofv3
+
+    monkeypatch.setattr(rocprofv3, "rocm_status", lambda: (False, "no ROCm device (test)"))
+    p = plan_passes("aten.mm.default", ["python", "train.py"], out=tmp_path / "cap", device="rocm", tools=Tools())
+    a1 = p.passes[0]
+    assert a1.argv == ["python", "train.py"]
+    assert len(a1.notes) == 1 and "no ROCm device (test)" in a1.notes[0] and "rocprofv3 --kernel-trace" in a1.notes[0]
+    text = describe_plan(p)
+    assert "device: rocm" in text and "note: rocprofv3 cannot run here (no ROCm device (test))" in text
+    assert "env:  HIPBLASLT_LOG_MASK=34" in text
+
+
+def test_dry_run_asks_for_rocm_on_a_machine_without_it(tmp_path, capsys):
+    from forensics.cli import main
+
+    rc = main(["kernel", "--site", "aten.mm.default", "--device", "rocm", "--dry-run", "--out", str(tmp_path / "c"),
+               "--", "python", "train.py"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "device: rocm" in out and "instruments: hipblaslt,rocblas,rocprofv3" in out
+    assert "--kernel-trace --marker-trace --hip-runtime-trace --output-format csv" in out
+    assert "ncu" not in out and "CUBLASLT" not in out
+
+
+def test_a_wrapped_arm_is_not_declared_another_command(tmp_path, monkeypatch):
+    """The manifest declares an arm's command only when it differs from the run's (--arm-command):
+    rocprofv3's wrapper is not a different command (compare would read it as one)."""
+    from forensics.capture.kernel import build_manifest
+    from forensics.instruments import rocprofv3
+
+    monkeypatch.setattr(rocprofv3, "rocm_status", lambda: (True, ""))
+    tools = Tools(other={"rocprofv3": "/opt/rocm/bin/rocprofv3"})
+    p = plan_passes("aten.mm.default", ["python", "train.py"], out=tmp_path / "cap", device="rocm", tools=tools)
+    assert p.passes[0].argv[0] == "/opt/rocm/bin/rocprofv3" and p.passes[0].command == ["python", "train.py"]
+    m = build_manifest(p, ["python", "train.py"], p.instruments)
+    arms = {a["name"]: a for a in m["arms"]}
+    assert "command" not in arms["a1"] and "command" not in arms["a2"]
+    assert m["device"] == "rocm"

@@ -39,7 +39,7 @@ MANIFEST_SCHEMA = 1
 #: (glob on the file name, instrument). First match wins. Read from the instrument registry.
 FILE_PATTERNS: list[tuple[str, str]] = file_patterns()
 _RANK_DIR = re.compile(r"^rank[-_]?(\d+)$")
-_PID = re.compile(r"\.(\d+)\.log$")
+_PID = re.compile(r"(?:\.|^)(\d+)(?:\.log|_[a-z_]*trace\.csv)$")  # cublaslt.<pid>.log, rocprofv3's <pid>_kernel_trace.csv
 #: Ranks and process ids read from names (rank folders, log names) are bounded like the manifest's.
 MAX_RANK, MAX_PID = (1 << 31) - 1, (1 << 63) - 1
 
@@ -573,7 +573,7 @@ def _report_missing(cap: Capture) -> None:
         return
     # one line per counting family of the capture's device(s) with no member present (the registry's words)
     device = cap.manifest.get("device") if isinstance(cap.manifest, dict) else None
-    cap.missing.extend(_reg.missing_families(present, device if device in (_reg.CPU, _reg.CUDA) else None))
+    cap.missing.extend(_reg.missing_families(present, device if device in (_reg.CPU, _reg.CUDA, _reg.ROCM) else None))
     if "sites" not in present:
         cap.missing.append("no site JSONL (sites.jsonl): no digests, kernels cannot be tied to site occurrences by id")
     if "nsys_rep" in present and "nsys" not in present:

@@ -281,8 +281,8 @@ def build_manifest(plan: Plan, command: list[str], instruments: tuple[str, ...],
         if p.role == "pass":
             entry["of"] = p.arm
         entry["env"] = redact_env({k: v for k, v in p.env.items()})
-        if p.argv != list(command) and p.role == "arm":
-            entry["command"] = [str(c) for c in p.argv]  # an --arm-command arm: the other run's command line
+        if (p.command or p.argv) != list(command) and p.role == "arm":  # p.command: without a tool's wrapper
+            entry["command"] = [str(c) for c in (p.command or p.argv)]  # an --arm-command arm: the other run's command line
         if p.toggle:
             entry["toggle"] = redact_env(p.toggle)
         arms.append(entry)

@@ -74,6 +74,8 @@ class Pass:
     skip_reason: str | None = None  # set when the pass cannot run here
     toggle: dict[str, str] = field(default_factory=dict)
     arm_env: dict[str, str] = field(default_factory=dict)  # the arm's own env (toggles), for the manifest
+    notes: list[str] = field(default_factory=list)  # said by --dry-run (an arm wrapper that cannot run here)
+    command: list[str] = field(default_factory=list)  # an arm's own command, without a tool's wrapper (rocprofv3)
 
 
 @dataclass
@@ -278,14 +280,24 @@ def plan_passes(
                 add.update(inst.switch.env(folder))
         cfg = ProbeConfig(out_dir=str(folder), probes=probe_list, arm=name, site=site, steps=steps, ranks=ranks,
                           max_records=max_records, cpu_instruments=cpu_list, nvtx=device != "cpu")
-        passes.append(Pass(name=name, arm=name, role="arm", folder=folder, argv=list(commands[name]), env=add,
+        argv, notes = list(commands[name]), []
+        for inst in chosen:  # a tool that wraps every arm (rocprofv3); the arm runs unwrapped where it cannot
+            own = inst.switch.own_pass
+            if own is not None and own.wraps_arms:
+                why = _skip(tools, tools.path(own.tool), own.missing, own.device_status)
+                wrapped = own.argv(tools.path(own.tool) or own.tool, folder / "window", argv)
+                argv = argv if why else wrapped
+                notes += [f"{inst.name} cannot run here ({why}): the arm runs unwrapped; "
+                          f"where it can: {shlex.join(wrapped)}"] if why else []
+        passes.append(Pass(name=name, arm=name, role="arm", folder=folder, argv=argv, env=add,
                            log_path=out / "passes" / f"{name}.log", probe_config=cfg,
-                           config_path=folder / "probe.json", toggle=toggle, arm_env=env))
+                           config_path=folder / "probe.json", toggle=toggle, arm_env=env, notes=notes,
+                           command=list(commands[name])))
     first = arm_specs[0][0]
     first_env = arm_specs[0][1]
     for inst in chosen:
         own = inst.switch.own_pass
-        if own is None:
+        if own is None or own.wraps_arms:
             continue
         folder = out / inst.name
         cfg = ProbeConfig(out_dir=str(folder), probes=["sites"], arm=inst.name, site=site, steps=steps, ranks=ranks,
@@ -297,15 +309,16 @@ def plan_passes(
                  argv=own.argv(tool, report, command, site=site, mode=ncu_mode), env=dict(first_env),
                  log_path=out / "passes" / f"{inst.name}.log", probe_config=cfg, config_path=folder / "probe.json",
                  post=own.post(tool, report), arm_env=first_env)
-        p.skip_reason = _skip(tools, tools.path(own.tool), own.missing)
+        p.skip_reason = _skip(tools, tools.path(own.tool), own.missing, own.device_status)
         passes.append(p)
     return Plan(out=out, site=site, command=list(command), steps=steps, ranks=ranks, instruments=instruments,
                 passes=passes, device=device)
 
 
-def _skip(tools: Tools, tool: str | None, missing: str) -> str | None:
-    if not tools.cuda:
-        return tools.cuda_reason
+def _skip(tools: Tools, tool: str | None, missing: str, device_status=None) -> str | None:
+    present, reason = device_status() if device_status is not None else (tools.cuda, tools.cuda_reason)
+    if not present:
+        return reason
     if tool is None:
         return missing
     return None
@@ -319,6 +332,7 @@ def describe_plan(plan: Plan, base_env: dict[str, str] | None = None) -> str:
         state = f"  [cannot run: {p.skip_reason}]" if p.skip_reason else ""
         lines.append(f"\npass {p.name} ({p.role}{'' if p.role == 'arm' else ' of ' + p.arm}){state}")
         lines.append(f"  argv: {shlex.join(p.argv)}")
+        lines += [f"  note: {n}" for n in p.notes]
         env = dict(p.env)
         if p.config_path is not None:
             env["FORENSICS_CONFIG"] = str(p.config_path)

@@ -38,8 +38,8 @@ def register(app: typer.Typer) -> None:
         steps: Optional[str] = typer.Option(None, "--steps", help="step window: N, A-B, A-, A-B:K, all (default 1-2)"),
         ranks: Optional[str] = typer.Option(None, "--ranks", help="ranks to capture: all or 0,3,8-15 (default all)"),
         arms: Optional[int] = typer.Option(None, "--arms", help="identical arms to run (default 2)"),
-        device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu backend (default: cuda when a CUDA device is present, else cpu)"),
-        instruments: Optional[List[str]] = typer.Option(None, "--instruments", help="cuda: cupti,cublaslt,ncu,nsys; cpu: torch_profiler,onednn,mkl (default: all of the device's)"),
+        device: Optional[str] = typer.Option(None, "--device", help="cuda, rocm or cpu backend (default: cuda when a CUDA device is present, else cpu; rocm only when asked)"),
+        instruments: Optional[List[str]] = typer.Option(None, "--instruments", help="cuda: cupti,cublaslt,ncu,nsys; rocm: hipblaslt,rocblas,rocprofv3; cpu: torch_profiler,onednn,mkl (default: all of the device's)"),
         toggle: Optional[List[str]] = typer.Option(None, "--toggle", help="NAME=VALUE: one more arm with that env var set (repeatable)"),
         env: Optional[List[str]] = typer.Option(None, "--env", help="NAME=VALUE set in every arm and pass (a --toggle of "
                                                                    "the same name overrides it; repeatable)"),
@@ -208,12 +208,12 @@ def _report(result, quiet: bool, as_: str = "text") -> int:  # noqa: ANN001
         console.print("no pass ran: nothing captured")
         return EXIT_UNAVAILABLE
     an = result.analysis
-    no_gpu = result.device == "cuda" and result.cuda_reason
+    no_gpu = result.cuda_reason if result.device == "cuda" else _device_absent(result.device)
     if an is None:
         console.print(f"{result.analysis_error or 'analysis unavailable'}; "
                       f"run `forensics analyze {result.capture_dir}` later", soft_wrap=True)
         if no_gpu:
-            console.print(_no_gpu_verdict(result.cuda_reason), soft_wrap=True)
+            console.print(_no_gpu_verdict(no_gpu, result.device), soft_wrap=True)
             return EXIT_UNAVAILABLE
         return result.analysis_exit or EXIT_BAD_INPUT  # never 0: that reads as a kernel NAMED
     if as_ != "text":
@@ -234,14 +234,34 @@ def _report(result, quiet: bool, as_: str = "text") -> int:  # noqa: ANN001
         console.print(f"note: analysis outputs not written ({type(e).__name__}: {e}); "
                       f"`forensics analyze {result.capture_dir}` writes them", soft_wrap=True)
     if no_gpu:
-        console.print(_no_gpu_verdict(result.cuda_reason), soft_wrap=True)
+        console.print(_no_gpu_verdict(no_gpu, result.device), soft_wrap=True)
         return EXIT_UNAVAILABLE
     n = an.named["kernel"].nunique() if an.any_named() else 0
     console.print(verdict_line(an), soft_wrap=True)
     return EXIT_OK if n else EXIT_NOT_NAMED
 
 
-def _no_gpu_verdict(reason: str) -> str:
-    """--device cuda on a machine without one: the arms ran (site names and digests are real), no kernel could."""
-    return (f"verdict: no kernel could run: {reason}; the arms ran on the CPU (site digests recorded) but CUPTI, "
-            "the cuBLASLt log, ncu and nsys had no GPU work to observe. On this machine use the CPU backend: --device cpu")
+def _device_absent(device: str) -> str | None:
+    """Why a non-CUDA GPU backend's device is absent (its instruments' own check, e.g. rocprofv3's), else None."""
+    from forensics import instruments  # noqa: PLC0415 (the registry, asked only after a capture ran)
+
+    for inst in instruments.captured(device):
+        own = inst.switch.own_pass
+        if own is not None and own.device_status is not None:
+            present, reason = own.device_status()
+            if not present:
+                return reason
+    return None
+
+
+def _no_gpu_verdict(reason: str, device: str = "cuda") -> str:
+    """--device cuda (or rocm) on a machine without one: the arms ran (site names and digests are real),
+    no kernel could."""
+    if device == "cuda":
+        tools = "CUPTI, the cuBLASLt log, ncu and nsys"
+    else:
+        from forensics import instruments  # noqa: PLC0415 (the registry, asked only after a capture ran)
+
+        tools = ", ".join(i.label for i in instruments.captured(device))
+    return (f"verdict: no kernel could run: {reason}; the arms ran on the CPU (site digests recorded) but {tools} "
+            "had no GPU work to observe. On this machine use the CPU backend: --device cpu")

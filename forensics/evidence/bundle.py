@@ -301,7 +301,8 @@ def _raw_members(ev: Evidence, bundle: Bundle) -> dict[str, str]:
             for f in ev.capture.of("sites", arm=r.get("folder", r["arm"]), rank=r["rank"]):
                 lines_of.setdefault(f.path, set()).add(int(r["line"]))
     call_logs = instruments.names_of_role(instruments.CALLS)  # cuBLASLt, cuBLAS, oneDNN, oneMKL: line-oriented text
-    for frame, text_instruments in ((ev.launches, ("cupti",)), (ev.calls, call_logs)):  # text files only
+    # text files only: CUPTI's JSON lines, rocprofv3's CSV rows (its header line kept with them), the call logs
+    for frame, text_instruments in ((ev.launches, ("cupti", "rocprofv3")), (ev.calls, call_logs)):
         if frame is None or frame.empty or "line" not in frame.columns:
             continue
         hit = frame[frame["site_label"].isin(labels) & frame["line"].notna() & frame["file"].notna()
@@ -318,7 +319,7 @@ def _raw_members(ev: Evidence, bundle: Bundle) -> dict[str, str]:
         name = names.get(path) or _unique_name(_member_path(path, root), set(names.values()))
         names[path] = name
         for i, line in enumerate(text, 1):
-            keep = i in wanted or (i == 1 and bool(_HEADER.search(line)))
+            keep = i in wanted or (i == 1 and (bool(_HEADER.search(line)) or path.suffix == ".csv"))
             if path.name.startswith("cupti") and not keep and cupti_corr.get(path):
                 keep = _correlation_of(line) in cupti_corr[path]
             if keep:

@@ -24,13 +24,17 @@ LT_TO_TORCH = {"R_32F": "float32", "R_16F": "float16", "R_16BF": "bfloat16", "R_
                "R_8F_E4M3": "float8_e4m3fn", "R_8F_E5M2": "float8_e5m2", "R_8I": "int8", "R_32I": "int32",
                # the CPU libraries' type names (oneMKL precision letters, oneDNN data types)
                "f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16", "c64": "complex64",
-               "c128": "complex128", "s8": "int8", "u8": "uint8", "s32": "int32"}
+               "c128": "complex128", "s8": "int8", "u8": "uint8", "s32": "int32",
+               # hipBLASLt/rocBLAS type names (HIP's R_* share the cuBLASLt tokens above); their 8-bit floats
+               # are FNUZ or OCP by GPU, which the name does not say: left out
+               "f32_r": "float32", "f64_r": "float64", "f16_r": "float16", "bf16_r": "bfloat16", "i8_r": "int8",
+               "i32_r": "int32"}
 ALGO_KEYS = ALGO_COLUMNS  # the cuBLASLt algo descriptor the repro records (forensics.instruments.cublaslt)
 #: Instrument settings that never belong in a repro (they configure logging, not the computation).
 NOT_KNOBS = ("CUBLASLT_LOG_", "CUBLAS_LOGINFO_DBG", "CUBLAS_LOGDEST_DBG", "NVTX_INJECTION", "FORENSICS_",
              "ONEDNN_VERBOSE", "DNNL_VERBOSE", "MKL_VERBOSE",
              "CUPTI_", "LD_LIBRARY_PATH", "LD_PRELOAD", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE",
-             "LOCAL_WORLD_SIZE", "MASTER_")
+             "LOCAL_WORLD_SIZE", "MASTER_", "HIPBLASLT_LOG_", "ROCBLAS_LAYER", "ROCBLAS_LOG_")
 
 
 @dataclass
@@ -55,6 +59,9 @@ class GemmProblem:
     algo: dict[str, Any] = field(default_factory=dict)
     threads: int | None = None  # the intra-op thread count the arm ran with (repro_threads)
     threads_source: str | None = None
+    #: The library's own replay of the call (a hipBLASLt log's ``hipblaslt-bench ... --solution_index N``
+    #: line, HIPBLASLT_LOG_MASK=32; rocBLAS's rocblas-bench line): the site's repro on AMD.
+    bench: str | None = None
 
     @property
     def a_shape(self) -> list[int]:
@@ -95,7 +102,8 @@ def gemm_problem(label: str, site_row: dict[str, Any], call: dict[str, Any] | No
                            _dtype(call.get("b_type")) or _dtype(call.get("a_type")),
                            _dtype(call.get("d_type")) or _dtype(call.get("c_type")) or _dtype(call.get("a_type")),
                            acc or str(call.get("beta")) == "1", _str(call.get("compute_type")), source,
-                           device, ins, outs, {k: _str(call.get(k)) for k in ALGO_KEYS if _str(call.get(k)) is not None})
+                           device, ins, outs, {k: _str(call.get(k)) for k in ALGO_KEYS if _str(call.get(k)) is not None},
+                           _str(call.get("bench")))
     if not site.is_gemm or not outs or len(outs[0].get("shape") or []) != 2 or len(ins) < 2:
         return None
     n, m = (int(x) for x in outs[0]["shape"])
@@ -259,7 +267,11 @@ dtype and accumulate flag, with the arm's knobs set as environment variables BEF
 imported. Inputs are random with the captured digests' shapes and dtypes (not the captured
 values), so compare the two runs with each other, not with the captured digests.
 
-    python repro.py [--device cuda|cpu] [--runs N] [--seed S]
+    python repro.py [--device cuda|cpu] [--runs N] [--seed S] [--bench]
+
+When the library's log printed its own replay of the call (hipBLASLt's hipblaslt-bench line with
+the solution index the run chose, rocBLAS's rocblas-bench line), it is PROBLEM["bench"], printed
+here; --bench runs it (the tool must be on PATH: a ROCm machine) instead of the torch GEMM.
 
 Exit status: 0 when every run gave bit-identical output, 1 when the runs differ.
 Needs torch only. On a CPU (or another GPU) it runs and says the device differs from the
@@ -335,7 +347,22 @@ def main():
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bench", action="store_true", help="run the library's own bench line (PROBLEM['bench'])")
     args = p.parse_args()
+    bench = PROBLEM.get("bench")
+    if bench:
+        print("library replay (the log's bench line): " + bench)
+    if args.bench:
+        import shlex  # noqa: PLC0415
+        import shutil  # noqa: PLC0415
+        import subprocess  # noqa: PLC0415
+
+        argv = shlex.split(bench or "")
+        if not argv or shutil.which(argv[0]) is None:
+            print("repro: " + ("no bench line was captured for this site" if not argv
+                               else "%s not found on PATH: run the bench line on a machine with the library" % argv[0]))
+            return 2
+        return subprocess.call(argv)
     device = torch.device(args.device)
     here = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     captured = PROBLEM.get("captured_device")

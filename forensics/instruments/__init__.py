@@ -20,13 +20,15 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 
-from forensics.instruments import context, cublaslt, cupti, kineto, mkl, ncu, nsys, onednn, torch_profiler
+from forensics.instruments import (context, cublaslt, cupti, hipblaslt, kineto, mkl, ncu, nsys, onednn, rocblas,
+                                   rocprofv3, torch_profiler)
 from forensics.instruments.base import (  # noqa: F401  (the interface, re-exported)
     CALLS,
     CONTEXT,
     CPU,
     CUDA,
     LAUNCHES,
+    ROCM,
     UNREAD,
     Family,
     Head,
@@ -75,6 +77,10 @@ register(*cublaslt.INSTRUMENTS, family=cublaslt.FAMILY)
 register(*torch_profiler.INSTRUMENTS, family=torch_profiler.FAMILY)
 register(*onednn.INSTRUMENTS, family=onednn.FAMILY)
 register(*mkl.INSTRUMENTS, family=mkl.FAMILY)
+# AMD (ROCm): rocprofv3 in CUPTI's part, the hipBLASLt and rocBLAS logs in the cuBLASLt log's (docs/amd.md)
+register(*rocprofv3.INSTRUMENTS, family=rocprofv3.FAMILY)
+register(*hipblaslt.INSTRUMENTS, family=hipblaslt.FAMILY)
+register(*rocblas.INSTRUMENTS)
 
 
 def get(name: str) -> Instrument | None:
@@ -142,13 +148,13 @@ def algo_columns() -> list[str]:
 
 
 def device_of(name: str | None) -> str | None:
-    """The device of an instrument (cuda | cpu), None for context files and unknown names."""
+    """The device of an instrument (cuda | cpu | rocm), None for context files and unknown names."""
     inst = _BY_NAME.get(name) if isinstance(name, str) else None
     return inst.device if inst else None
 
 
 def devices_of(names: Iterable[str]) -> set[str]:
-    """The devices of a capture's instruments (``{"cpu"}`` for the CPU backend's alone)."""
+    """The devices of a capture's instruments (``{"cpu"}`` for the CPU backend's alone, ``{"rocm"}`` for AMD's)."""
     return {device_of(n) for n in names} - {None}
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 LAUNCHES, CALLS, CONTEXT, UNREAD = "launches", "calls", "context", "unread"
-CUDA, CPU = "cuda", "cpu"
+CUDA, CPU, ROCM = "cuda", "cpu", "rocm"
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,8 @@ def _always(mode: str) -> bool:
 
 @dataclass(frozen=True)
 class OwnPass:
-    """An instrument that wraps the user's command in a tool of its own (ncu, nsys): one pass of the
-    first arm, skipped with one line when the tool or a CUDA device is absent."""
+    """An instrument that wraps the user's command in a tool of its own (ncu, nsys, rocprofv3): one pass
+    of the first arm, skipped with one line when the tool or its device (CUDA, or ``device_status``) is absent."""
 
     tool: str  # the executable's name on PATH
     globs: tuple[str, ...]  # install folders searched after PATH (newest match wins)
@@ -62,6 +62,12 @@ class OwnPass:
     post: Callable[[str, Path], list[list[str]]] = _no_post
     #: (ncu mode) -> whether the probe brackets the step window with cudaProfilerStart/Stop
     profiler_window: Callable[[str], bool] = _always
+    #: () -> (device present, one-line reason when not): the device the tool observes; None: CUDA's
+    #: (``forensics.capture.passes.cuda_status``, resolved once into ``Tools.cuda``)
+    device_status: Callable[[], tuple[bool, str]] | None = None
+    #: True: the tool wraps every arm's command instead of a pass of its own (rocprofv3: its launches and
+    #: the arm's library logs then come from one process, as CUPTI's and the cuBLASLt log's do)
+    wraps_arms: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,7 @@ class Instrument:
     name: str  # the key in capture manifests and frames ("nsys", "ncu_csv", ...)
     role: str  # LAUNCHES | CALLS | CONTEXT | UNREAD
     patterns: tuple[str, ...]  # file-name globs (a hint: files are recognised by content first)
-    device: str | None = None  # CUDA | CPU; None for context files of any device
+    device: str | None = None  # CUDA | CPU | ROCM; None for context files of any device
     family: str | None = None  # a Family name; None for CONTEXT/UNREAD
     reader: Callable[[Any], Any] | None = None  # path -> frame (launch frame or call frame)
     label: str = ""
@@ -113,6 +119,11 @@ class Instrument:
     #: CALLS only: one implementation-op execution issues many calls (the CPU libraries), matched by
     #: forensics.judge.cpu.match; False: one call to one launch group (cuBLAS).
     per_execution: bool = False
+    #: CALLS only, (kernel name, grid, call row, library) -> [FieldCheck]: how one call is checked against the
+    #: launch matched to it; None: forensics.core.kernel_names.check_call (cuBLAS names) for a GPU log.
+    identity: Callable[..., list[Any]] | None = None
+    #: CALLS only: the library's name in identity checks ("hipBLASLt"); "" for the instrument's name.
+    library: str = ""
     #: CALLS only: the columns that make the library's "algo descriptor" (compared across arms).
     algo_columns: tuple[str, ...] = ()
     #: Text logs: a line of this form in a file's first bytes recognises the file (``why`` says it).

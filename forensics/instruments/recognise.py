@@ -219,5 +219,6 @@ def recognise(path: str | os.PathLike[str]) -> Recognised:
     if name in METADATA:
         return Recognised(None, METADATA[name], known=True)
     return Recognised(None, "text with no instrument's line form (no [cublasLt] line, no 'I! cuBLAS' record, "
-                            "no onednn_verbose or MKL_VERBOSE line, no ncu CSV header) in its first "
+                            "no onednn_verbose or MKL_VERBOSE line, no ncu CSV header, no [HIPBLASLT] or rocblas_ "
+                            "line, no rocprofv3 CSV header) in its first "
                             f"{min(len(head), HEAD) // 1024 or 1} KiB")

@@ -492,9 +492,9 @@ def _groups(launches: pd.DataFrame, role: Any) -> list[list[int]]:
     return groups
 
 
-#: What the identity check reads of a cuBLAS/cuBLASLt call (forensics.core.kernel_names.check_call).
+#: What the identity check reads of a GPU library call (forensics.core.kernel_names.check_call, check_amd_call).
 IDENTITY_CALL_COLUMNS = ("function", "a_type", "b_type", "transa", "transb", "a_order", "b_order", "m", "n", "k",
-                         "batch_count", "num_splits_k")
+                         "batch_count", "num_splits_k", "precision")  # precision: hipBLASLt/rocBLAS (check_amd_call)
 
 
 def match_calls(lf: pd.DataFrame, cf: pd.DataFrame,

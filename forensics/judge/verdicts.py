@@ -128,7 +128,8 @@ def identity_verdict(verdict: str, reason: str, kernel: str, launches: dict[str,
     rows of this kernel in this scope; ``calls`` each call log's (launch, [call rows]) pairs.
 
     Every field both instruments carry is compared (:func:`forensics.core.kernel_names.check_call`
-    for a cuBLAS/cuBLASLt call against the kernel's name and grid;
+    for a cuBLAS/cuBLASLt call against the kernel's name and grid, the call log's own ``identity``
+    where it gives one: :func:`~forensics.core.kernel_names.check_amd_call` for hipBLASLt/rocBLAS;
     :func:`forensics.core.cpu_ops.check_op` for a oneDNN/oneMKL call against the profiler's op;
     grid and block between two launch counters). A NAMED verdict with any field in conflict
     becomes CONFLICT, its reason naming each field with both values. Returns
@@ -141,13 +142,15 @@ def identity_verdict(verdict: str, reason: str, kernel: str, launches: dict[str,
     checks = _launch_checks(launches)
     for inst_name, pairs in calls.items():
         inst = reg.get(inst_name)
-        library = {"cublas": "cuBLAS", "cublaslt": "cuBLASLt"}.get(inst_name, inst_name)
+        library = (inst.library if inst is not None and inst.library
+                   else {"cublas": "cuBLAS", "cublaslt": "cuBLASLt"}.get(inst_name, inst_name))
+        check = inst.identity if inst is not None and inst.identity is not None else check_call
         for launch, rows in pairs:
             if inst is not None and inst.device == reg.CPU:
                 checks.extend(check_op(launch, rows, inst_name))
             else:
                 for row in rows:
-                    checks.extend(check_call(launch.get("kernel") or kernel, launch.get("grid"), row, library))
+                    checks.extend(check(launch.get("kernel") or kernel, launch.get("grid"), row, library))
     summary = _field_summary(checks)
     if verdict != NAMED or not checks:
         return verdict, reason, summary
