@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from forensics.runtime.console import unfit
+
 from forensics.core.errors import BadInput
 from forensics.capture.kernel import load_run_config, run_pass
 from forensics.capture.passes import Tools, describe_plan, find_tool, plan_passes
@@ -237,7 +239,7 @@ def test_dry_run_asks_for_rocm_on_a_machine_without_it(tmp_path, capsys):
 
     rc = main(["kernel", "--site", "aten.mm.default", "--device", "rocm", "--dry-run", "--out", str(tmp_path / "c"),
                "--", "python", "train.py"])
-    out = capsys.readouterr().out
+    out = unfit(capsys.readouterr().out)  # the piped-width rule may break a long line
     assert rc == 0 and "device: rocm" in out and "instruments: hipblaslt,rocblas,rocprofv3" in out
     assert "--kernel-trace --marker-trace --hip-runtime-trace --output-format csv" in out
     assert "ncu" not in out and "CUBLASLT" not in out

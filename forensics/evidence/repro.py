@@ -103,7 +103,7 @@ def gemm_problem(label: str, site_row: dict[str, Any], call: dict[str, Any] | No
                            _dtype(call.get("d_type")) or _dtype(call.get("c_type")) or _dtype(call.get("a_type")),
                            acc or str(call.get("beta")) == "1", _str(call.get("compute_type")), source,
                            device, ins, outs, {k: _str(call.get(k)) for k in ALGO_KEYS if _str(call.get(k)) is not None},
-                           _str(call.get("bench")))
+                           bench=_str(call.get("bench")))
     if not site.is_gemm or not outs or len(outs[0].get("shape") or []) != 2 or len(ins) < 2:
         return None
     n, m = (int(x) for x in outs[0]["shape"])
