@@ -1,4 +1,10 @@
-"""Tracer overhead on a CPU training step: untraced vs `optrace` vs PyTorch DebugMode with hashes.
+"""Tracer overhead on a CPU training step: untraced vs an empty dispatch mode vs `optrace` vs PyTorch
+DebugMode with hashes.
+
+The empty mode (:class:`EmptyMode`: a handler that only runs the op) is the floor of any tracer
+built on a dispatch mode; optrace's figure beyond it is the tracer's own work. Each arm's median
+thread CPU time is printed beside its wall-clock median: on a machine shared with other jobs the
+wall clock also counts the time this process waited for a core.
 
 One process, one model, steps interleaved round-robin (untraced, optrace, DebugMode; the order
 reversed every other round, and a full garbage collection before every step, so that no arm pays
@@ -34,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from probes import optrace
 from probes.config import ProbeConfig
@@ -96,6 +103,27 @@ class OptraceArm:
         return n
 
 
+class EmptyMode(TorchDispatchMode):
+    """The floor of any tracer built on a dispatch mode: every op leaves C++ for a Python handler
+    and is dispatched again from there; this handler records nothing. optrace's overhead beyond
+    this arm's is what the tracer itself adds (digests, records, the file)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        return func(*args, **(kwargs or {}))
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it (what ``lscpu | grep 'Model name'`` prints)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU model"
+
+
 def debugmode_arm():
     try:
         from torch.utils._debug_mode import DebugMode
@@ -123,7 +151,7 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
     out = Path(tempfile.mkdtemp(prefix="bench_tracer_"))
     ours = OptraceArm(out)
     dbg = debugmode_arm()
-    arms = {"untraced": contextlib.nullcontext, "optrace": ours}
+    arms = {"untraced": contextlib.nullcontext, "empty mode": EmptyMode, "optrace": ours}
     if dbg is not None:
         arms["debugmode"] = dbg
     for ctx in arms.values():  # warm-up: imports (TorchDispatchMode pulls in torch._dynamo), allocator
@@ -131,31 +159,42 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
             with ctx():
                 step()
     times: dict[str, list[float]] = {k: [] for k in arms}
+    cpu: dict[str, list[float]] = {k: [] for k in arms}
     faults: dict[str, list[int]] = {k: [] for k in arms}
     order = list(arms.items())
     for i in range(args.steps):
         for name, ctx in (order if i % 2 == 0 else order[::-1]):  # no arm always follows the same one
             gc.collect()  # each step pays for the collections its own allocations trigger, not a neighbour's
             f = minor_faults()
+            c = time.thread_time()
             t = time.perf_counter()
             with ctx():
                 step()
             times[name].append(time.perf_counter() - t)
+            cpu[name].append(time.thread_time() - c)
             faults[name].append(minor_faults() - f)
     records = ours.close()
     med = {k: statistics.median(v) for k, v in times.items()}
-    base = med["untraced"]
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+    base, base_cpu = med["untraced"], med_cpu["untraced"]
     print(f"batch {batch}: optrace records per step: {records / (args.steps + 2):.0f}")
     for k, v in med.items():
         print(f"  {k:10s} median step {v * 1e3:8.2f} ms   x{v / base:5.2f} of untraced   "
+              f"(CPU time {med_cpu[k] * 1e3:7.2f} ms, x{med_cpu[k] / base_cpu:5.2f})   "
               f"{statistics.median(faults[k]):6.0f} page faults per step")
+    floor = med["empty mode"] - base
+    print(f"  an empty dispatch mode adds +{floor * 1e3:.2f} ms (x{med['empty mode'] / base:.2f}), optrace "
+          f"+{(med['optrace'] - base) * 1e3:.2f} ms: the tracer's own work is +{(med['optrace'] - med['empty mode']) * 1e3:.2f} ms "
+          f"(x{(med['optrace'] - med['empty mode']) / base:.2f} of untraced) beyond the mode's floor")
     if "debugmode" in med:
         ours_over, dbg_over = med["optrace"] - base, med["debugmode"] - base
         print(f"  overhead: optrace +{ours_over * 1e3:.2f} ms, DebugMode +{dbg_over * 1e3:.2f} ms; "
               f"optrace/DebugMode overhead ratio {ours_over / dbg_over:.2f} (target < 0.5)")
     else:
         print("  DebugMode with log_tensor_hashes not available in this torch: comparison skipped")
-    print(f"  optrace slowdown x{med['optrace'] / base:.2f} (target < 2)")
+    load = os.getloadavg()
+    print(f"  optrace slowdown x{med['optrace'] / base:.2f} (target < 1.5; issue 33) on {cpu_model()}, "
+          f"load average {load[0]:.2f} at the end of this batch")
     return med
 
 
@@ -237,6 +276,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     steady = all(os.environ.get(k) == v for k, v in STEADY_ALLOCATOR.items())
     load = os.getloadavg()
+    print(f"CPU: {cpu_model()}")
     print(f"model: {args.layers}x Linear({args.width})+GELU+LayerNorm, AdamW, {args.threads} thread(s); "
           f"{args.steps} interleaved steps per arm; torch {torch.__version__}; load average {load[0]:.2f} "
           f"{load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs; allocator "

@@ -93,7 +93,10 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         self.path: Path | None = None
         extra = cfg.extra if isinstance(cfg.extra, dict) else {}
         mode = extra.get("ordered_digests", "auto")
-        self.ordered_mode = mode if mode in ORDERED_MODES else "auto"
+        self.ordered_mode = mode = mode if mode in ORDERED_MODES else "auto"
+        #: which tensors of an op get ``o`` (:meth:`_ordered_for`, asked once per op by the handler):
+        #: every input (another device's too), every CPU tensor, every output
+        self._sides = (mode in ("inputs", "all"), mode != "off", mode == "all")
         compiled = extra.get("compiled", "compiled")
         self.compiled_mode = compiled if compiled in COMPILED_MODES else "compiled"
         type(self)._runs_compiled = self.compiled_mode == "compiled"  # read by ignore_compile_internals
@@ -261,15 +264,15 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
             tensors, others = _split(args[1:], kwargs)
         else:
             tensors, others = _split(args, kwargs)
-        mode = self.ordered_mode  # _ordered_for(x, "in") and (x, "out"), once per op
-        every, cpu, out_every = mode in ("inputs", "all"), mode != "off", mode == "all"
+        every, cpu, out_every = self._sides  # _ordered_for(x, "in") and (x, "out"), once per op
+        entry, chunked = tensor_entry, self.chunk_digests  # self._digest, without its frame per tensor
         if info.lift:
-            inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu), xor=True) for x in tensors]
+            inputs = [entry(x, chunks, every or (cpu and x.is_cpu), True, chunked) for x in tensors]
         elif len(tensors) > 1 and (tensors[0] is tensors[1] if len(tensors) == 2 else
                                    len({id(x) for x in tensors}) < len(tensors)):
             inputs = self._digest_once(tensors, chunks, every, cpu)  # one tensor twice: addcmul_(g, g)
         else:
-            inputs = [self._digest(x, chunks, every or (cpu and x.is_cpu)) for x in tensors]
+            inputs = [entry(x, chunks, every or (cpu and x.is_cpu), False, chunked) for x in tensors]
         grown = self.grown  # storages a resize grew and no traced op wrote since (almost always empty)
         if grown:
             self._mark_grown(tensors, inputs)
@@ -294,7 +297,7 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
             outputs, meta["written"] = self._written_outputs(info.written, args, kwargs, chunks, out_every, cpu)
         else:
             if out.__class__ is tensor:
-                outputs = [self._digest(out, chunks, out_every or (cpu and out.is_cpu))]
+                outputs = [entry(out, chunks, out_every or (cpu and out.is_cpu), False, chunked)]
             else:
                 outputs = [self._digest(x, chunks, out_every or (cpu and x.is_cpu)) if isinstance(x, tensor) else
                            self._args_digest([x]) for x in tree_leaves(out) if x is not None and not _is_opaque(x)]
