@@ -19,6 +19,7 @@ from forensics.instruments.recognise import recognise
 from forensics.cli import main
 from forensics.core.errors import EXIT_BAD_INPUT, BadInput
 from forensics.judge.analysis import NAMED, SINGLE, analyze
+from forensics.runtime.console import unfit
 
 pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
 
@@ -206,12 +207,12 @@ def test_analyze_a_plain_folder_and_a_single_file(corpus, tmp_path, capsys):
     _copy(corpus / "cublas_legacy" / "cublas_legacy_gopeft_qlora.log", flat / "cublas.log")
     (flat / "run.txt").write_text("loss 0.25\n")
     code = main(["analyze", str(flat), "--out", str(tmp_path / "o1")])
-    out = capsys.readouterr().out
+    out = unfit(capsys.readouterr().out)
     assert code in (0, 1)
     assert "arms: a1" in out and "instruments: cublas, ncu" in out
     assert f"not recognised: {flat / 'run.txt'}: {NOT_A_LOG}" in out
     code = main(["analyze", str(flat / "profile.ncu-rep"), "--out", str(tmp_path / "o2")])
-    out = capsys.readouterr().out
+    out = unfit(capsys.readouterr().out)
     assert code == 1 and "ampere_sgemm_128x64_nn" in out and "SINGLE-SOURCE" in out
     report = (tmp_path / "o2" / "report.md").read_text()
     assert "## Full names" in report and "read as ncu" in report
@@ -351,7 +352,7 @@ def test_an_empty_capture_says_which_window_never_opened(tmp_path, capsys):
     site = "gemm:NN:acc0:grad0"
     code = main(["kernel", "--arms", "1", "--site", site, "--out", str(tmp_path / "cap"), "--timeout", "300",
                  "--", sys.executable, str(script)])
-    text = capsys.readouterr().out
+    text = unfit(capsys.readouterr().out)
     assert code == 1, text
     lines = text.splitlines()
     assert ("missing: no instrument files found (empty capture): the step window (steps 1-2) never opened in a1 (a "
@@ -360,7 +361,7 @@ def test_an_empty_capture_says_which_window_never_opened(tmp_path, capsys):
     assert f"missing: no launch attributed to site {site} (sites seen: none)" in lines
     code = main(["kernel", "--arms", "1", "--steps", "all", "--site", site, "--out", str(tmp_path / "all"),
                  "--timeout", "300", "--", sys.executable, str(script)])
-    text = capsys.readouterr().out
+    text = unfit(capsys.readouterr().out)
     assert code == 0 and "aten::mm -> oneMKL SGEMM" in text and "empty capture" not in text, text
 
 
