@@ -211,6 +211,8 @@ def frame_bytes(frames: list[pd.DataFrame]) -> dict[str, int]:
                 out[kind] += 8 * len(arr) + sum(map(size, arr))
             elif kind == "Int64 and boolean":
                 out[kind] += arr._data.nbytes + arr._mask.nbytes
+            elif isinstance(arr, pd.Categorical):  # a code per row, each distinct text once
+                out[kind] += arr.codes.nbytes + arr.categories.memory_usage(deep=True)
             else:
                 out[kind] += arr._pa_array.nbytes
     return out

@@ -17,13 +17,14 @@ import gc
 import logging
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from forensics.core.errors import BadInput
 from forensics.core.model import CALL_KEY_COLUMNS
@@ -95,7 +96,6 @@ CALL_COLUMNS: dict[str, str] = {
     **{f"pointer_{x}": "string" for x in _MATRICES},
     "consistent": "boolean",  # descriptors agree on m, n, k (None when not checkable)
     "extra": "object",  # dict of every other field; nested blocks flattened as "desc.key"
-    "raw": "string",
 }
 
 #: Algo descriptor columns (what differs when cuBLASLt picks another kernel): the grammar's one list.
@@ -109,7 +109,6 @@ HEURISTIC_COLUMNS: dict[str, str] = {
     "requested_algo_count": "Int64",
     "preference": "object",  # dict of the preference=[...] block
     "params": "object",  # every field, flattened
-    "raw": "string",
 }
 
 #: Every other line ([Api], [Info], [Hints], [Error]).
@@ -118,6 +117,16 @@ MESSAGE_COLUMNS: dict[str, str] = {
     "message": "string",  # text after the header
     "params": "object",  # key=value fields of a known format (or of free text that tokenizes), else {}
 }
+
+#: Text columns whose values repeat (function, types, layouts, algo fields): held as categoricals
+#: of ``string`` values (one code per row, each distinct text once). The per-call text (pointers,
+#: stream, a message's text) and the timestamp (a row of it read alone must keep ``<NA>``, which a
+#: categorical gives back as NaN) stay ``string``.
+CATEGORY = "category"
+_PER_CALL_TEXT = {"stream", "message", "timestamp", *(f"pointer_{x}" for x in _MATRICES)}
+for _contract in (CALL_COLUMNS, HEURISTIC_COLUMNS, MESSAGE_COLUMNS):
+    _contract.update({c: CATEGORY for c, t in _contract.items() if t == "string" and c not in _PER_CALL_TEXT})
+del _contract
 
 # field name in the log -> column
 _TOP = {
@@ -172,6 +181,10 @@ class CublasLtLog:
         ``pid``, ``line``, ``library_version`` ("12.4"), ``device``, ``sm_count`` and the two
         shared-memory limits. Empty when the log has no such line (level below 4)."""
         return library_facts(self.info)
+
+    def raw(self, frame: pd.DataFrame) -> list[str]:
+        """The log lines of ``frame``'s rows, in row order (:func:`raw_lines` on this log's file)."""
+        return raw_lines(self.path, frame["line"])
 
 
 @dataclass
@@ -321,7 +334,6 @@ def _call_row(reader: _Reader, ln: _Line) -> dict[str, Any]:
                 row[col] = value
     _derive(row)
     row["extra"] = extra
-    row["raw"] = ln.raw
     return row
 
 
@@ -438,7 +450,6 @@ def _heuristic_row(reader: _Reader, ln: _Line) -> dict[str, Any]:
     row.pop("batch_count", None)
     row.pop("consistent", None)
     row["params"] = _flat_dict(pairs)
-    row["raw"] = ln.raw
     return row
 
 
@@ -456,6 +467,26 @@ def _message_row(reader: _Reader, ln: _Line) -> dict[str, Any]:
         "line": ln.line, "pid": ln.pid, "timestamp": ln.ts, "level": ln.level, "function": ln.function,
         "message": ln.rest, "params": _flat_dict(pairs),
     }
+
+
+def raw_lines(path: str | PathLike[str], lines: Iterable[Any]) -> list[str]:
+    """The text of the 1-based ``lines`` of a log, in the order asked, as the reader read them
+    (no newline; a CRLF file's CR dropped). The frames keep each row's ``line``, not its text:
+    the text is read back from the file here, exactly. The file is read once, up to the last
+    line asked. A line the file does not have is ``BadInput`` (the file changed since it was read)."""
+    wanted = [int(n) for n in lines]
+    if not wanted:
+        return []
+    want, found, last = set(wanted), {}, max(wanted)
+    for first, chunk, _ in iter_line_chunks(path, WHAT):
+        for n in want.intersection(range(first, first + len(chunk))):
+            found[n] = chunk[n - first]
+        if first + len(chunk) > last:
+            break
+    absent = sorted(want.difference(found))
+    if absent:
+        raise BadInput(str(path), f"the log has no line {absent[0]} (changed since it was read?)", line=absent[0])
+    return [found[n] for n in wanted]
 
 
 def library_facts(info: pd.DataFrame) -> list[dict[str, Any]]:
@@ -603,17 +634,33 @@ def _objects(values: Sequence[Any]) -> np.ndarray:
     return out
 
 
+def _series(values: Any, dtype: str) -> pd.Series:
+    """A column of ``dtype``; ``category``: a categorical of ``string`` values, categories sorted."""
+    if dtype == CATEGORY:
+        return pd.Series(values, dtype="string").astype(CATEGORY)
+    return pd.Series(values, dtype=dtype)
+
+
 def _frame(rows: list[dict[str, Any]], contract: dict[str, str]) -> pd.DataFrame:
     cols = {c: [r.get(c) for r in rows] for c in contract}
-    return pd.DataFrame({c: pd.Series(v, dtype=contract[c]) for c, v in cols.items()})
+    return pd.DataFrame({c: _series(v, contract[c]) for c, v in cols.items()})
+
+
+def join_categoricals(chunks: list[pd.Categorical]) -> pd.Categorical:
+    """Categorical pieces of one column joined, categories united and sorted (as one read gives)."""
+    return union_categoricals(chunks, sort_categories=True)
 
 
 def _concat(parts: list[pd.DataFrame], contract: dict[str, str]) -> pd.DataFrame:
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in contract.items()})
+        return pd.DataFrame({c: _series([], t) for c, t in contract.items()})
     if len(parts) == 1:
         return parts[0]
-    return pd.concat(parts, ignore_index=True)
+    joined = pd.concat(parts, ignore_index=True)
+    for c, t in contract.items():
+        if t == CATEGORY:
+            joined[c] = join_categoricals([p[c].array for p in parts])
+    return joined
 
 
 def problem_key(row: Any) -> tuple:

@@ -31,8 +31,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 from forensics.core.errors import BadInput
 from parsers._text import iter_byte_chunks, spans_array
 from parsers.cublaslt import (
-    CALL_COLUMNS, HEADER_RE, HEURISTIC_COLUMNS, MESSAGE_COLUMNS, ROWS_PER_CHUNK, WHAT, CublasLtLog, _bucket,
-    _call_row, _concat, _frame, _heuristic_row, _Line, _message_row, _objects, _Reader, _result,
+    CALL_COLUMNS, CATEGORY, HEADER_RE, HEURISTIC_COLUMNS, MESSAGE_COLUMNS, ROWS_PER_CHUNK, WHAT, CublasLtLog,
+    _bucket, _call_row, _concat, _frame, _heuristic_row, _Line, _message_row, _objects, _Reader, _result, _series,
+    join_categoricals,
 )
 
 # --- fast path: lines that differ only in pointer values share one parsed template -------------
@@ -172,14 +173,13 @@ class _Templated:
     def _chunk_frame(self) -> pd.DataFrame:
         """Static columns by gathering template rows, then the per-line and pointer columns."""
         contract = self.contract
-        tids, all_ptrs, lines, pids, tss, raws = zip(*self.rows)
+        tids, all_ptrs, lines, pids, tss, _ = zip(*self.rows)
         used, inverse = np.unique(np.asarray(tids, dtype=np.intp), return_inverse=True)
         templates = [self.templates[u] for u in used]
         df = _frame([t.static for t in templates], contract).take(inverse).reset_index(drop=True)
         df["line"] = pd.array(lines, dtype="Int64")
         df["pid"] = pd.array(pids, dtype="Int64")
-        df["timestamp"] = pd.array(tss, dtype="string")
-        df["raw"] = pd.array(raws, dtype="string")
+        df["timestamp"] = _series(tss, contract["timestamp"]).array
         order = np.argsort(inverse, kind="stable")
         bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
         filled: dict[str, np.ndarray] = {}
@@ -450,6 +450,8 @@ def _static_column(values: list[Any], dtype: str, inverse: np.ndarray, take: pa.
         return pd.arrays.BooleanArray(data[inverse], missing[inverse])
     if dtype == "string":
         return _string(pa.array(values, type=pa.large_string()).take(take))
+    if dtype == CATEGORY:  # codes gathered, each template's text once
+        return _series(values, CATEGORY).array.take(inverse)
     return _objects(values)[inverse]
 
 
@@ -467,8 +469,6 @@ def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndar
         "timestamp": _string(spans_array(ch.body, np.where(has_ts, starts + 1, starts),
                                          np.where(has_ts, starts + 1 + _TS_WIDTH, starts), has_ts)),
     }
-    if "raw" in contract:
-        cols["raw"] = _string(spans_array(ch.body, starts, ends))
     if "message" in contract:
         cols["message"] = _string(spans_array(ch.body, hdr_end[sel], ends))
     order = np.argsort(inverse, kind="stable")
@@ -486,10 +486,15 @@ def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndar
                 continue
             if col not in cols:
                 cols[col] = np.empty(n, dtype=object)
+            entries = [(key, i) for c, key, i in tpl.ptr_dicts if c == col]
+            if not entries:  # the same fields on every row of the template: one dict, shared by its rows
+                cols[col][group] = _objects([dict(base)] * len(group))
+                continue
             values = list(map(dict.copy, repeat(base, len(group))))  # C loops; keys keep the template's order
-            for c, key, i in tpl.ptr_dicts:
-                if c == col:
-                    deque(map(setitem, values, repeat(key), ch.ptr_values.take(pa.array(first_ptr + i)).to_pylist()), 0)
+            for key, i in entries:
+                codes = pc.dictionary_encode(ch.ptr_values.take(pa.array(first_ptr + i)))
+                texts = _objects(codes.dictionary.to_pylist())[codes.indices.to_numpy()]  # a repeated value ("0X0") held once
+                deque(map(setitem, values, repeat(key), texts), 0)
             cols[col][group] = _objects(values)
     take = pa.array(inverse)
     try:
@@ -504,6 +509,9 @@ def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndar
         valid = idx >= 0
         taken = ch.ptr_values.take(pa.array(idx, mask=~valid))
         cols[col] = _string(pc.if_else(pa.array(valid), taken, cols[col]._pa_array.combine_chunks()))
+    for col, dtype in contract.items():
+        if dtype == CATEGORY and not isinstance(cols[col], pd.Categorical):  # timestamps sliced from the bytes
+            cols[col] = pd.Series(cols[col], copy=False).astype(CATEGORY).array
     return pd.DataFrame({c: cols[c] for c in contract}, copy=False)
 
 
@@ -575,6 +583,9 @@ def fast_read(path: str | PathLike[str], tolerate_truncated_tail: bool) -> Cubla
                 cut = ch
             else:
                 _fast_chunk(reader, st, ch)
+                # Arrow's pool (mimalloc here) keeps a chunk's freed work buffers: given back after each
+                # chunk, the 257 MiB log peaked 15 MiB lower (510 vs 525 MiB, same CPU; docs/scale.md)
+                pa.default_memory_pool().release_unused()
     if not sum(reader.level_counts.values()):
         raise Fallback("no cuBLASLt line")
     if cut is not None:  # every earlier line parsed: the cut line is the first damage
@@ -632,7 +643,9 @@ def _concat_columns(parts: list[pd.DataFrame], contract: dict[str, str]) -> pd.D
     columns: dict[str, Any] = {}
     for i, col in enumerate(contract, 1):
         chunks = [a.pop(col) for a in arrays]
-        if all(type(c) is type(chunks[0]) and c.dtype == chunks[0].dtype for c in chunks):
+        if contract[col] == CATEGORY and all(isinstance(c, pd.Categorical) for c in chunks):
+            columns[col] = join_categoricals(chunks)
+        elif all(type(c) is type(chunks[0]) and c.dtype == chunks[0].dtype for c in chunks):
             columns[col] = type(chunks[0])._concat_same_type(chunks)
         else:  # parts typed differently: pandas finds the common dtype
             columns[col] = pd.concat([pd.Series(c, copy=False) for c in chunks], ignore_index=True).array

@@ -218,3 +218,27 @@ def test_spans_array_slices_and_nulls():
     buf = b"hello world\nfoo\n"
     arr = spans_array(buf, np.array([0, 6, 12]), np.array([5, 11, 12]), np.array([True, True, False]))
     assert arr.to_pylist() == ["hello", "world", None]
+
+
+def test_fast_path_frames_hold_line_numbers_and_codes(tmp_path, monkeypatch):
+    """issue 33: a row keeps its line number and the text is read back from the file, exactly;
+    repeated text columns are categoricals of strings, categories sorted across chunks; a
+    template's dict without a pointer value is one object for its rows of a chunk."""
+    p = write(tmp_path, mixed_log_lines())
+    monkeypatch.setattr(cublaslt_fast, "FAST_CHUNK_BYTES", 4096)  # many chunks: categories united
+    log = cublaslt_fast.fast_read(p, False)
+    file_lines = p.read_text().splitlines()
+    for frame in (log.calls, log.heuristics):
+        assert "raw" not in frame.columns
+        assert log.raw(frame) == [file_lines[n - 1] for n in frame.line]
+    categorical = [c for c, t in cublaslt.CALL_COLUMNS.items() if t == cublaslt.CATEGORY]
+    assert {"function", "layout", "a_type", "tile", "stages"} <= set(categorical)
+    for col in categorical:
+        assert isinstance(log.calls[col].dtype, pd.CategoricalDtype), col
+        assert str(log.calls[col].cat.categories.dtype) == "string", col
+    assert list(log.calls.function.cat.categories) == sorted(set(log.calls.function))
+    assert log.calls.pointer_a.dtype == "string" and log.calls.timestamp.dtype == "string"
+    monkeypatch.setattr(cublaslt_fast, "FAST_CHUNK_BYTES", 8 << 20)  # one chunk: a template's rows together
+    params = cublaslt_fast.fast_read(p, False).heuristics.params
+    assert params.map(id).nunique() < len(params)  # shared where a query holds no pointer value
+    assert list(params) == list(cublaslt.read_log_per_line(p).heuristics.params)

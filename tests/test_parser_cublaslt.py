@@ -83,7 +83,14 @@ def test_real_trace_lines_problem_and_algo_descriptors():
     # fields without a column are kept in extra, nested ones as desc.key
     assert c.extra[2] == {"computeDesc.aScalePointer": "0x736cb30b4c00",
                           "computeDesc.bScalePointer": "0x736cb30ba200", "workSpace": "0X0"}
-    assert c.raw[0].startswith("[cublasLt][3794797][Trace][cublasLtSSSMatmul] A=0X400380DD0A00")
+    # the frame keeps each row's line number, not its text: the text is read back from the file, exactly
+    assert "raw" not in c.columns
+    file_lines = REAL.read_text().splitlines()
+    assert log.raw(c) == [file_lines[n - 1] for n in c.line]
+    assert log.raw(c)[0].startswith("[cublasLt][3794797][Trace][cublasLtSSSMatmul] A=0X400380DD0A00")
+    assert cublaslt.raw_lines(REAL, [int(c.line[2]), int(c.line[0])]) == [file_lines[c.line[2] - 1], file_lines[c.line[0] - 1]]
+    with pytest.raises(BadInput, match="no line 100000"):
+        cublaslt.raw_lines(REAL, [100_000])
 
 
 def test_real_heuristic_and_error_lines():
@@ -382,4 +389,5 @@ def test_crlf_line_endings(tmp_path):
     crlf = read_log(write(tmp_path, RENDERED.read_bytes().replace(b"\n", b"\r\n")))
     plain = read_log(RENDERED)
     pd.testing.assert_frame_equal(crlf.calls.drop(columns=["extra"]), plain.calls.drop(columns=["extra"]))
-    assert not crlf.calls.raw.str.endswith("\r").any()
+    assert crlf.raw(crlf.calls) == plain.raw(plain.calls)  # the CR is not part of the line read back
+    assert not any(t.endswith("\r") for t in crlf.raw(crlf.calls))
