@@ -46,8 +46,16 @@ def key_paths(obj, parts: tuple[str, ...] = (), depth: int = 2) -> set[str]:
 
 
 def documented(schema: str) -> set[str]:
+    """The keys a section lists; ``counts[].<instrument>`` stands for one key per counting instrument
+    of the registry (a new instrument is its module, its parser and one registration line: no doc edit)."""
+    from forensics import instruments as registry
+
     section = DOC.split(f"## `{schema}`", 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"`([^`\s]+)`", section))
+    keys = set(re.findall(r"`([^`\s]+)`", section))
+    if "counts[].<instrument>" in keys:
+        keys |= {f"counts[].{i.name}" for i in registry.INSTRUMENTS
+                 if i.role in (registry.LAUNCHES, registry.CALLS)}
+    return keys
 
 
 def _run(capsys, args: list[str], code: int | None = None) -> str:
