@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from probes import forks
+from probes import forks, signals
 from probes.config import ENV_CONFIG, ProbeConfig, rank_dir
 from probes.window import StepWindow, current_rank, install_optimizer_hook, parse_ranks, parse_steps
 
@@ -74,6 +74,8 @@ def _chain_sigterm() -> None:
         return
 
     def handler(signum, frame):  # noqa: ANN001
+        if signals.hold(signum):  # a probe is writing a batch: raised again when it ends
+            return
         _state["interrupted"] = signum  # probes say in their footers that the run was stopped
         shutdown()
         if callable(previous):

@@ -21,6 +21,7 @@ from forensics.core.environment import relevant_env
 from forensics.core.formats import optrace as optrace_format
 from forensics.core.formats.optrace import record_line
 from probes import forks as _forks
+from probes import signals as _signals
 from probes.optrace.digest import (
     CHUNK_NAME,
     CPU_SIDES,
@@ -159,24 +160,25 @@ class TraceWriting:
             if self.failed is not None or _forks.foreign(self.pid):
                 self.records = []  # failed, or a fork's copy of its parent's batch (the parent writes it)
                 return
-            self.in_write = True
-            try:
-                if _Digest.made != _Digest.resolved:
-                    with _disable_current_modes():
-                        _resolve([rec for rec in self.records if rec.__class__ is dict])
-                lines = [rec if rec.__class__ is bytes else record_line(rec) for rec in self.records]
-                n = len(self.records)
-                self.records = []
-                self._ensure_open()
-                with _signals_deferred():  # a SIGTERM handler never writes into a half-written batch
-                    self.file.writelines(lines)  # into the file's buffer (WRITE_BUFFER: no new bytes object)
-                    self.file.flush()  # to the OS now: a killed process keeps this batch
-                self.written += n
-                self.last_flush = time.monotonic()
-            except Exception as e:  # noqa: BLE001 - disk full, a vanished directory...: stop, never break
-                self._fail(e)
-            finally:
-                self.in_write = False
+            with _signals.held():  # a SIGTERM arriving now waits for the batch (probes.signals)
+                self.in_write = True
+                try:
+                    if _Digest.made != _Digest.resolved:
+                        with _disable_current_modes():
+                            _resolve([rec for rec in self.records if rec.__class__ is dict])
+                    lines = [rec if rec.__class__ is bytes else record_line(rec) for rec in self.records]
+                    n = len(self.records)
+                    self.records = []
+                    self._ensure_open()
+                    with _signals_deferred():  # a SIGTERM handler never writes into a half-written batch
+                        self.file.writelines(lines)  # into the file's buffer (WRITE_BUFFER: no new bytes object)
+                        self.file.flush()  # to the OS now: a killed process keeps this batch
+                    self.written += n
+                    self.last_flush = time.monotonic()
+                except Exception as e:  # noqa: BLE001 - disk full, a vanished directory...: stop, never break
+                    self._fail(e)
+                finally:
+                    self.in_write = False
 
     def _fail(self, error: BaseException) -> None:
         """Stop recording after a failed write; say so once on stderr."""
@@ -227,13 +229,14 @@ class TraceWriting:
             if self.file is None and self.seq == 0 and self.dropped == 0:
                 return  # nothing traced in this process: no file
             footer = self._footer()
-            try:
-                self._ensure_open()
-                self.file.write(optrace_format.footer_line(footer))
-                self.file.flush()
-            except Exception as e:  # noqa: BLE001
-                self._fail(e)
-            self._close_file()
+            with _signals.held():  # a SIGTERM during the footer's write waits for its end
+                try:
+                    self._ensure_open()
+                    self.file.write(optrace_format.footer_line(footer))
+                    self.file.flush()
+                except Exception as e:  # noqa: BLE001
+                    self._fail(e)
+                self._close_file()
 
     def _close_file(self) -> None:
         if self.file is not None:
