@@ -8,6 +8,10 @@ trace line and the same call read from a bench line have one problem key.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from forensics.core.errors import BadInput
 
 #: Bench / rocBLAS type spellings and rocBLAS's one-letter ``-r`` shorthand -> canonical.
 _BENCH_TYPES = {
@@ -77,3 +81,26 @@ def op_letter(text: str | None) -> str | None:
     t = {"111": "N", "112": "T", "113": "C"}.get(t, t)
     t = t.rsplit("_", 1)[-1]
     return t if t in ("N", "T", "C") else None
+
+
+def fold_bench_options(path: str, lineno: int, opts: Mapping[str, Any], ints: Mapping[str, str],
+                       strs: Mapping[str, str], row: dict[str, Any],
+                       integer: Callable[[str, int, str, Any], int]) -> dict[str, Any]:
+    """A bench line's options into ``row`` (hipblaslt-bench and rocblas-bench share the form): an
+    option of ``ints`` as an integer (read by ``integer``, which raises BadInput), one of ``strs``
+    as text (transposes as their letter, N/T/C); the rest returned, as the line printed them."""
+    extra: dict[str, Any] = {}
+    for key, value in opts.items():
+        if key in ints:
+            row[ints[key]] = integer(path, lineno, f"--{key}", value)
+        elif key in strs:
+            col = strs[key]
+            if col in ("transa", "transb"):
+                letter = op_letter(str(value))
+                if letter is None:
+                    raise BadInput(path, f"--{key} {value!r} is not N, T or C", line=lineno)
+                value = letter
+            row[col] = value
+        else:
+            extra[key] = value
+    return extra

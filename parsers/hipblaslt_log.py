@@ -31,7 +31,7 @@ import pandas as pd
 
 from forensics.core.errors import BadInput
 
-from ._amd import canonical_type, op_letter, parse_bench_args
+from ._amd import canonical_type, fold_bench_options, op_letter, parse_bench_args
 from ._text import TokenError, iter_line_chunks, preview, tokenize_kv
 
 WHAT = "hipBLASLt log"
@@ -198,19 +198,7 @@ def bench_row(path: str, lineno: int, args: str, raw: str, tool: str = "hipblasl
     row: dict[str, Any] = {"line": lineno, "pid": None, "timestamp": None, "source": "bench", "function": tool,
                            "bench": raw.strip(), "raw": raw}
     extra: dict[str, Any] = {}
-    for key, value in opts.items():
-        if key in _BENCH_INTS:
-            row[_BENCH_INTS[key]] = _int(path, lineno, f"--{key}", value)
-        elif key in _BENCH_STRS:
-            col = _BENCH_STRS[key]
-            if col in ("transa", "transb"):
-                letter = op_letter(str(value))
-                if letter is None:
-                    raise BadInput(path, f"--{key} {value!r} is not N, T or C", line=lineno)
-                value = letter
-            row[col] = value
-        else:
-            extra[key] = value
+    extra.update(fold_bench_options(path, lineno, opts, _BENCH_INTS, _BENCH_STRS, row, _int))
     for need in ("m", "n", "k"):
         if row.get(need) is None:
             raise BadInput(path, f"{tool} line without -{need}: {preview(raw, 80)}", line=lineno)

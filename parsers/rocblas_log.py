@@ -26,7 +26,7 @@ import pandas as pd
 
 from forensics.core.errors import BadInput
 
-from ._amd import canonical_type, op_letter, parse_bench_args
+from ._amd import canonical_type, fold_bench_options, op_letter, parse_bench_args
 from ._text import iter_line_chunks, preview
 from .hipblaslt_log import CALL_COLUMNS, call_frame, fill_precisions, problem_key
 
@@ -67,9 +67,9 @@ class RocblasLog:
     problems: list[str] = field(default_factory=list)
 
 
-def _int(path: str, lineno: int, key: str, value: str) -> int:
+def _int(path: str, lineno: int, key: str, value: object) -> int:
     try:
-        return int(value)
+        return int(str(value))  # a bare flag (True) is not an integer
     except ValueError:
         raise BadInput(path, f"{key}={value!r} is not an integer", line=lineno) from None
 
@@ -117,19 +117,7 @@ def _bench_row(path: str, lineno: int, args: str, raw: str) -> tuple[str | None,
                            "bench": raw.strip(), "raw": raw}
     extra: dict[str, Any] = {}
     precision = opts.get("r") or opts.get("precision")
-    for key, value in opts.items():
-        if key in _BENCH_INTS:
-            row[_BENCH_INTS[key]] = _int(path, lineno, f"--{key}", str(value))
-        elif key in _BENCH_STRS:
-            col = _BENCH_STRS[key]
-            if col in ("transa", "transb"):
-                letter = op_letter(str(value))
-                if letter is None:
-                    raise BadInput(path, f"--{key} {value!r} is not N, T or C", line=lineno)
-                value = letter
-            row[col] = value
-        else:
-            extra[key] = value
+    extra.update(fold_bench_options(path, lineno, opts, _BENCH_INTS, _BENCH_STRS, row, _int))
     if isinstance(precision, str):  # -r sets every type the line does not set itself
         for x in ("a", "b", "c", "d"):
             row.setdefault(f"{x}_type", precision)
