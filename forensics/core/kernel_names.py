@@ -363,6 +363,24 @@ def _grid(text: Any) -> tuple[int, int, int] | None:
     return (int(nums[0]), int(nums[1]), int(nums[2])) if len(nums) >= 3 else None
 
 
+def _call_layout(call: dict) -> tuple[Any, Any, list[Any]]:
+    """A call's transa, transb and the operand orders that are row-major (which the letters do not describe)."""
+    rows = [o for o in (_val(call, "a_order"), _val(call, "b_order")) if o is not None and "ROW" in str(o).upper()]
+    return _val(call, "transa"), _val(call, "transb"), rows
+
+
+def _layout_check(layout: str, ta: Any, tb: Any) -> FieldCheck:
+    """The layout letters a kernel's name states against the call's transa/transb. The same product
+    computed as its transpose (Cᵀ = Bᵀ·Aᵀ) has the letters flipped and swapped: NN <-> TT (TN and NT
+    are their own): a library may run that problem, so it is not a conflict."""
+    log_layout = "".join("T" if str(x).upper() in ("T", "C") else "N" for x in (ta, tb))
+    flip = {"N": "T", "T": "N"}
+    swapped = flip[log_layout[1]] + flip[log_layout[0]]
+    ok = layout in (log_layout, swapped)
+    return FieldCheck("layout", CONSISTENT if ok else CONFLICTS, layout, f"transa={ta} transb={tb}",
+                      "as the transposed problem" if ok and layout != log_layout else "")
+
+
 def check_call(name: str | None, grid: Any, call: dict, log_library: str = "cuBLAS") -> list[FieldCheck]:
     """Compare what a kernel's name (and grid) says with one library call the log matched to it.
 
@@ -394,17 +412,9 @@ def check_call(name: str | None, grid: Any, call: dict, log_library: str = "cuBL
     else:
         out.append(FieldCheck("precision", UNCHECKED, kc.precision, lp,
                               "the name states no precision" if not kc.precision else "the log states no A/B type"))
-    ta, tb = _val(call, "transa"), _val(call, "transb")
-    rows = [o for o in (_val(call, "a_order"), _val(call, "b_order")) if o is not None and "ROW" in str(o).upper()]
+    ta, tb, rows = _call_layout(call)
     if kc.layout and ta is not None and tb is not None and not rows:
-        log_layout = "".join("T" if str(x).upper() in ("T", "C") else "N" for x in (ta, tb))
-        # the same product computed as its transpose (Cᵀ = Bᵀ·Aᵀ) has the letters flipped and swapped:
-        # NN <-> TT (TN and NT are their own): a library may run that problem, so it is not a conflict
-        flip = {"N": "T", "T": "N"}
-        swapped = flip[log_layout[1]] + flip[log_layout[0]]
-        ok = kc.layout in (log_layout, swapped)
-        out.append(FieldCheck("layout", CONSISTENT if ok else CONFLICTS, kc.layout, f"transa={ta} transb={tb}",
-                              "as the transposed problem" if ok and kc.layout != log_layout else ""))
+        out.append(_layout_check(kc.layout, ta, tb))
     else:
         why = ("the name states no layout letters" + (f" (its suffix {kc.layout_raw} has no known mapping)"
                                                      if kc.layout_raw else "")) if not kc.layout else             "an operand is stored row-major (ORDER_ROW)" if rows else "the log states no transa/transb"
@@ -640,15 +650,9 @@ def check_amd_call(name: str | None, grid: Any, call: dict, log_library: str = "
     else:
         out.append(FieldCheck("precision", UNCHECKED, kc.precision, lp,
                               "the name states no precision" if not np_ else "the log states no A/B type"))
-    ta, tb = _val(call, "transa"), _val(call, "transb")
-    rows = [o for o in (_val(call, "a_order"), _val(call, "b_order")) if o is not None and "ROW" in str(o).upper()]
+    ta, tb, rows = _call_layout(call)
     if kc.layout and ta is not None and tb is not None and not rows:
-        log_layout = "".join("T" if str(x).upper() in ("T", "C") else "N" for x in (ta, tb))
-        flip = {"N": "T", "T": "N"}
-        swapped = flip[log_layout[1]] + flip[log_layout[0]]
-        ok = kc.layout in (log_layout, swapped)
-        out.append(FieldCheck("layout", CONSISTENT if ok else CONFLICTS, kc.layout, f"transa={ta} transb={tb}",
-                              "as the transposed problem" if ok and kc.layout != log_layout else ""))
+        out.append(_layout_check(kc.layout, ta, tb))
     else:
         out.append(FieldCheck("layout", UNCHECKED, kc.layout, None,
                               "the name states no layout" if not kc.layout else
