@@ -177,10 +177,7 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
         if header is None:
             header, index, version = _header(p, text, raw_line)
             continue
-        if len(text) != len(header):
-            cut = " (the file is cut short?)" if last_cut else ""
-            raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
-                           line=lineno)
+        _check_width(p, lineno, text, header, raw_line, last_cut)
         if "kind" not in index:  # rocprof v1 results.csv: every row is a dispatch
             rows.append(_row_v1(p, lineno, text, index, version))
         elif text[index["kind"]] != "KERNEL_DISPATCH":
@@ -246,6 +243,14 @@ def _rest(val: dict[str, str], ints: dict[str, int], used: set[str]) -> dict:
 
 _V3_USED = {"kind", "agent_id", "kernel_name", "start_timestamp", "end_timestamp", "correlation_id", "stream_id",
             "queue_id", "thread_id", "dispatch_id", "kernel_id", *(f"{w}_size_{d}" for w in ("workgroup", "grid") for d in "xyz")}
+
+
+def _check_width(p: Path, lineno: int, text: list[str], header: list[str], raw_line: str, last_cut: bool) -> None:
+    """A CSV row has the header's number of fields; a short last row says the file may be cut."""
+    if len(text) != len(header):
+        cut = " (the file is cut short?)" if last_cut else ""
+        raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
+                       line=lineno)
 
 
 def _row(path: Path, lineno: int, text: list[str], index: dict[str, int], pid: int | None, version: str) -> dict:
@@ -327,10 +332,7 @@ def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
                                   f"{preview(raw_line)}", line=1)
             header, index = text, {c: i for i, c in enumerate(low)}
             continue
-        if len(text) != len(header):
-            cut = " (the file is cut short?)" if last_cut else ""
-            raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
-                           line=lineno)
+        _check_width(p, lineno, text, header, raw_line, last_cut)
         val = {c: text[i] for c, i in index.items()}
         if val.get("domain") and not val["domain"].startswith("MARKER"):
             raise BadInput(p, f"Domain {val['domain']!r}: this is an API trace (HIP, HSA, RCCL...), not a ROCTx marker trace",
@@ -389,10 +391,7 @@ def read_api_trace(path: str | PathLike[str]) -> pd.DataFrame:
                                   f"{preview(raw_line)}", line=1)
             header, index = text, {c: i for i, c in enumerate(low)}
             continue
-        if len(text) != len(header):
-            cut = " (the file is cut short?)" if last_cut else ""
-            raise BadInput(p, f"{len(text)} fields where the header has {len(header)}{cut}: {preview(raw_line)}",
-                           line=lineno)
+        _check_width(p, lineno, text, header, raw_line, last_cut)
         val = {c: text[i] for c, i in index.items()}
         if val["domain"].startswith("MARKER"):
             raise BadInput(p, f"Domain {val['domain']!r}: this is a ROCTx marker trace (read_marker_trace), "
