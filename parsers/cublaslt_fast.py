@@ -376,12 +376,23 @@ class _FastState:
         self.names = list(self.buckets)
         self.targets: dict[tuple[str, str], int] = {}
         self.parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.buckets}
+        #: each bucket's chunk pieces not yet framed: framed together, once, when the bucket's
+        #: template cache is reset and at the end (one part per bucket on most logs)
+        self.pieces: dict[str, list[_Piece]] = {name: [] for name in self.buckets}
 
     def target(self, level: str, function: str) -> int:
         t = self.targets.get((level, function))
         if t is None:
             t = self.targets[(level, function)] = self.names.index(_bucket(level, function))
         return t
+
+    def frame_pieces(self, name: str) -> None:
+        """Frame the pending pieces of bucket ``name`` (before its templates are dropped, and at the end)."""
+        if self.pieces[name]:
+            pa.default_memory_pool().release_unused()  # the chunks' freed work memory, before the columns are built
+            _give_back()
+            self.parts[name].append(_part_frame(self.buckets[name], self.pieces[name]))
+            self.pieces[name] = []
 
 
 def _fast_chunk(reader: _Reader, st: _FastState, ch: _Chunk) -> None:
@@ -428,9 +439,10 @@ def _fast_chunk(reader: _Reader, st: _FastState, ch: _Chunk) -> None:
     for b, name in enumerate(st.names):
         sel = np.flatnonzero(bucket_of == b)
         if len(sel):
-            st.parts[name].append(_gather_frame(st.buckets[name], ch, sel, tid_of[sel], hdr_end))
-    for bucket in st.buckets.values():
+            st.pieces[name].append(_gather_piece(st.buckets[name], ch, sel, tid_of[sel], hdr_end))
+    for name, bucket in st.buckets.items():
         if len(bucket.templates) > MAX_TEMPLATES:
+            st.frame_pieces(name)  # the pieces' template ids index this list
             bucket.cache.clear()
             bucket.templates.clear()
 
@@ -455,47 +467,87 @@ def _static_column(values: list[Any], dtype: str, inverse: np.ndarray, take: pa.
     return _objects(values)[inverse]
 
 
-def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndarray, hdr_end: np.ndarray) -> pd.DataFrame:
-    """The rows ``sel`` of a chunk: template columns gathered, per-line columns sliced from the bytes."""
+@dataclass
+class _Piece:
+    """A bucket's rows of one chunk: what differs per line. The template columns are not built
+    here but once per part (:func:`_part_frame`), over all its rows: built per chunk, ~50 columns
+    a bucket through pandas, they took half of a 65 MiB read's CPU (docs/scale.md)."""
+
+    tids: np.ndarray  # template of each row
+    line: np.ndarray
+    pid: np.ndarray
+    timestamp: pa.Array
+    message: pa.Array | None
+    pointers: dict[str, pa.Array]  # column -> the row's pointer value, null where its template holds none there
+    dicts: dict[str, np.ndarray]  # dict column -> each row's dict (None where its template has none)
+
+
+def _dense(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_inverse=True)`` for small non-negative ids, without sorting."""
+    present = np.zeros(int(ids.max()) + 1 if len(ids) else 0, dtype=bool)
+    present[ids] = True
+    used = np.flatnonzero(present)
+    return used, (np.cumsum(present) - 1)[ids]
+
+
+def _gather_piece(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndarray, hdr_end: np.ndarray) -> _Piece:
+    """The rows ``sel`` of a chunk: per-line columns sliced from the bytes, pointer values and dicts placed."""
     contract = bucket.contract
-    used, inverse = np.unique(tids, return_inverse=True)
-    inverse = inverse.ravel()
+    used, inverse = _dense(tids)
     templates = [bucket.templates[u] for u in used.tolist()]
     n = len(sel)
     starts, ends, has_ts = ch.starts[sel], ch.ends[sel], ch.has_ts[sel]
+    timestamp = spans_array(ch.body, np.where(has_ts, starts + 1, starts), np.where(has_ts, starts + 1 + _TS_WIDTH, starts),
+                            has_ts)
+    message = spans_array(ch.body, hdr_end[sel], ends) if "message" in contract else None
+    dicts: dict[str, np.ndarray] = {}
+    ptr_index: dict[str, np.ndarray] = {}
+    if any(t.ptr_cols or t.ptr_dicts or any(isinstance(v, dict) for v in t.static.values()) for t in templates):
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
+        for j, tpl in enumerate(templates):
+            group = order[bounds[j]:bounds[j + 1]]
+            first_ptr = ch.first_ptr[sel[group]]
+            for col, i in tpl.ptr_cols:
+                if col not in ptr_index:
+                    ptr_index[col] = np.full(n, -1, dtype=np.int64)
+                ptr_index[col][group] = first_ptr + i
+            for col, base in tpl.static.items():
+                if not isinstance(base, dict):
+                    continue
+                if col not in dicts:
+                    dicts[col] = np.empty(n, dtype=object)
+                entries = [(key, i) for c, key, i in tpl.ptr_dicts if c == col]
+                if not entries:  # the same fields on every row of the template: one dict, shared by its rows
+                    dicts[col][group] = _objects([dict(base)] * len(group))
+                    continue
+                values = list(map(dict.copy, repeat(base, len(group))))  # C loops; keys keep the template's order
+                for key, i in entries:
+                    codes = pc.dictionary_encode(ch.ptr_values.take(pa.array(first_ptr + i)))
+                    texts = _objects(codes.dictionary.to_pylist())[codes.indices.to_numpy()]  # a repeated value ("0X0") held once
+                    deque(map(setitem, values, repeat(key), texts), 0)
+                dicts[col][group] = _objects(values)
+    pointers = {col: ch.ptr_values.take(pa.array(idx, mask=idx < 0)) for col, idx in ptr_index.items()}
+    return _Piece(tids, ch.first + ch.lines[sel], ch.pid[sel], timestamp, message, pointers, dicts)
+
+
+def _part_frame(bucket: _Templated, pieces: list[_Piece]) -> pd.DataFrame:
+    """The frame of a bucket's pieces: template columns gathered once over all their rows."""
+    contract = bucket.contract
+    tids = np.concatenate([p.tids for p in pieces])
+    used, inverse = _dense(tids)
+    templates = [bucket.templates[u] for u in used.tolist()]
+    n = len(tids)
     cols: dict[str, Any] = {
-        "line": pd.arrays.IntegerArray(ch.first + ch.lines[sel], np.zeros(n, dtype=bool)),
-        "pid": pd.arrays.IntegerArray(ch.pid[sel], np.zeros(n, dtype=bool)),
-        "timestamp": _string(spans_array(ch.body, np.where(has_ts, starts + 1, starts),
-                                         np.where(has_ts, starts + 1 + _TS_WIDTH, starts), has_ts)),
+        "line": pd.arrays.IntegerArray(np.concatenate([p.line for p in pieces]), np.zeros(n, dtype=bool)),
+        "pid": pd.arrays.IntegerArray(np.concatenate([p.pid for p in pieces]), np.zeros(n, dtype=bool)),
+        "timestamp": _string(pa.chunked_array([p.timestamp for p in pieces], type=pa.large_string())),
     }
     if "message" in contract:
-        cols["message"] = _string(spans_array(ch.body, hdr_end[sel], ends))
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
-    ptr_index: dict[str, np.ndarray] = {}
-    for j, tpl in enumerate(templates):
-        group = order[bounds[j]:bounds[j + 1]]
-        first_ptr = ch.first_ptr[sel[group]]
-        for col, i in tpl.ptr_cols:
-            if col not in ptr_index:
-                ptr_index[col] = np.full(n, -1, dtype=np.int64)
-            ptr_index[col][group] = first_ptr + i
-        for col, base in tpl.static.items():
-            if not isinstance(base, dict):
-                continue
-            if col not in cols:
-                cols[col] = np.empty(n, dtype=object)
-            entries = [(key, i) for c, key, i in tpl.ptr_dicts if c == col]
-            if not entries:  # the same fields on every row of the template: one dict, shared by its rows
-                cols[col][group] = _objects([dict(base)] * len(group))
-                continue
-            values = list(map(dict.copy, repeat(base, len(group))))  # C loops; keys keep the template's order
-            for key, i in entries:
-                codes = pc.dictionary_encode(ch.ptr_values.take(pa.array(first_ptr + i)))
-                texts = _objects(codes.dictionary.to_pylist())[codes.indices.to_numpy()]  # a repeated value ("0X0") held once
-                deque(map(setitem, values, repeat(key), texts), 0)
-            cols[col][group] = _objects(values)
+        cols["message"] = _string(pa.chunked_array([p.message for p in pieces], type=pa.large_string()))
+    for col in dict.fromkeys(c for p in pieces for c in p.dicts):
+        cols[col] = np.concatenate([p.dicts[col] if col in p.dicts else np.full(len(p.tids), None, dtype=object)
+                                    for p in pieces])
     take = pa.array(inverse)
     try:
         for col, dtype in contract.items():
@@ -503,12 +555,17 @@ def _gather_frame(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndar
                 cols[col] = _static_column([t.static.get(col) for t in templates], dtype, inverse, take)
     except (OverflowError, TypeError, ValueError) as e:
         raise Fallback(f"template value does not fit its column: {e}") from None
-    for col, idx in ptr_index.items():
+    for col in dict.fromkeys(c for p in pieces for c in p.pointers):
         if contract[col] != "string":
             raise Fallback(f"pointer value in non-string column {col}")
-        valid = idx >= 0
-        taken = ch.ptr_values.take(pa.array(idx, mask=~valid))
-        cols[col] = _string(pc.if_else(pa.array(valid), taken, cols[col]._pa_array.combine_chunks()))
+        taken = pa.chunked_array([p.pointers.pop(col) if col in p.pointers else pa.nulls(len(p.tids), pa.large_string())
+                                  for p in pieces], type=pa.large_string())
+        static = cols[col]._pa_array
+        if static.null_count == len(static):  # no template holds text there: the pointers as taken (no copy)
+            cols[col] = _string(taken)
+        else:
+            cols[col] = _string(pc.if_else(pc.is_valid(taken), taken, static))
+        del taken, static
     for col, dtype in contract.items():
         if dtype == CATEGORY and not isinstance(cols[col], pd.Categorical):  # timestamps sliced from the bytes
             cols[col] = pd.Series(cols[col], copy=False).astype(CATEGORY).array
@@ -600,6 +657,8 @@ def fast_read(path: str | PathLike[str], tolerate_truncated_tail: bool) -> Cubla
         except BadInput as e:
             raise Final(e) from None
     reader.finish()
+    for name in st.names:
+        st.frame_pieces(name)
     frames = {name: _concat_columns(parts, st.buckets[name].contract) for name, parts in st.parts.items()}
     return _result(reader, frames)
 

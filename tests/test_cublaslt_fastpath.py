@@ -95,6 +95,20 @@ def test_fast_path_equals_per_line_path_row_by_row(tmp_path, monkeypatch, chunk_
     assert row.pointer_a == "0x7f00" and row.m == 8 and row.extra["computeDesc.future"] == "0xdead"
 
 
+def test_fast_path_equals_per_line_path_when_the_template_cache_resets(tmp_path, monkeypatch):
+    """A bucket's rows are framed once per part; a template cache reset ends a part (the pieces'
+    template ids index the dropped list), so the frames join several parts: still equal."""
+    p = write(tmp_path, mixed_log_lines())
+    monkeypatch.setattr(cublaslt_fast, "FAST_CHUNK_BYTES", 4096)
+    monkeypatch.setattr(cublaslt_fast, "MAX_TEMPLATES", 5)
+    framed = []
+    part_frame = cublaslt_fast._part_frame
+    monkeypatch.setattr(cublaslt_fast, "_part_frame", lambda b, pieces: framed.append(len(pieces)) or part_frame(b, pieces))
+    fast = cublaslt_fast.fast_read(p, False)
+    assert len(framed) > 6 and max(framed) > 1  # several parts per bucket, several chunks per part
+    assert_same_log(fast, cublaslt.read_log_per_line(p, False))
+
+
 def test_fast_path_rows_own_their_dicts(tmp_path):
     log = cublaslt_fast.fast_read(write(tmp_path, mixed_log_lines(60)), False)
     extra = log.calls.extra
