@@ -256,3 +256,18 @@ def test_fast_path_frames_hold_line_numbers_and_codes(tmp_path, monkeypatch):
     params = cublaslt_fast.fast_read(p, False).heuristics.params
     assert params.map(id).nunique() < len(params)  # shared where a query holds no pointer value
     assert list(params) == list(cublaslt.read_log_per_line(p).heuristics.params)
+
+
+def test_hex_run_counts_the_digits_the_pointer_regex_takes():
+    """The pointer probe's digit count (8 bytes at a time, by arithmetic) against ``_POINTER`` on
+    every run length up to the probe's width and past it, every byte value after the digits."""
+    rng = random.Random(3)
+    digits = "0123456789abcdefABCDEF"
+    texts = [" =0X" + "".join(rng.choice(digits) for _ in range(n)) + chr(c) for n in range(1, 30) for c in range(1, 128)
+             if chr(c) not in digits]
+    body = bytearray("".join(texts).encode() + bytes(64))
+    at = np.cumsum([0] + [len(t) for t in texts[:-1]]) + 4  # each first digit
+    for width in (16, 24):
+        run = cublaslt_fast._hex_run(body, at, width)
+        want = [len(cublaslt_fast._POINTER.search(t)[1]) - 2 for t in texts]
+        assert [r if r else -1 for r in run] == [w if w < width else -1 for w in want]
