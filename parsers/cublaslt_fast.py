@@ -480,9 +480,19 @@ def _static_column(values: list[Any], dtype: str, inverse: np.ndarray, take: pa.
         data = np.array([bool(v) for v in values], dtype=bool)
         return pd.arrays.BooleanArray(data[inverse], missing[inverse])
     if dtype == "string":
+        if all(v is None for v in values):  # a pointer column (its values are placed after)
+            return _string(pa.nulls(len(inverse), pa.large_string()))
         return _string(pa.array(values, type=pa.large_string()).take(take))
     if dtype == CATEGORY:  # codes gathered, each template's text once
-        return _series(values, CATEGORY).array.take(inverse)
+        if not all(v is None or type(v) is str for v in values):
+            return _series(values, CATEGORY).array.take(inverse)
+        # what _series(values, CATEGORY) gives (categories: the distinct texts, sorted), built from
+        # the codes: 0.25 vs 1.3 ms a column of 100,000 rows
+        categories = sorted({v for v in values if v is not None})
+        position = {v: i for i, v in enumerate(categories)}
+        codes = np.array([-1 if v is None else position[v] for v in values], dtype=np.int32)
+        return pd.Categorical.from_codes(codes[inverse], dtype=pd.CategoricalDtype(pd.Index(categories, dtype="string")),
+                                         validate=False)
     return _objects(values)[inverse]
 
 
