@@ -142,7 +142,7 @@ def iter_byte_chunks(
             if cut >= 0:
                 length = cut + 1
                 yield lineno, buf, length, False
-                lineno += buf.count(b"\n", 0, length)
+                lineno += int(np.count_nonzero(np.frombuffer(buf, np.uint8, length) == 10))  # 1.2 ms for 8 MiB; bytearray.count 2.9
                 pending = filled - length
                 turn = (turn + 1) % buffers
                 if len(bufs[turn]) - pad - pending < chunk_bytes // 2:
