@@ -355,6 +355,34 @@ def _locate(reader: _Reader, first: int, body: bytearray, length: int, scratch: 
                   n_ptr, first_ptr, lines, eq + 1, ptr_end)
 
 
+_LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)  # i low bytes kept
+
+
+def _span_views(body: bytearray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """The byte ranges ``body[starts[i]:ends[i]]`` as an Arrow ``string_view`` array over ``body``
+    itself: no byte is copied (each view is 16 bytes: the length, then up to 12 bytes inline or a
+    4-byte prefix, buffer 0 and the offset). ``body`` must hold 16 bytes after the last range, must
+    stay unchanged while the array is used, and each range must be UTF-8 (a chunk validated whole,
+    cut at ASCII bytes)."""
+    n = len(starts)
+    length = (ends - starts).astype(np.uint64)
+    words = np.ndarray((len(body) - 7,), dtype="<u8", buffer=body, strides=(1,))
+    w0 = words[starts] & _LOW_BYTES[np.minimum(length, 8)]
+    w1 = words[starts + 8] & _LOW_BYTES[np.clip(length, 8, 12) - 8]
+    views = np.empty((n, 2), dtype="<u8")
+    short = length <= 12
+    views[:, 0] = length | (w0 << np.uint64(32))  # the length, then the first 4 bytes (inline or prefix)
+    views[:, 1] = np.where(short, (w0 >> np.uint64(32)) | (w1 << np.uint64(32)), starts.astype(np.uint64) << np.uint64(32))
+    return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(body)])
+
+
+def _span_codes(body: bytearray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """A code per byte range, equal for equal bytes (first seen, first numbered), as int64: Arrow's
+    hash over views of the chunk (:func:`_span_views`); slicing the ranges into a string array first
+    (``spans_array``) cost more than the hashing."""
+    return pc.dictionary_encode(_span_views(body, starts, ends)).indices.to_numpy().astype(np.int64)
+
+
 def _line_groups(ch: _Chunk) -> tuple[np.ndarray, np.ndarray]:
     """Group lines that differ only in timestamp, pid and pointer values: (group of each line, first line of each group)."""
     n = len(ch.starts)
@@ -370,8 +398,7 @@ def _line_groups(ch: _Chunk) -> tuple[np.ndarray, np.ndarray]:
     ptr = ch.first_ptr[seg_line] + j  # the pointer that ends this segment (unless last)
     seg_start = np.where(j == 0, ch.pid_end[seg_line], ch.ptr_end[np.maximum(ptr - 1, 0)] if len(ch.ptr_end) else 0)
     seg_end = np.where(last, ch.ends[seg_line], ch.ptr_start[np.minimum(ptr, len(ch.ptr_start) - 1)] if len(ch.ptr_start) else 0)
-    codes = pc.dictionary_encode(spans_array(ch.body, seg_start, seg_end)).indices
-    codes = codes.to_numpy().astype(np.int64)
+    codes = _span_codes(ch.body, seg_start, seg_end)
     mixed = codes.astype(np.uint64) * _SEGMENT_MIX[j]
     key = np.add.reduceat(mixed, seg_first) if total else np.zeros(0, dtype=np.uint64)
     key += ch.has_ts.astype(np.uint64) * _SEGMENT_MIX[-1] + n_seg.astype(np.uint64) * _SEGMENT_MIX[-2]
@@ -531,6 +558,7 @@ def _gather_piece(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndar
     message = spans_array(ch.body, hdr_end[sel], ends) if "message" in contract else None
     dicts: dict[str, np.ndarray] = {}
     ptr_index: dict[str, np.ndarray] = {}
+    placed: list[tuple[list[dict], str, np.ndarray]] = []  # (a template's row dicts, key, the rows' pointer indices)
     if any(t.ptr_cols or t.ptr_dicts or any(isinstance(v, dict) for v in t.static.values()) for t in templates):
         order = np.argsort(inverse, kind="stable")
         bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
@@ -551,11 +579,15 @@ def _gather_piece(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndar
                     dicts[col][group] = _objects([dict(base)] * len(group))
                     continue
                 values = list(map(dict.copy, repeat(base, len(group))))  # C loops; keys keep the template's order
-                for key, i in entries:
-                    codes = pc.dictionary_encode(ch.ptr_values.take(pa.array(first_ptr + i)))
-                    texts = _objects(codes.dictionary.to_pylist())[codes.indices.to_numpy()]  # a repeated value ("0X0") held once
-                    deque(map(setitem, values, repeat(key), texts), 0)
+                placed.extend((values, key, first_ptr + i) for key, i in entries)
                 dicts[col][group] = _objects(values)
+        if placed:  # the dicts' pointer values, as Python strings made once for the chunk
+            codes = pc.dictionary_encode(ch.ptr_values.take(pa.array(np.concatenate([idx for _, _, idx in placed]))))
+            texts = _objects(codes.dictionary.to_pylist())[codes.indices.to_numpy()]  # a repeated value ("0X0") held once
+            at = 0
+            for values, key, idx in placed:
+                deque(map(setitem, values, repeat(key), texts[at:at + len(idx)]), 0)
+                at += len(idx)
     pointers = {col: ch.ptr_values.take(pa.array(idx, mask=idx < 0)) for col, idx in ptr_index.items()}
     return _Piece(tids, ch.first + ch.lines[sel], ch.pid[sel], timestamp, message, pointers, dicts)
 

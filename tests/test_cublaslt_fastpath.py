@@ -271,3 +271,20 @@ def test_hex_run_counts_the_digits_the_pointer_regex_takes():
         run = cublaslt_fast._hex_run(body, at, width)
         want = [len(cublaslt_fast._POINTER.search(t)[1]) - 2 for t in texts]
         assert [r if r else -1 for r in run] == [w if w < width else -1 for w in want]
+
+
+def test_span_views_give_the_bytes_and_codes_of_the_sliced_strings():
+    """The grouping hashes views over the chunk (no copy): the same strings, and the same codes, as
+    the ranges sliced into a string array, for ranges of 0 to 56 bytes (inline up to 12, prefix and
+    offset after) cut at ASCII bytes of UTF-8 text."""
+    rng = np.random.default_rng(1)
+    text = "".join(rng.choice(list("abcdefgh xyzé=[]"), 5000)).encode()
+    body = bytearray(text + bytes(64))
+    cuts = [c for c in sorted(rng.choice(len(text) + 1, 800).tolist()) if c == len(text) or text[c] < 128]
+    starts, ends = np.array(cuts[:-1]), np.array(cuts[1:])
+    assert {0, 12, 13} <= set((ends - starts).tolist()) and (ends - starts).max() > 40
+    views = cublaslt_fast._span_views(body, starts, ends)
+    views.validate(full=True)
+    assert views.to_pylist() == spans_array(body, starts, ends).to_pylist()
+    sliced = spans_array(body, starts, ends).dictionary_encode().indices.to_numpy()
+    assert cublaslt_fast._span_codes(body, starts, ends).tolist() == sliced.tolist()
