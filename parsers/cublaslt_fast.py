@@ -220,8 +220,6 @@ FAST_CHUNK_BYTES = 8 << 20
 _PAD = 64  # zero bytes after a chunk, so fixed-offset header probes never index past its end
 _HEX = np.zeros(256, dtype=bool)
 _HEX[list(b"0123456789abcdefABCDEF")] = True
-_DIGIT = np.zeros(256, dtype=bool)
-_DIGIT[list(b"0123456789")] = True
 _NOT_TS = np.zeros(256, dtype=bool)
 _NOT_TS[list(b"[]\n")] = True
 _TAG = np.frombuffer(b"[cublasLt][", dtype=np.uint8)
@@ -317,9 +315,8 @@ def _locate(reader: _Reader, first: int, body: bytearray, length: int, scratch: 
     plain = (head[:, :len(_TAG)] == _TAG).all(axis=1)
     ok = has_ts | plain
     pid_at = np.where(has_ts, ts_end + 1 + len(_TAG), len(_TAG))
-    at = pid_at[:, None] + np.arange(20)
-    pid_bytes = head[np.arange(len(starts))[:, None], at]
-    n_digits = np.argmin(_DIGIT[pid_bytes], axis=1)  # 0 also when all 20 are digits: not taken
+    pid_bytes = sliding_window_view(a, 20)[starts + pid_at]
+    n_digits = np.argmin(pid_bytes - np.uint8(48) < 10, axis=1)  # 0 also when all 20 are digits: not taken
     pid_end = starts + pid_at + n_digits
     ok &= (n_digits > 0) & (n_digits <= 18) & (a[pid_end] == 93)
     pid = np.zeros(len(starts), dtype=np.int64)
