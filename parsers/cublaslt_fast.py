@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import queue
 import re
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -357,7 +358,7 @@ _LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], 
 
 def _span_views(body: bytearray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
     """The byte ranges ``body[starts[i]:ends[i]]`` as an Arrow ``string_view`` array over ``body``
-    itself: no byte is copied (each view is 16 bytes: the length, then up to 12 bytes inline or a
+    itself: no byte is copied (each view is 16 bytes, little-endian: the length, then up to 12 bytes inline or a
     4-byte prefix, buffer 0 and the offset). ``body`` must hold 16 bytes after the last range, must
     stay unchanged while the array is used, and each range must be UTF-8 (a chunk validated whole,
     cut at ASCII bytes)."""
@@ -377,7 +378,8 @@ def _span_codes(body: bytearray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     """A code per byte range, equal for equal bytes (first seen, first numbered), as int64: Arrow's
     hash over views of the chunk (:func:`_span_views`); slicing the ranges into a string array first
     (``spans_array``) cost more than the hashing."""
-    return pc.dictionary_encode(_span_views(body, starts, ends)).indices.to_numpy().astype(np.int64)
+    spans = _span_views(body, starts, ends) if sys.byteorder == "little" else spans_array(body, starts, ends)
+    return pc.dictionary_encode(spans).indices.to_numpy().astype(np.int64)
 
 
 def _line_groups(ch: _Chunk) -> tuple[np.ndarray, np.ndarray]:
