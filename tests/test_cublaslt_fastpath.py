@@ -288,3 +288,16 @@ def test_span_views_give_the_bytes_and_codes_of_the_sliced_strings():
     assert views.to_pylist() == spans_array(body, starts, ends).to_pylist()
     sliced = spans_array(body, starts, ends).dictionary_encode().indices.to_numpy()
     assert cublaslt_fast._span_codes(body, starts, ends).tolist() == sliced.tolist()
+
+
+def test_the_benchmark_stage_profile_reads_what_the_reader_reads(tmp_path, monkeypatch):
+    """bench_cublaslt.py --stages times the reader's own stages on one thread: it must read every
+    row the reader does (a renamed or skipped stage fails here, not silently in a figure)."""
+    from bench_cublaslt import stage_times
+
+    p = write(tmp_path, [line for line in mixed_log_lines() if "[cublasLt]" in line])
+    monkeypatch.setattr(cublaslt_fast, "FAST_CHUNK_BYTES", 4096)
+    times, rows = stage_times(p)
+    log = cublaslt_fast.fast_read(p, False)
+    assert rows == {name: len(getattr(log, name)) for name in FRAMES} and rows["calls"] > 340
+    assert list(times) == ["read", "locate", "group", "gather", "frame"] and sum(times.values()) > 0
