@@ -301,3 +301,14 @@ def test_the_benchmark_stage_profile_reads_what_the_reader_reads(tmp_path, monke
     log = cublaslt_fast.fast_read(p, False)
     assert rows == {name: len(getattr(log, name)) for name in FRAMES} and rows["calls"] > 340
     assert list(times) == ["read", "locate", "group", "gather", "frame"] and sum(times.values()) > 0
+
+
+CORPUS_LOGS = sorted((ROOT.parent / "shared" / "corpus" / "cublaslt").glob("*.log"))
+
+
+@pytest.mark.skipif(not CORPUS_LOGS, reason=f"no cuBLASLt log under {ROOT.parent / 'shared' / 'corpus' / 'cublaslt'}")
+@pytest.mark.parametrize("path", CORPUS_LOGS, ids=lambda p: p.name)
+def test_real_corpus_logs_take_the_vectorised_path_with_the_per_line_frames(path):
+    """The REAL logs of the shared corpus (levels 1 to 5, with and without timestamps, program output
+    between the lines): the vectorised reader takes each (no Fallback) and gives the per-line frames."""
+    assert_same_log(cublaslt_fast.fast_read(path, False), cublaslt.read_log_per_line(path, False))
