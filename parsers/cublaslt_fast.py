@@ -393,10 +393,18 @@ def _line_groups(ch: _Chunk) -> tuple[np.ndarray, np.ndarray]:
     total = int(n_seg.sum())
     seg_line = np.repeat(np.arange(n), n_seg)
     j = np.arange(total) - seg_first[seg_line]  # segment position in its line
-    last = j == ch.n_ptr[seg_line]
-    ptr = ch.first_ptr[seg_line] + j  # the pointer that ends this segment (unless last)
-    seg_start = np.where(j == 0, ch.pid_end[seg_line], ch.ptr_end[np.maximum(ptr - 1, 0)] if len(ch.ptr_end) else 0)
-    seg_end = np.where(last, ch.ends[seg_line], ch.ptr_start[np.minimum(ptr, len(ch.ptr_start) - 1)] if len(ch.ptr_start) else 0)
+    # a line's segments run from the pid's "]" to its first pointer, between its pointers, and from its
+    # last pointer to its end: the pointers are in file order, so each is placed by a mask, not gathered
+    first_seg = np.zeros(total, dtype=bool)
+    first_seg[seg_first] = True
+    last_seg = np.zeros(total, dtype=bool)
+    last_seg[seg_first + n_seg - 1] = True
+    seg_start = np.empty(total, dtype=np.int64)
+    seg_start[first_seg] = ch.pid_end
+    seg_start[~first_seg] = ch.ptr_end
+    seg_end = np.empty(total, dtype=np.int64)
+    seg_end[last_seg] = ch.ends
+    seg_end[~last_seg] = ch.ptr_start
     codes = _span_codes(ch.body, seg_start, seg_end)
     mixed = codes.astype(np.uint64) * _SEGMENT_MIX[j]
     key = np.add.reduceat(mixed, seg_first) if total else np.zeros(0, dtype=np.uint64)
