@@ -32,8 +32,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from forensics.core.errors import BadInput
 from parsers._text import iter_byte_chunks, spans_array
 from parsers.cublaslt import (
-    CALL_COLUMNS, CATEGORY, HEADER_RE, HEURISTIC_COLUMNS, MESSAGE_COLUMNS, ROWS_PER_CHUNK, WHAT, CublasLtLog,
-    _bucket, _call_row, _concat, _frame, _heuristic_row, _Line, _message_row, _objects, _Reader, _result, _series,
+    CALL_COLUMNS, CATEGORY, HEADER_RE, HEURISTIC_COLUMNS, MESSAGE_COLUMNS, WHAT, CublasLtLog,
+    _bucket, _call_row, _concat, _heuristic_row, _Line, _message_row, _objects, _Reader, _result, _series,
     join_categoricals,
 )
 
@@ -54,15 +54,6 @@ class _Template:
     static: dict[str, Any]
     ptr_cols: list[tuple[str, int]]  # (column, pointer index)
     ptr_dicts: list[tuple[str, str, int]]  # (dict column, key, pointer index)
-
-    def row(self, ptrs: list[str], line: int, ts: str | None, pid: int, raw: str) -> dict[str, Any]:
-        row = {c: (v.copy() if isinstance(v, dict) else v) for c, v in self.static.items()}
-        for col, i in self.ptr_cols:
-            row[col] = ptrs[i]
-        for col, key, i in self.ptr_dicts:
-            row[col][key] = ptrs[i]
-        row.update(line=line, timestamp=ts, pid=pid, raw=raw)
-        return row
 
 
 def _template_of(row: dict[str, Any], n_pointers: int) -> _Template | None:
@@ -101,18 +92,13 @@ def _template_of(row: dict[str, Any], n_pointers: int) -> _Template | None:
 
 
 class _Templated:
-    """Rows of a templated bucket (calls, heuristics), kept columnar and framed in chunks."""
+    """A templated bucket (calls, heuristics, messages): its contract, row builder and template cache."""
 
     def __init__(self, contract: dict[str, str], parse) -> None:
         self.contract = contract
         self.parse = parse  # (reader, _Line) -> row dict
         self.cache: dict[tuple[str, str, str], int | None] = {}
         self.templates: list[_Template] = []
-        self.parts: list[pd.DataFrame] = []
-        self._new_chunk()
-
-    def _new_chunk(self) -> None:
-        self.rows: list[tuple[int, list[str], int, int, str | None, str]] = []  # tid, ptrs, line, pid, ts, raw
 
     def _template(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
                   rest: str, raw: str) -> tuple[int, list[str]]:
@@ -136,79 +122,6 @@ class _Templated:
             self.templates.append(_Template(row, [], []))
             return tid, []
         return tid, parts[1::2]
-
-    def row(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
-            rest: str, raw: str) -> dict[str, Any]:
-        tid, ptrs = self._template(reader, lineno, ts, pid, level, function, rest, raw)
-        row = self.templates[tid].row(ptrs, lineno, ts, pid, raw)
-        self._trim()
-        return row
-
-    def add(self, reader: _Reader, lineno: int, ts: str | None, pid: int, level: str, function: str,
-            rest: str, raw: str) -> None:
-        parts = _POINTER.split(rest)  # fast path: a known template, only the pointers are new
-        tid = self.cache.get((level, function, "\x01".join(parts[::2])), -1) if "\x01" not in rest else -1
-        if tid is None or tid < 0:
-            tid, ptrs = self._template(reader, lineno, ts, pid, level, function, rest, raw)
-        else:
-            ptrs = parts[1::2]
-        self.rows.append((tid, ptrs, lineno, pid, ts, raw))
-        if len(self.rows) >= ROWS_PER_CHUNK:
-            self._flush()
-
-    def _trim(self) -> None:
-        if len(self.templates) > MAX_TEMPLATES:
-            self.cache.clear()
-            self.templates.clear()
-
-    def _flush(self) -> None:
-        if self.rows:
-            self.parts.append(self._chunk_frame())
-        self._new_chunk()
-        self._trim()
-
-    def frame(self) -> pd.DataFrame:
-        self._flush()
-        return _concat(self.parts, self.contract)
-
-    def _chunk_frame(self) -> pd.DataFrame:
-        """Static columns by gathering template rows, then the per-line and pointer columns."""
-        contract = self.contract
-        tids, all_ptrs, lines, pids, tss, _ = zip(*self.rows)
-        used, inverse = np.unique(np.asarray(tids, dtype=np.intp), return_inverse=True)
-        templates = [self.templates[u] for u in used]
-        df = _frame([t.static for t in templates], contract).take(inverse).reset_index(drop=True)
-        df["line"] = pd.array(lines, dtype="Int64")
-        df["pid"] = pd.array(pids, dtype="Int64")
-        df["timestamp"] = _series(tss, contract["timestamp"]).array
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[order], np.arange(len(used) + 1))
-        filled: dict[str, np.ndarray] = {}
-        for j, tpl in enumerate(templates):
-            group = order[bounds[j]:bounds[j + 1]]
-            dict_cols = [c for c, v in tpl.static.items() if isinstance(v, dict)]
-            if not (tpl.ptr_cols or dict_cols):
-                continue
-            by_index = list(zip(*[all_ptrs[r] for r in group.tolist()]))  # pointer index -> values
-            for col, i in tpl.ptr_cols:
-                if col not in filled:
-                    filled[col] = df[col].to_numpy(dtype=object, na_value=None)
-                filled[col][group] = _objects(by_index[i])
-            for col in dict_cols:
-                if col not in filled:
-                    filled[col] = np.empty(len(df), dtype=object)
-                base = tpl.static[col]
-                entries = [(k, i) for c, k, i in tpl.ptr_dicts if c == col]
-                if entries:
-                    keys = [k for k, _ in entries]
-                    values = [{**base, **dict(zip(keys, v))} for v in zip(*(by_index[i] for _, i in entries))]
-                else:
-                    values = list(map(dict.copy, repeat(base, len(group))))
-                filled[col][group] = _objects(values)
-        for col, values in filled.items():
-            dtype = contract[col]
-            df[col] = values if dtype == "object" else pd.array(values, dtype=dtype)
-        return df
 
 
 # --- vectorised path: numpy finds lines, headers and pointers; each template is parsed once ----
