@@ -171,13 +171,6 @@ class _Chunk:
     ptr_start: np.ndarray
     ptr_end: np.ndarray
     groups: tuple[np.ndarray, np.ndarray] = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    _ptr_values: pa.LargeStringArray | None = None
-
-    @property
-    def ptr_values(self) -> pa.LargeStringArray:
-        if self._ptr_values is None:
-            self._ptr_values = spans_array(self.body, self.ptr_start, self.ptr_end)
-        return self._ptr_values
 
     def raw(self, i: int) -> str:
         return self.body[self.starts[i]:self.ends[i]].decode("utf-8")
@@ -502,14 +495,27 @@ def _gather_piece(bucket: _Templated, ch: _Chunk, sel: np.ndarray, tids: np.ndar
                 placed.extend((values, key, first_ptr + i) for key, i in entries)
                 dicts[col][group] = _objects(values)
         if placed:  # the dicts' pointer values, as Python strings made once for the chunk
-            codes = pc.dictionary_encode(ch.ptr_values.take(pa.array(np.concatenate([idx for _, _, idx in placed]))))
-            texts = _objects(codes.dictionary.to_pylist())[codes.indices.to_numpy()]  # a repeated value ("0X0") held once
+            wanted = np.concatenate([idx for _, _, idx in placed])  # each pointer once: one (row, key) holds it
+            order = np.argsort(wanted, kind="stable")
+            codes = pc.dictionary_encode(spans_array(ch.body, ch.ptr_start[wanted[order]], ch.ptr_end[wanted[order]]))
+            texts = np.empty(len(wanted), dtype=object)
+            texts[order] = _objects(codes.dictionary.to_pylist())[codes.indices.to_numpy()]  # a repeated value ("0X0") held once
             at = 0
             for values, key, idx in placed:
                 deque(map(setitem, values, repeat(key), texts[at:at + len(idx)]), 0)
                 at += len(idx)
-    pointers = {col: ch.ptr_values.take(pa.array(idx, mask=idx < 0)) for col, idx in ptr_index.items()}
+    pointers = {col: _pointer_column(ch, idx, starts) for col, idx in ptr_index.items()}
     return _Piece(tids, ch.first + ch.lines[sel], ch.pid[sel], timestamp, message, pointers, dicts)
+
+
+def _pointer_column(ch: _Chunk, idx: np.ndarray, starts: np.ndarray) -> pa.LargeStringArray:
+    """Each row's pointer ``idx`` (-1: none, null) sliced from the chunk; a row without one gets an
+    empty range at its line's start, so the ranges stay in file order."""
+    valid = idx >= 0
+    if valid.all():
+        return spans_array(ch.body, ch.ptr_start[idx], ch.ptr_end[idx])
+    at = np.where(valid, idx, 0)
+    return spans_array(ch.body, np.where(valid, ch.ptr_start[at], starts), np.where(valid, ch.ptr_end[at], starts), valid)
 
 
 def _part_frame(bucket: _Templated, pieces: list[_Piece]) -> pd.DataFrame:
