@@ -95,6 +95,20 @@ def test_fast_path_equals_per_line_path_row_by_row(tmp_path, monkeypatch, chunk_
     assert row.pointer_a == "0x7f00" and row.m == 8 and row.extra["computeDesc.future"] == "0xdead"
 
 
+def test_fast_path_equals_per_line_path_when_the_template_cache_resets(tmp_path, monkeypatch):
+    """A bucket's rows are framed once per part; a template cache reset ends a part (the pieces'
+    template ids index the dropped list), so the frames join several parts: still equal."""
+    p = write(tmp_path, mixed_log_lines())
+    monkeypatch.setattr(cublaslt_fast, "FAST_CHUNK_BYTES", 4096)
+    monkeypatch.setattr(cublaslt_fast, "MAX_TEMPLATES", 5)
+    framed = []
+    part_frame = cublaslt_fast._part_frame
+    monkeypatch.setattr(cublaslt_fast, "_part_frame", lambda b, pieces: framed.append(len(pieces)) or part_frame(b, pieces))
+    fast = cublaslt_fast.fast_read(p, False)
+    assert len(framed) > 6 and max(framed) > 1  # several parts per bucket, several chunks per part
+    assert_same_log(fast, cublaslt.read_log_per_line(p, False))
+
+
 def test_fast_path_rows_own_their_dicts(tmp_path):
     log = cublaslt_fast.fast_read(write(tmp_path, mixed_log_lines(60)), False)
     extra = log.calls.extra
@@ -242,3 +256,59 @@ def test_fast_path_frames_hold_line_numbers_and_codes(tmp_path, monkeypatch):
     params = cublaslt_fast.fast_read(p, False).heuristics.params
     assert params.map(id).nunique() < len(params)  # shared where a query holds no pointer value
     assert list(params) == list(cublaslt.read_log_per_line(p).heuristics.params)
+
+
+def test_hex_run_counts_the_digits_the_pointer_regex_takes():
+    """The pointer probe's digit count (8 bytes at a time, by arithmetic) against ``_POINTER`` on
+    every run length up to the probe's width and past it, every byte value after the digits."""
+    rng = random.Random(3)
+    digits = "0123456789abcdefABCDEF"
+    texts = [" =0X" + "".join(rng.choice(digits) for _ in range(n)) + chr(c) for n in range(1, 30) for c in range(1, 128)
+             if chr(c) not in digits]
+    body = bytearray("".join(texts).encode() + bytes(64))
+    at = np.cumsum([0] + [len(t) for t in texts[:-1]]) + 4  # each first digit
+    for width in (16, 24):
+        run = cublaslt_fast._hex_run(body, at, width)
+        want = [len(cublaslt_fast._POINTER.search(t)[1]) - 2 for t in texts]
+        assert [r if r else -1 for r in run] == [w if w < width else -1 for w in want]
+
+
+def test_span_views_give_the_bytes_and_codes_of_the_sliced_strings():
+    """The grouping hashes views over the chunk (no copy): the same strings, and the same codes, as
+    the ranges sliced into a string array, for ranges of 0 to 56 bytes (inline up to 12, prefix and
+    offset after) cut at ASCII bytes of UTF-8 text."""
+    rng = np.random.default_rng(1)
+    text = "".join(rng.choice(list("abcdefgh xyzé=[]"), 5000)).encode()
+    body = bytearray(text + bytes(64))
+    cuts = [c for c in sorted(rng.choice(len(text) + 1, 800).tolist()) if c == len(text) or text[c] < 128]
+    starts, ends = np.array(cuts[:-1]), np.array(cuts[1:])
+    assert {0, 12, 13} <= set((ends - starts).tolist()) and (ends - starts).max() > 40
+    views = cublaslt_fast._span_views(body, starts, ends)
+    views.validate(full=True)
+    assert views.to_pylist() == spans_array(body, starts, ends).to_pylist()
+    sliced = spans_array(body, starts, ends).dictionary_encode().indices.to_numpy()
+    assert cublaslt_fast._span_codes(body, starts, ends).tolist() == sliced.tolist()
+
+
+def test_the_benchmark_stage_profile_reads_what_the_reader_reads(tmp_path, monkeypatch):
+    """bench_cublaslt.py --stages times the reader's own stages on one thread: it must read every
+    row the reader does (a renamed or skipped stage fails here, not silently in a figure)."""
+    from bench_cublaslt import stage_times
+
+    p = write(tmp_path, [line for line in mixed_log_lines() if "[cublasLt]" in line])
+    monkeypatch.setattr(cublaslt_fast, "FAST_CHUNK_BYTES", 4096)
+    times, rows = stage_times(p)
+    log = cublaslt_fast.fast_read(p, False)
+    assert rows == {name: len(getattr(log, name)) for name in FRAMES} and rows["calls"] > 340
+    assert list(times) == ["read", "locate", "group", "gather", "frame"] and sum(times.values()) > 0
+
+
+CORPUS_LOGS = sorted((ROOT.parent / "shared" / "corpus" / "cublaslt").glob("*.log"))
+
+
+@pytest.mark.skipif(not CORPUS_LOGS, reason=f"no cuBLASLt log under {ROOT.parent / 'shared' / 'corpus' / 'cublaslt'}")
+@pytest.mark.parametrize("path", CORPUS_LOGS, ids=lambda p: p.name)
+def test_real_corpus_logs_take_the_vectorised_path_with_the_per_line_frames(path):
+    """The REAL logs of the shared corpus (levels 1 to 5, with and without timestamps, program output
+    between the lines): the vectorised reader takes each (no Fallback) and gives the per-line frames."""
+    assert_same_log(cublaslt_fast.fast_read(path, False), cublaslt.read_log_per_line(path, False))
