@@ -78,11 +78,15 @@ def both(a: Path, b: Path, window: int = 16_384):
     return out
 
 
-@pytest.fixture(autouse=True)
-def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, params=["templates", "json"])
+def tiny_blocks(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Every case twice: run A's records checked once per template (the usual path), and every
+    block read by Arrow's JSON reader (the path of a block with many templates)."""
     monkeypatch.setattr(columnar, "BLOCK_BYTES", 2048)
     monkeypatch.setattr(columnar, "ROUND_ROWS", 37)
     monkeypatch.setattr(columnar, "MIN_BYTES", 0)
+    if request.param == "json":
+        monkeypatch.setattr(columnar.scan.Templates, "columns", lambda self, *a, **k: None)
 
 
 def _case(tmp_path: Path, name: str, mutate, window: int = 16_384, **write_b) -> list[str]:

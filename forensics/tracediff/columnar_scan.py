@@ -1,0 +1,274 @@
+"""The columnar path's block scan: record lines located as byte ranges with numpy, run A's records
+checked once per *template*.
+
+A block of a rank file is one ``bytes`` object; nothing here makes a Python object per line.
+
+* :func:`heads` reads each line's head as our tracer writes it, ``{"seq":N,"id":"ID",`` (the
+  format's :data:`~forensics.core.formats.optrace.RECORD_HEAD`), from the bytes and the positions
+  of the block's quotes: the seq (digits, no leading zero, at most 18), where the identity starts
+  and ends, where the text after the seq starts. A line whose head is not in that form is not
+  "ours": it is compared by the walk.
+* :func:`binary` turns byte ranges of the block into an Arrow binary column (through Arrow's
+  binary *view* layout, built in numpy: one copy of the bytes, in C).
+* :class:`Templates`: a record's validity under the native reader's checks depends on its seq and
+  identity only through the checks on the head, and on its digests (``h``, ``o``) and its
+  backward op's forward identity (``meta.fwd``) only through their being strings. So each line
+  after its identity, with the contents of those strings overwritten (same length, only where the
+  content has no backslash and no control character, so that the JSON is read the same way), is
+  its *template*; the lines of a training step share a few hundred. Each template is parsed once,
+  by the walk's own JSON reader and checks (:mod:`forensics.tracediff.traces.native`), and what
+  the comparison needs from it (valid, step, unproven outputs, a GEMM, an uninitialised op) is
+  given to every line that has it.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from forensics.core.errors import BadInput
+from forensics.core.formats import optrace as optrace_format
+from forensics.tracediff.traces import native
+
+_SEQ, _ID = optrace_format.RECORD_HEAD
+_OPEN = np.frombuffer(f'{{"{_SEQ}":'.encode(), np.uint8)  # {"seq":
+_ID_KEY = np.frombuffer(f',"{_ID}":"'.encode(), np.uint8)  # ,"id":"
+_DIGITS = 18  # a seq of at most 18 digits is within int64
+_MIN_LINE = len(_OPEN) + 1 + len(_ID_KEY) + 1 + 2  # {"seq":0,"id":"x",
+_QUOTE, _COMMA, _COLON = ord('"'), ord(","), ord(":")
+#: string values whose content the checks read only as "a string": overwritten in a template
+BLANKED_KEYS = (b"h", b"o", b"fwd")
+_FILL = ord("x")
+#: bytes a plain string content has none of: a quote, a backslash, control bytes
+_NOT_PLAIN = np.zeros(256, dtype=bool)
+_NOT_PLAIN[:0x20] = _NOT_PLAIN[ord('"')] = _NOT_PLAIN[ord("\\")] = True
+#: the heads a template is read with: two, so that a later duplicate seq or id key is caught
+_TEMPLATE_HEADS = (f'{{"{_SEQ}":0,"{_ID}":"x",'.encode(), f'{{"{_SEQ}":1,"{_ID}":"y",'.encode())
+_PLACEHOLDERS = ((0, "x"), (1, "y"))
+_NOWHERE = Path("template")
+#: (valid, step, unproven, gemm, uninitialised) of a line the walk must read
+INVALID = (False, None, False, False, False)
+
+
+class Heads:
+    """Per line: ``ok`` (the head is in our form), ``seq``, ``id_start``/``id_end`` (the identity's
+    bytes, quotes excluded) and ``rest_start`` (the byte after the seq's comma)."""
+
+    __slots__ = ("ok", "seq", "id_start", "id_end", "rest_start")
+
+
+#: zero bytes after each block's data: every window read from a line start stays in the buffer
+PAD = 160
+_ID_WINDOWS = (32, 96)  # an identity's closing quote is looked for in this many bytes, then more, then by bytes.find
+
+
+def _rows(buf: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """``buf[start:start + width]`` for every start, as rows (``buf`` ends with :data:`PAD` bytes
+    past the last start; a window may read past its line's newline, which no check passes)."""
+    return sliding_window_view(buf, width)[starts]
+
+
+def heads(data: bytearray, begins: np.ndarray, ends: np.ndarray) -> Heads:
+    """Each line's head (``begins``/``ends``: its first byte and its newline, in ``data``, which
+    ends with :data:`PAD` zero bytes past the block). The same lines as the regular expression
+    ``^\\{"seq":(0|[1-9][0-9]{0,17}),"id":"([^"]+)",`` (the caller checks the identity's bytes
+    where it must)."""
+    h = Heads()
+    buf = np.frombuffer(data, np.uint8)
+    n = len(begins)
+    top = _rows(buf, begins, len(_OPEN) + _DIGITS + 1)
+    ok = (ends - begins) >= _MIN_LINE
+    ok &= (top[:, :len(_OPEN)] == _OPEN).all(axis=1)
+    digits = top[:, len(_OPEN):] - np.uint8(ord("0"))  # wraps below '0': one comparison tells a digit
+    is_digit = digits <= 9
+    dlen = np.argmin(is_digit, axis=1)  # the first byte that is not a digit (0: none in the window, or no digit)
+    ok &= (dlen >= 1) & ~((digits[:, 0] == 0) & (dlen > 1))
+    seq = np.zeros(n, np.int64)
+    for j in range(int(dlen.max(initial=0))):
+        more = j < dlen
+        seq[more] = seq[more] * 10 + digits[more, j]
+    comma = begins + len(_OPEN) + dlen
+    ok &= (_rows(buf, comma, len(_ID_KEY)) == _ID_KEY).all(axis=1)
+    id_start = comma + len(_ID_KEY)
+    id_end = np.full(n, -1, np.int64)
+    todo = np.flatnonzero(ok)
+    for width in _ID_WINDOWS:
+        near = _rows(buf, id_start[todo], width) == _QUOTE
+        found = near.any(axis=1)
+        id_end[todo[found]] = id_start[todo[found]] + np.argmax(near[found], axis=1)
+        todo = todo[~found]
+    for i in todo:  # a long identity
+        id_end[i] = data.find(b'"', int(id_start[i]), int(ends[i]))
+    ok &= (id_end > id_start) & (id_end + 1 < ends)
+    ok &= buf[np.maximum(id_end, 0) + 1] == _COMMA
+    h.ok, h.seq, h.id_start, h.id_end, h.rest_start = ok, seq, id_start, id_end, comma + 1
+    return h
+
+
+def plain(specials: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per range: no byte of ``specials`` (sorted positions: backslashes and control bytes) in
+    ``[start, end)``."""
+    nxt = np.searchsorted(specials, starts)
+    if not len(specials):
+        return np.ones(len(starts), dtype=bool)
+    return (nxt == len(specials)) | (specials[np.minimum(nxt, len(specials) - 1)] >= ends)
+
+
+def specials_of(data: bytearray, cut: int, newlines: np.ndarray) -> np.ndarray:
+    """Positions in ``data[:cut]`` of the bytes a plain JSON string content has none of: ``\\``
+    and control bytes (``newlines`` alone when the block has no other, the usual case)."""
+    buf = np.frombuffer(data, np.uint8, cut)
+    if data.find(b"\\", 0, cut) < 0 and np.count_nonzero(buf < 0x20) == len(newlines):
+        return newlines
+    return np.flatnonzero((buf == ord("\\")) | (buf < 0x20))
+
+
+def binary(data: Any, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """The byte ranges ``data[start:start + len]`` as a binary column (``valid`` false: null).
+    ``buf`` is ``data`` as a uint8 array, :data:`PAD` bytes past the last range's start."""
+    n = len(starts)
+    lens = np.where(valid, lens, 0) if valid is not None else lens
+    starts = np.where(valid, starts, 0) if valid is not None else starts
+    views = np.zeros((n, 16), np.uint8)  # Arrow's binary view: length, then 12 bytes inline or prefix, buffer, offset
+    views[:, 4:] = np.where(np.arange(12) < lens[:, None], _rows(buf, starts, 12), 0)
+    ints = views.view(np.int32)
+    ints[:, 0] = lens
+    long = lens > 12
+    ints[long, 2] = 0
+    ints[long, 3] = starts[long]
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    arr = pa.Array.from_buffers(pa.binary_view(), n, [bitmap, pa.py_buffer(views), pa.py_buffer(data)])
+    return arr.cast(pa.binary())
+
+
+def _fill(template: np.ndarray, starts: np.ndarray, width: int) -> None:
+    """``template[start:start + width] = x`` for every start (rows written in C, no index per byte)."""
+    if len(starts):
+        rows = as_strided(template, shape=(len(template) - width + 1, width), strides=(1, 1), writeable=True)
+        rows[starts] = _FILL
+
+
+def blank(template: np.ndarray, data: bytearray, cut: int, keys: tuple[bytes, ...] = BLANKED_KEYS) -> None:
+    """Overwrite in ``template`` (a copy of ``data``) the content of every ``"KEY":"..."`` string of
+    ``keys`` in ``data[:cut]`` whose content holds no quote, no backslash and no control byte (so it
+    reads the same as any other plain string). A match whose first quote is escaped is the value of
+    a key whose name ends in ``"KEY``, which no check reads either. One-letter keys are blanked where
+    their value has 16 characters (the tracer's digests); a longer key's value where it ends within
+    :data:`PAD` bytes. Another length stays as it is (a template of its own)."""
+    buf = np.frombuffer(data, np.uint8)
+    c = buf[:cut]
+    if cut < 24:
+        return
+    m = c[1:-1] == _COLON  # `":"`: a key's closing quote, the colon, a string value's opening quote
+    m &= c[:-2] == _QUOTE
+    m &= c[2:] == _QUOTE
+    r = np.flatnonzero(m)
+    last = c[r - 1]
+    r = r[np.logical_or.reduce([last == key[-1] for key in keys])]  # the keys' last letters: few left
+    for key in keys:
+        size = len(key)
+        k = r[r > size]
+        k = k[c[k - size - 1] == _QUOTE]
+        for j, ch in enumerate(key):
+            k = k[c[k - size + j] == ch]
+        start = k + 3
+        if size == 1:
+            start = start[buf[start + 16] == _QUOTE]
+            content = _rows(buf, start, 16)  # '#' and above but the backslash: plain (a space or '!' is left as is)
+            _fill(template, start[((content > _QUOTE) & (content != ord("\\"))).all(axis=1)], 16)
+            continue
+        window = _NOT_PLAIN[_rows(buf, start, PAD - 1)]
+        lens = np.argmax(window, axis=1)  # the first byte that is not plain: it must be the closing quote
+        good = window.any(axis=1)
+        good &= buf[start + lens] == _QUOTE
+        start, lens = start[good], lens[good]
+        total = int(lens.sum())
+        if total:
+            template[np.repeat(start - (np.cumsum(lens) - lens), lens) + np.arange(total)] = _FILL
+
+
+def template_info(template: bytes | None, use_ordered: bool,
+                  uninitialised: Callable[[str], Any] | None) -> tuple[bool, Any, bool, bool, bool]:
+    """``(valid, step, unproven, gemm, uninitialised)`` of every line with this template (the line
+    after its identity, strings blanked): valid is what the walk's reader accepts (the same JSON
+    reader, :func:`native._check_record`, and every tensor entry by :func:`native._entry_ok`);
+    unproven: non-empty outputs of which one rests on weak evidence (what the walk counts)."""
+    if template is None:
+        return INVALID
+    obj = None
+    for head, (seq, ident) in zip(_TEMPLATE_HEADS, _PLACEHOLDERS):
+        try:
+            obj = optrace_format.loads(head + template)
+        except optrace_format.JSON_ERRORS:
+            return INVALID
+        if obj.__class__ is not dict or obj.get(_SEQ).__class__ is not int or obj.get(_SEQ) != seq \
+                or obj.get(_ID) != ident:
+            return INVALID  # a later seq or id key: the walk reads that one
+        if f'"{_SEQ}":'.encode() not in template and f'"{_ID}":'.encode() not in template:
+            break
+    typ = obj.get("type")
+    if (typ is not None and typ != "op") or "op" not in obj:
+        return INVALID
+    try:
+        native._check_record(obj, _NOWHERE, 0)
+    except BadInput:
+        return INVALID
+    ins, outs = obj.get("in", []), obj.get("out", [])
+    if ins.__class__ is not list or outs.__class__ is not list:
+        return INVALID
+    entry_ok = native._entry_ok
+    for e in (*ins, *outs):
+        if e is not None and not entry_ok(e):
+            return INVALID
+    step = obj.get("step")
+    if step is not None and step >= 1 << 63:
+        return INVALID
+    strong = all(e is None or (e.get("ev") in (None, "full")
+                               and (e.get("h") is not None or (use_ordered and e.get("o") is not None)))
+                 for e in outs)
+    meta = obj.get("meta")
+    gemm = meta.__class__ is dict and meta.get("gemm") is not None
+    return True, step, bool(outs) and not strong, gemm, bool(uninitialised and uninitialised(obj["op"]))
+
+
+class Templates:
+    """The templates seen so far and what each gives (bounded: cleared when full)."""
+
+    LIMIT = 1 << 14
+
+    def __init__(self, use_ordered: bool, uninitialised: str | None) -> None:
+        self.use_ordered = use_ordered
+        self.search = re.compile(uninitialised).search if uninitialised else None
+        self.seen: dict[bytes | None, tuple] = {}
+
+    def columns(self, data: bytearray, cut: int, ok: np.ndarray,
+                id_end: np.ndarray, ends: np.ndarray, max_new: int) -> dict[str, Any] | None:
+        """``valid``, ``step``, ``unproven``, ``gemm``, ``uninit`` per line of the block ``data[:cut]``,
+        or None when it holds more than ``max_new`` templates not seen before (the caller parses it
+        whole)."""
+        tpl = np.frombuffer(data, np.uint8).copy()
+        blank(tpl, data, cut)
+        starts = id_end + 2  # after the identity's closing quote and its comma
+        col = binary(tpl, tpl, starts, ends - starts, ok)
+        enc = pc.dictionary_encode(col, null_encoding="encode")
+        words = enc.dictionary.to_pylist()
+        seen = self.seen
+        new = [w for w in words if w not in seen]
+        if len(new) > max_new:
+            return None
+        if len(seen) + len(new) > self.LIMIT:
+            seen.clear()
+        for w in new:
+            seen[w] = template_info(w, self.use_ordered, self.search)
+        infos = [seen[w] for w in words]
+        idx = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+        flags = np.array([(i[0], i[2], i[3], i[4]) for i in infos], dtype=bool).reshape(-1, 4)[idx]
+        steps = pa.array([i[1] for i in infos], pa.int64()).take(pa.array(idx))
+        return {"valid": flags[:, 0], "step": steps, "unproven": flags[:, 1], "gemm": flags[:, 2],
+                "uninit": flags[:, 3]}
