@@ -136,15 +136,37 @@ def binary(data: Any, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, val
     lens = np.where(valid, lens, 0) if valid is not None else lens
     starts = np.where(valid, starts, 0) if valid is not None else starts
     views = np.zeros((n, 16), np.uint8)  # Arrow's binary view: length, then 12 bytes inline or prefix, buffer, offset
-    views[:, 4:] = np.where(np.arange(12) < lens[:, None], _rows(buf, starts, 12), 0)
     ints = views.view(np.int32)
     ints[:, 0] = lens
     long = lens > 12
-    ints[long, 2] = 0
-    ints[long, 3] = starts[long]
+    views[:, 4:8] = _rows(buf, starts, 4)  # a long value's prefix
+    ints[:, 3] = starts  # (buffer 0)
+    short = np.flatnonzero(~long)
+    if len(short):  # inline, zero-padded
+        views[short, 4:] = np.where(np.arange(12) < lens[short, None], _rows(buf, starts[short], 12), 0)
     bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
     arr = pa.Array.from_buffers(pa.binary_view(), n, [bitmap, pa.py_buffer(views), pa.py_buffer(data)])
     return arr.cast(pa.binary())
+
+
+def _words(buf: np.ndarray) -> np.ndarray:
+    """``buf`` as 8-byte words starting at every byte (unaligned): ``words[i]`` is ``buf[i:i + 8]``."""
+    return as_strided(buf[:0].view(np.uint64), shape=(len(buf) - 7,), strides=(1,), writeable=buf.flags.writeable)
+
+
+_ONES, _HIGH = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080)
+_BELOW_PLAIN = np.uint64(0x23 * 0x0101010101010101)  # bytes below '#': control bytes, space, '!', '"'
+_BACKSLASHES = np.uint64(ord("\\") * 0x0101010101010101)
+
+
+def _plain_words(w: np.ndarray) -> np.ndarray:
+    """Per 8-byte word: every byte is '#' or above and none is a backslash (bit tricks: a byte below
+    ``b`` sets its high bit in ``(w - b) & ~w``)."""
+    with np.errstate(over="ignore"):
+        below = (w - _BELOW_PLAIN) & ~w & _HIGH
+        x = w ^ _BACKSLASHES
+        slash = (x - _ONES) & ~x & _HIGH
+    return (below | slash) == 0
 
 
 def _fill(template: np.ndarray, starts: np.ndarray, width: int) -> None:
@@ -165,23 +187,34 @@ def blank(template: np.ndarray, data: bytearray, cut: int, keys: tuple[bytes, ..
     c = buf[:cut]
     if cut < 24:
         return
-    m = c[1:-1] == _COLON  # `":"`: a key's closing quote, the colon, a string value's opening quote
-    m &= c[:-2] == _QUOTE
-    m &= c[2:] == _QUOTE
-    r = np.flatnonzero(m)
+    # `":"` (a key's closing quote, the colon, a string value's opening quote): `":` as a 2-byte
+    # word at even and at odd offsets, then the third byte
+    pair = np.uint16(_QUOTE | _COLON << 8)
+    r = np.concatenate([np.flatnonzero(np.frombuffer(data, "<u2", (cut - o) // 2, o) == pair) * 2 + o for o in (0, 1)])
+    r = r[(r > 0) & (c[np.minimum(r + 2, cut - 1)] == _QUOTE)]
     last = c[r - 1]
-    r = r[np.logical_or.reduce([last == key[-1] for key in keys])]  # the keys' last letters: few left
-    for key in keys:
-        size = len(key)
-        k = r[r > size]
-        k = k[c[k - size - 1] == _QUOTE]
-        for j, ch in enumerate(key):
-            k = k[c[k - size + j] == ch]
+    for size in sorted({len(k) for k in keys}):
+        named = [k for k in keys if len(k) == size]
+        sel = last == named[0][-1]
+        for key in named[1:]:
+            sel |= last == key[-1]
+        k = r[sel]
+        k = k[c[np.maximum(k - size - 1, 0)] == _QUOTE]  # the key's opening quote (k > size: r starts at 1)
+        if size > 1:
+            good = np.zeros(len(k), dtype=bool)
+            for key in named:
+                this = np.ones(len(k), dtype=bool)
+                for j, ch in enumerate(key[:-1]):
+                    this &= c[k - size + j] == ch
+                good |= this
+            k = k[good]
         start = k + 3
-        if size == 1:
+        if size == 1:  # 16 characters: two words, each '#' and above but the backslash (a space or '!' is left as is)
             start = start[buf[start + 16] == _QUOTE]
-            content = _rows(buf, start, 16)  # '#' and above but the backslash: plain (a space or '!' is left as is)
-            _fill(template, start[((content > _QUOTE) & (content != ord("\\"))).all(axis=1)], 16)
+            words = _words(buf)
+            start = start[_plain_words(words[start]) & _plain_words(words[start + 8])]
+            fill = _words(template)
+            fill[start] = fill[start + 8] = _FILL * _ONES
             continue
         window = _NOT_PLAIN[_rows(buf, start, PAD - 1)]
         lens = np.argmax(window, axis=1)  # the first byte that is not plain: it must be the closing quote
