@@ -8,7 +8,8 @@ method must read everything and find that record as ORIGIN.
 
 Methods, each in its own process (wall time and peak RSS, VmHWM, measured there):
 
-* ``differ``: ``forensics diff`` as shipped (the columnar prefix, then the walk);
+* ``differ``: ``forensics diff`` as shipped (the columnar prefix, then the walk; what the prefix read is
+  printed under it: records compared, run A's blocks, how many went to Arrow's JSON reader, templates);
 * ``walk`` (``--walk``): the record-by-record walk alone (the differ before the columnar path);
 * ``pandas``: the baseline: every line parsed with orjson into columns (the in/out lists kept as
   their JSON text), two DataFrames, ``merge`` on (step, identity), first differing output by A's
@@ -62,11 +63,17 @@ def generate(path: Path, n: int, per_step: int, variant: bool) -> None:
 
 
 def run_differ(a: Path, b: Path) -> dict:
+    from forensics.tracediff import columnar
     from forensics.tracediff.diff import diff_paths
 
+    seen = []  # what the columnar prefix read (its Prefix), shown beside the figures
+    orig = columnar.compare_prefix
+    columnar.compare_prefix = lambda *x, **k: seen.append(orig(*x, **k)) or seen[-1]
     rep = diff_paths(a, b)
     d = rep.ranks[0].first_divergence
-    return {"identity": d.identity if d else None, "verdict": d.verdict if d else None}
+    prefix = {"pairs": sum(p.pairs for p in seen), "blocks": sum(p.blocks for p in seen),
+              "json_blocks": sum(p.json_blocks for p in seen), "templates": sum(p.templates for p in seen)}
+    return {"identity": d.identity if d else None, "verdict": d.verdict if d else None, "prefix": prefix}
 
 
 def run_walk(a: Path, b: Path) -> dict:
@@ -198,6 +205,10 @@ def main() -> None:
                 continue
             print(f"  {m:10s} {r['seconds']:8.1f} s  {r['cpu_seconds']:8.1f} s CPU (all threads)  {n / r['seconds'] / 1e3:8.0f} k records/s  "
                   f"peak RSS {r['peak_rss_mb']:7.0f} MB  first divergence {r['identity']} {r['verdict']}")
+            if r.get("prefix"):
+                p = r["prefix"]
+                print(f"  {'':10s} columnar prefix: {p['pairs']:,} pairs, {p['blocks']} blocks of run A "
+                      f"({p['json_blocks']} by Arrow's JSON reader), {p['templates']} templates parsed")
         done = {m: r for m, r in results.items() if "failed" not in r}
         assert len({(r["identity"], r["verdict"]) for r in done.values()}) == 1, "methods disagree"
         for other in ("pandas", "walk", "read_json"):

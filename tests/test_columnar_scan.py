@@ -72,7 +72,7 @@ def test_binary_gives_each_range_back() -> None:
 def template_of(raw: bytes) -> bytes:
     data, cut, begins, ends = block([raw])
     tpl = np.frombuffer(data, np.uint8).copy()
-    scan.blank(tpl, data, cut)
+    scan.blank(tpl, data, cut, begins)
     h = scan.heads(data, begins, ends)
     assert h.ok[0]
     return tpl[h.id_end[0] + 2:ends[0]].tobytes()
@@ -92,12 +92,34 @@ def test_a_template_reads_as_its_line_but_for_the_blanked_strings() -> None:
     a, t = orjson.loads(raw), orjson.loads(b'{"seq":0,"id":"x",' + tpl)
 
     def shape(x: object) -> object:  # every string the same: what the checks can see of blanked values
-        if isinstance(x, dict):
-            return {k: shape(v) for k, v in x.items() if k not in ("seq", "id")}
+        if isinstance(x, dict):  # (seq, id and step are read from the line itself)
+            return {k: shape(v) for k, v in x.items() if k not in ("seq", "id", "step")}
         if isinstance(x, list):
             return [shape(v) for v in x]
         return "s" if isinstance(x, str) else x
-    assert shape(a) == shape(t)
+    assert shape(a) == shape(t) and t["step"] == 1
+
+
+def test_the_step_is_blanked_and_read_from_the_line() -> None:
+    lines = [line(rec={**REC, "step": s}) for s in (0, 7, 123456, 999)] + [
+        line(rec={**REC, "step": None}), line().replace(b'"step":3', b'"step":03'),
+        line().replace(b'"step":3', b'"step":3.5'), line()[:-1] + b',"meta":{"step":4}}']
+    data, cut, begins, ends = block(lines)
+    tpl = np.frombuffer(data, np.uint8).copy()
+    located, steps = scan.blank(tpl, data, cut, begins)
+    assert located.tolist() == [True] * 4 + [False, False, False, False]
+    assert steps[:4].tolist() == [0, 7, 123456, 999] and steps[-1] == -1  # two steps in the last line
+    t = scan.Templates(True, None)
+    h = scan.heads(data, begins, ends)
+    cols = t.columns(data, cut, begins, h.ok, h.id_end, ends, 100)
+    assert cols["step"].to_pylist()[:6] == [0, 7, 123456, 999, None, None]
+    assert cols["valid"].tolist() == [True] * 5 + [False] * 3  # 03 and 3.5: not JSON / not an integer; two steps
+    assert t.parsed == 7  # 0 and 7 share a template (one digit), 123456 and 999 do not
+    nested = line(rec={k: v for k, v in REC.items() if k != "step"})[:-1] + b',"meta":{"step":4}}'
+    data, cut, begins, ends = block([nested])
+    h = scan.heads(data, begins, ends)
+    cols = scan.Templates(True, None).columns(data, cut, begins, h.ok, h.id_end, ends, 100)
+    assert cols["valid"].tolist() == [False]  # the one step blanked was not the record's (it has none)
 
 
 @pytest.mark.parametrize("value", [b'"0123456789abcd\\"', b'"01234567\\u00e9bcde"', b'"0123456789abc"de"',
@@ -113,7 +135,7 @@ def info(raw: bytes) -> tuple:
 
 
 def test_template_info_is_the_walks_reading() -> None:
-    assert info(line()) == (True, 3, False, False, False)
+    assert info(line()) == (True, 1, False, False, False, True)  # (the step blanked: a run of ones)
     weak = json.loads(json.dumps(REC))
     weak["out"][0]["ev"] = "sampled"
     assert info(line(rec=weak))[2] is True  # unproven output
@@ -122,7 +144,7 @@ def test_template_info_is_the_walks_reading() -> None:
     assert scan.template_info(template_of(line(rec=REC)), False, None)[2] is True  # 'o' not used: no digest
     assert scan.template_info(template_of(line(rec=unordered)), False, None)[2] is False
     gemm = {**REC, "op": "aten.empty.memory_format", "meta": {"gemm": {"layout": "NT"}}}
-    assert info(line(rec=gemm))[3:] == (True, True)
+    assert info(line(rec=gemm))[3:5] == (True, True)
     bad = [
         {**REC, "in": None},  # the walk: 'in' must be a list
         {**REC, "kind": None},

@@ -256,3 +256,30 @@ def test_same_result_on_another_key_order(tmp_path: Path) -> None:
     b = write(tmp_path / "b" / "rank0" / "trace.jsonl", recs)
     plain, fast = both(a.parent.parent, b.parent.parent)
     assert fast == plain and "ORIGIN" in plain
+
+
+def test_a_real_trace_against_itself_is_compared_by_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              tiny_blocks: None) -> None:
+    """A real program traced by `forensics trace` (examples/cpu-divergence/train.py, 12 steps: GEMMs
+    with meta.gemm, backward ops with meta.fwd, a step per 40 records), diffed against a copy of
+    itself: the columnar path compares every record, by template (not Arrow's JSON reader) once
+    the block holds lines seen before, and the report is the walk's."""
+    import shutil
+    import sys
+
+    from forensics.commands.trace import trace_command
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "cpu-divergence" / "train.py"
+    code, _ = trace_command([sys.executable, str(script), "--threads", "1", "--steps", "12"], tmp_path / "a")
+    assert code == 0
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    monkeypatch.setattr(columnar, "BLOCK_BYTES", 32 << 10)
+    monkeypatch.setattr(columnar, "ROUND_ROWS", 1000)
+    plain, fast = both(tmp_path / "a", tmp_path / "b")
+    assert fast == plain
+    files = [tmp_path / side / "rank0" / "trace.jsonl" for side in "ab"]
+    records = sum(1 for _ in open(files[0], "rb")) - 2
+    pre = columnar.compare_prefix(*files)
+    assert pre.pairs == records > 400 and len(pre.steps) == 12
+    if columnar.scan.Templates.columns.__name__ == "columns":  # (the templates run of this test)
+        assert pre.json_blocks <= 2 < pre.blocks and pre.templates < records // 3

@@ -4,12 +4,17 @@ Most of two traces of one program match record for record; the per-rank walk
 (:mod:`forensics.tracediff.walk`) spends its time parsing and comparing those records one by one in
 Python. This module reads both rank files in blocks and compares them as arrays:
 
-* run A's lines are parsed by pyarrow's JSON reader (C++, multi-threaded, an explicit schema: a
-  value of the wrong type fails the block), and every check of the native reader is applied to the
-  columns (seq increasing, non-empty id and op, a kind, steps, shapes, numel = product of the shape,
-  digests as text, known evidence levels, memory layouts ``ol`` that are permutations of the dims);
-* both files' lines are also taken as byte strings (no copy) and must have the form our tracer
-  writes, ``{"seq":N,"id":"...",...}``; run B's seq and identity are read from that text;
+* both files' lines must have the form our tracer writes, ``{"seq":N,"id":"...",...}``: each
+  line's seq, identity and the text after its seq are read from the block's bytes with numpy
+  (:mod:`forensics.tracediff.columnar_scan`, no Python object per line);
+* run A's records are checked by *template* (the line after its identity, with the digest strings
+  blanked, which the checks read only as strings): each template is parsed once by the walk's own
+  reader and checks (seq aside: increasing, from the head), and what it gives (valid, step, weak
+  evidence, a GEMM, an uninitialised op) holds for every line with it. A block with many new
+  templates is parsed by pyarrow's JSON reader instead (C++, an explicit schema: a value of the
+  wrong type fails the block) and the native reader's checks are applied to its columns (non-empty
+  id and op, a kind, steps, shapes, numel = product of the shape, digests as text, known evidence
+  levels, memory layouts ``ol`` that are permutations of the dims);
 * records are aligned by identity within *closed segments* (runs of positions where both files
   hold the same set of identities: one record when the order is the same, a few when neighbours
   swapped), and a pair is equal when its two lines are byte for byte the same after the seq. Equal
@@ -95,6 +100,9 @@ class Prefix:
     last_b_seq: int = -1
     a: Resume | None = None
     b: Resume | None = None
+    blocks: int = 0  # A's blocks read
+    json_blocks: int = 0  # of which by Arrow's JSON reader (too many new templates)
+    templates: int = 0  # distinct templates parsed (the cache is cleared when full)
 
 
 # --------------------------------------------------------------------------- reading blocks
@@ -118,6 +126,7 @@ class _Side:
         self.lines = np.zeros(0, np.int64)  # its line number
         self.raw: list[bytes] = []  # the buffered blocks' bytes, and where each starts
         self.raw_starts: list[int] = []
+        self.blocks = 0  # blocks read
         self.arrow_blocks = 0  # A's blocks read by Arrow's JSON reader (too many new templates)
 
     def close(self) -> None:
@@ -159,6 +168,7 @@ class _Side:
             self.next_line += len(begins)
             self.raw.append(data)
             self.raw_starts.append(start)
+            self.blocks += 1
 
     def _parse(self, data: bytearray, cut: int, buf: np.ndarray, begins: np.ndarray,
                ends: np.ndarray) -> pa.Table | None:
@@ -186,8 +196,8 @@ class _Side:
                 deep[i] = data.count(b"[", begins[i], ends[i]) + data.count(b"{", begins[i], ends[i]) >= _MAX_BRACKETS
         ids = scan.binary(data, buf, h.id_start, h.id_end - h.id_start, ok)
         if self.full:
-            cols = self.templates.columns(data, cut, ok, h.id_end, ends, max(64, n // 4))
-            if cols is None:  # many templates (lines unlike each other): Arrow's JSON reader, in C
+            cols = self.templates.columns(data, cut, begins, ok, h.id_end, ends, max(64, n // 8))
+            if cols is None:  # many new templates (lines unlike each other): Arrow's JSON reader, in C
                 self.arrow_blocks += 1
                 cols = self._parse_json(bytes(data[:cut]), n, h, ids)
                 if cols is None:
@@ -471,6 +481,7 @@ def compare_prefix(path_a: Path, path_b: Path, use_ordered: bool = True, window:
                 break
         pre.a = _resume(a, last_a, pre.pairs)
         pre.b = _resume(b, last_b, pre.pairs)
+        pre.blocks, pre.json_blocks, pre.templates = a.blocks, a.arrow_blocks, a.templates.parsed
         return pre
     finally:
         pool.shutdown()

@@ -44,6 +44,8 @@ _MIN_LINE = len(_OPEN) + 1 + len(_ID_KEY) + 1 + 2  # {"seq":0,"id":"x",
 _QUOTE, _COMMA, _COLON = ord('"'), ord(","), ord(":")
 #: string values whose content the checks read only as "a string": overwritten in a template
 BLANKED_KEYS = (b"h", b"o", b"fwd")
+_STEP_KEY = b'"step":'
+_STEP_RUN = re.compile(rb'"step":(1+)[,}]')
 _FILL = ord("x")
 #: bytes a plain string content has none of: a quote, a backslash, control bytes
 _NOT_PLAIN = np.zeros(256, dtype=bool)
@@ -52,8 +54,8 @@ _NOT_PLAIN[:0x20] = _NOT_PLAIN[ord('"')] = _NOT_PLAIN[ord("\\")] = True
 _TEMPLATE_HEADS = (f'{{"{_SEQ}":0,"{_ID}":"x",'.encode(), f'{{"{_SEQ}":1,"{_ID}":"y",'.encode())
 _PLACEHOLDERS = ((0, "x"), (1, "y"))
 _NOWHERE = Path("template")
-#: (valid, step, unproven, gemm, uninitialised) of a line the walk must read
-INVALID = (False, None, False, False, False)
+#: (valid, step, unproven, gemm, uninitialised, step blanked) of a line the walk must read
+INVALID = (False, None, False, False, False, False)
 
 
 class Heads:
@@ -176,22 +178,31 @@ def _fill(template: np.ndarray, starts: np.ndarray, width: int) -> None:
         rows[starts] = _FILL
 
 
-def blank(template: np.ndarray, data: bytearray, cut: int, keys: tuple[bytes, ...] = BLANKED_KEYS) -> None:
+def blank(template: np.ndarray, data: bytearray, cut: int, begins: np.ndarray,
+          keys: tuple[bytes, ...] = BLANKED_KEYS) -> tuple[np.ndarray, np.ndarray]:
     """Overwrite in ``template`` (a copy of ``data``) the content of every ``"KEY":"..."`` string of
     ``keys`` in ``data[:cut]`` whose content holds no quote, no backslash and no control byte (so it
     reads the same as any other plain string). A match whose first quote is escaped is the value of
     a key whose name ends in ``"KEY``, which no check reads either. One-letter keys are blanked where
     their value has 16 characters (the tracer's digests); a longer key's value where it ends within
-    :data:`PAD` bytes. Another length stays as it is (a template of its own)."""
+    :data:`PAD` bytes. Another length stays as it is (a template of its own).
+
+    The step too (``"step":N``, N digits without a leading zero, then ``,`` or ``}``): its digits
+    become ones (the same length: a template per digit count, not per step). Returns, per line,
+    whether exactly one step was blanked in it and its value; the template tells whether that one
+    was the record's step (:func:`template_info`)."""
     buf = np.frombuffer(data, np.uint8)
     c = buf[:cut]
+    n = len(begins)
+    located, steps = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
     if cut < 24:
-        return
-    # `":"` (a key's closing quote, the colon, a string value's opening quote): `":` as a 2-byte
-    # word at even and at odd offsets, then the third byte
+        return located, steps
+    # `":` (a key's closing quote and the colon) as a 2-byte word at even and at odd offsets
     pair = np.uint16(_QUOTE | _COLON << 8)
-    r = np.concatenate([np.flatnonzero(np.frombuffer(data, "<u2", (cut - o) // 2, o) == pair) * 2 + o for o in (0, 1)])
-    r = r[(r > 0) & (c[np.minimum(r + 2, cut - 1)] == _QUOTE)]
+    pairs = np.concatenate([np.flatnonzero(np.frombuffer(data, "<u2", (cut - o) // 2, o) == pair) * 2 + o for o in (0, 1)])
+    pairs = pairs[pairs > len(_STEP_KEY)]
+    located, steps = _blank_steps(template, buf, c, pairs, begins)
+    r = pairs[c[np.minimum(pairs + 2, cut - 1)] == _QUOTE]  # `":"`: a string value follows
     last = c[r - 1]
     for size in sorted({len(k) for k in keys}):
         named = [k for k in keys if len(k) == size]
@@ -221,17 +232,49 @@ def blank(template: np.ndarray, data: bytearray, cut: int, keys: tuple[bytes, ..
         good = window.any(axis=1)
         good &= buf[start + lens] == _QUOTE
         start, lens = start[good], lens[good]
-        total = int(lens.sum())
-        if total:
-            template[np.repeat(start - (np.cumsum(lens) - lens), lens) + np.arange(total)] = _FILL
+        _fill_ranges(template, start, lens, _FILL)
+    return located, steps
+
+
+def _fill_ranges(template: np.ndarray, starts: np.ndarray, lens: np.ndarray, value: int) -> None:
+    total = int(lens.sum())
+    if total:
+        template[np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(total)] = value
+
+
+def _blank_steps(template: np.ndarray, buf: np.ndarray, c: np.ndarray, pairs: np.ndarray,
+                 begins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``"step":N`` of each line (``pairs``: the positions of ``":``), blanked as ones."""
+    n = len(begins)
+    k = pairs[c[pairs - 1] == _STEP_KEY[-3]]  # the key's last letter, then the rest
+    for j, ch in enumerate(_STEP_KEY[:-2]):
+        k = k[c[k - len(_STEP_KEY) + 2 + j] == ch]
+    start = k + 2
+    digits = _rows(buf, start, _DIGITS + 1) - np.uint8(ord("0"))
+    dlen = np.argmin(digits <= 9, axis=1)
+    after = buf[start + dlen]
+    good = (dlen >= 1) & ~((digits[:, 0] == 0) & (dlen > 1)) & ((after == _COMMA) | (after == ord("}")))
+    start, dlen, digits = start[good], dlen[good], digits[good]
+    _fill_ranges(template, start, dlen, ord("1"))
+    value = np.zeros(len(start), np.int64)
+    for j in range(int(dlen.max(initial=0))):
+        more = j < dlen
+        value[more] = value[more] * 10 + digits[more, j]
+    line = np.searchsorted(begins, start, side="right") - 1
+    count = np.bincount(line, minlength=n)
+    steps = np.zeros(n, np.int64)
+    steps[line] = value
+    return count == 1, np.where(count > 1, -1, steps)  # -1: two steps blanked, the line is the walk's
 
 
 def template_info(template: bytes | None, use_ordered: bool,
-                  uninitialised: Callable[[str], Any] | None) -> tuple[bool, Any, bool, bool, bool]:
-    """``(valid, step, unproven, gemm, uninitialised)`` of every line with this template (the line
-    after its identity, strings blanked): valid is what the walk's reader accepts (the same JSON
-    reader, :func:`native._check_record`, and every tensor entry by :func:`native._entry_ok`);
-    unproven: non-empty outputs of which one rests on weak evidence (what the walk counts)."""
+                  uninitialised: Callable[[str], Any] | None) -> tuple[bool, Any, bool, bool, bool, bool]:
+    """``(valid, step, unproven, gemm, uninitialised, step blanked)`` of every line with this
+    template (the line after its identity, strings and step blanked): valid is what the walk's
+    reader accepts (the same JSON reader, :func:`native._check_record`, and every tensor entry by
+    :func:`native._entry_ok`); unproven: non-empty outputs of which one rests on weak evidence (what
+    the walk counts); step blanked: the record's step is the template's only ``"step"``, a run of
+    ones (so a line whose one step :func:`blank` overwrote takes the value it read there)."""
     if template is None:
         return INVALID
     obj = None
@@ -267,7 +310,9 @@ def template_info(template: bytes | None, use_ordered: bool,
                  for e in outs)
     meta = obj.get("meta")
     gemm = meta.__class__ is dict and meta.get("gemm") is not None
-    return True, step, bool(outs) and not strong, gemm, bool(uninitialised and uninitialised(obj["op"]))
+    run = _STEP_RUN.search(template)
+    blanked = template.count(b'"step"') == 1 and run is not None and step == int(run.group(1))
+    return True, step, bool(outs) and not strong, gemm, bool(uninitialised and uninitialised(obj["op"])), blanked
 
 
 class Templates:
@@ -279,14 +324,15 @@ class Templates:
         self.use_ordered = use_ordered
         self.search = re.compile(uninitialised).search if uninitialised else None
         self.seen: dict[bytes | None, tuple] = {}
+        self.parsed = 0  # templates parsed, all told
 
-    def columns(self, data: bytearray, cut: int, ok: np.ndarray,
-                id_end: np.ndarray, ends: np.ndarray, max_new: int) -> dict[str, Any] | None:
+    def columns(self, data: bytearray, cut: int, begins: np.ndarray, ok: np.ndarray, id_end: np.ndarray,
+                ends: np.ndarray, max_new: int) -> dict[str, Any] | None:
         """``valid``, ``step``, ``unproven``, ``gemm``, ``uninit`` per line of the block ``data[:cut]``,
         or None when it holds more than ``max_new`` templates not seen before (the caller parses it
         whole)."""
         tpl = np.frombuffer(data, np.uint8).copy()
-        blank(tpl, data, cut)
+        located, line_steps = blank(tpl, data, cut, begins)
         starts = id_end + 2  # after the identity's closing quote and its comma
         col = binary(tpl, tpl, starts, ends - starts, ok)
         enc = pc.dictionary_encode(col, null_encoding="encode")
@@ -299,9 +345,14 @@ class Templates:
             seen.clear()
         for w in new:
             seen[w] = template_info(w, self.use_ordered, self.search)
+        self.parsed += len(new)
         infos = [seen[w] for w in words]
         idx = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-        flags = np.array([(i[0], i[2], i[3], i[4]) for i in infos], dtype=bool).reshape(-1, 4)[idx]
-        steps = pa.array([i[1] for i in infos], pa.int64()).take(pa.array(idx))
-        return {"valid": flags[:, 0], "step": steps, "unproven": flags[:, 1], "gemm": flags[:, 2],
-                "uninit": flags[:, 3]}
+        flags = np.array([(i[0], i[2], i[3], i[4], i[5]) for i in infos], dtype=bool).reshape(-1, 5)[idx]
+        tsteps = pa.array([i[1] for i in infos], pa.int64()).take(pa.array(idx))
+        no_step = np.asarray(tsteps.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        values = np.asarray(tsteps.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        steps = pa.array(np.where(located, line_steps, values), mask=~located & no_step)
+        # a line whose one "step" was blanked: valid only if that was the record's step
+        return {"valid": flags[:, 0] & (~located | flags[:, 4]) & (line_steps >= 0), "step": steps, "unproven": flags[:, 1],
+                "gemm": flags[:, 2], "uninit": flags[:, 3]}
