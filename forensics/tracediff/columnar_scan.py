@@ -40,6 +40,9 @@ _SEQ, _ID = optrace_format.RECORD_HEAD
 _OPEN = np.frombuffer(f'{{"{_SEQ}":'.encode(), np.uint8)  # {"seq":
 _ID_KEY = np.frombuffer(f',"{_ID}":"'.encode(), np.uint8)  # ,"id":"
 _DIGITS = 18  # a seq of at most 18 digits is within int64
+_SEVEN = np.frombuffer(b"\xff" * 7 + b"\0", np.uint64)[0]  # an 8-byte word's first 7 bytes (either byte order)
+_OPEN_WORD = np.frombuffer(_OPEN.tobytes() + b"\0", np.uint64)[0]
+_ID_KEY_WORD = np.frombuffer(_ID_KEY.tobytes() + b"\0", np.uint64)[0]
 _MIN_LINE = len(_OPEN) + 1 + len(_ID_KEY) + 1 + 2  # {"seq":0,"id":"x",
 _QUOTE, _COMMA, _COLON = ord('"'), ord(","), ord(":")
 #: string values whose content the checks read only as "a string": overwritten in a template
@@ -84,10 +87,10 @@ def heads(data: bytearray, begins: np.ndarray, ends: np.ndarray) -> Heads:
     h = Heads()
     buf = np.frombuffer(data, np.uint8)
     n = len(begins)
-    top = _rows(buf, begins, len(_OPEN) + _DIGITS + 1)
+    words = _words(buf)
     ok = (ends - begins) >= _MIN_LINE
-    ok &= (top[:, :len(_OPEN)] == _OPEN).all(axis=1)
-    digits = top[:, len(_OPEN):] - np.uint8(ord("0"))  # wraps below '0': one comparison tells a digit
+    ok &= (words[begins] & _SEVEN) == _OPEN_WORD
+    digits = _rows(buf, begins + len(_OPEN), _DIGITS + 1) - np.uint8(ord("0"))  # wraps below '0': one comparison tells a digit
     is_digit = digits <= 9
     dlen = np.argmin(is_digit, axis=1)  # the first byte that is not a digit (0: none in the window, or no digit)
     ok &= (dlen >= 1) & ~((digits[:, 0] == 0) & (dlen > 1))
@@ -96,7 +99,7 @@ def heads(data: bytearray, begins: np.ndarray, ends: np.ndarray) -> Heads:
         more = j < dlen
         seq[more] = seq[more] * 10 + digits[more, j]
     comma = begins + len(_OPEN) + dlen
-    ok &= (_rows(buf, comma, len(_ID_KEY)) == _ID_KEY).all(axis=1)
+    ok &= (words[comma] & _SEVEN) == _ID_KEY_WORD
     id_start = comma + len(_ID_KEY)
     id_end = np.full(n, -1, np.int64)
     todo = np.flatnonzero(ok)
