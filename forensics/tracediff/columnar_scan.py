@@ -154,6 +154,11 @@ def binary(data: Any, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, val
     return arr.cast(pa.binary())
 
 
+def _quads(buf: np.ndarray) -> np.ndarray:
+    """``buf`` as 4-byte words starting at every byte (unaligned)."""
+    return as_strided(buf[:0].view(np.uint32), shape=(len(buf) - 3,), strides=(1,))
+
+
 def _words(buf: np.ndarray) -> np.ndarray:
     """``buf`` as 8-byte words starting at every byte (unaligned): ``words[i]`` is ``buf[i:i + 8]``."""
     return as_strided(buf[:0].view(np.uint64), shape=(len(buf) - 7,), strides=(1,), writeable=buf.flags.writeable)
@@ -204,9 +209,10 @@ def blank(template: np.ndarray, data: bytearray, cut: int, begins: np.ndarray,
     pair = np.uint16(_QUOTE | _COLON << 8)
     pairs = np.concatenate([np.flatnonzero(np.frombuffer(data, "<u2", (cut - o) // 2, o) == pair) * 2 + o for o in (0, 1)])
     pairs = pairs[pairs > len(_STEP_KEY)]
-    located, steps = _blank_steps(template, buf, c, pairs, begins)
-    r = pairs[c[np.minimum(pairs + 2, cut - 1)] == _QUOTE]  # `":"`: a string value follows
-    last = c[r - 1]
+    around = _quads(buf)[pairs - 1].view(np.uint8).reshape(-1, 4)  # the key's last letter, '"', ':', what follows
+    located, steps = _blank_steps(template, buf, c, pairs[around[:, 0] == _STEP_KEY[-3]], begins)
+    string = around[:, 3] == _QUOTE  # `":"`: a string value follows
+    r, last = pairs[string], around[string, 0]
     for size in sorted({len(k) for k in keys}):
         named = [k for k in keys if len(k) == size]
         sel = last == named[0][-1]
@@ -245,12 +251,11 @@ def _fill_ranges(template: np.ndarray, starts: np.ndarray, lens: np.ndarray, val
         template[np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(total)] = value
 
 
-def _blank_steps(template: np.ndarray, buf: np.ndarray, c: np.ndarray, pairs: np.ndarray,
+def _blank_steps(template: np.ndarray, buf: np.ndarray, c: np.ndarray, k: np.ndarray,
                  begins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The ``"step":N`` of each line (``pairs``: the positions of ``":``), blanked as ones."""
+    """The ``"step":N`` of each line (``k``: the positions of ``p":``), blanked as ones."""
     n = len(begins)
-    k = pairs[c[pairs - 1] == _STEP_KEY[-3]]  # the key's last letter, then the rest
-    for j, ch in enumerate(_STEP_KEY[:-2]):
+    for j, ch in enumerate(_STEP_KEY[:-3]):
         k = k[c[k - len(_STEP_KEY) + 2 + j] == ch]
     start = k + 2
     digits = _rows(buf, start, _DIGITS + 1) - np.uint8(ord("0"))
