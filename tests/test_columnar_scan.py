@@ -19,7 +19,8 @@ from forensics.tracediff import columnar_scan as scan
 
 HEAD = re.compile(rb'^\{"seq":(0|[1-9][0-9]{0,17}),"id":"([^"\\\x00-\x1f]+)",')
 REC = {"op": "aten.mm.default", "kind": "op", "step": 3, "phase": "forward",
-       "in": [{"s": [4, 8], "t": "float32", "n": 32, "h": "0123456789abcdef"}, {"s": None, "t": "args", "n": 1, "h": "00000000deadbeef"}],
+       "in": [{"s": [4, 8], "t": "float32", "n": 32, "h": "0123456789abcdef"},
+              {"s": None, "t": "args", "n": 1, "h": "00000000deadbeef"}],
        "out": [{"s": [4, 8], "t": "float32", "n": 32, "o": "fedcba9876543210"}]}
 
 
@@ -80,14 +81,16 @@ def template_of(raw: bytes) -> bytes:
 
 def test_a_template_reads_as_its_line_but_for_the_blanked_strings() -> None:
     rec = json.loads(json.dumps(REC))
-    rec["meta"] = {"node": "MmBackward0", "fwd": "aten.mm.default:12", "gemm": {"layout": "NT", "o": "0123456789abcdef"}}
+    rec["meta"] = {"node": "MmBackward0", "fwd": "aten.mm.default:12",
+                   "gemm": {"layout": "NT", "o": "0123456789abcdef"}}
     rec["out"][0]["c"] = ["0123456789abcdef", "0123456789abcdee"]
     raw = line(rec=rec)
     tpl = template_of(raw)
     assert b"0123456789abcdef" not in tpl.replace(b'"c":["0123456789abcdef"', b"")  # h, o blanked (c is not)
     assert b"aten.mm.default:12" not in tpl and b"MmBackward0" in tpl
     other = json.loads(json.dumps(rec))
-    other["in"][0]["h"], other["out"][0]["o"], other["meta"]["fwd"] = "ffffffffffffffff", "0000000000000000", "aten.mm.default:99"
+    other["in"][0]["h"], other["out"][0]["o"] = "ffffffffffffffff", "0000000000000000"
+    other["meta"]["fwd"] = "aten.mm.default:99"
     assert template_of(line(5, "aten.mm.default:4", other)) == tpl  # the same template
     a, t = orjson.loads(raw), orjson.loads(b'{"seq":0,"id":"x",' + tpl)
 

@@ -90,7 +90,8 @@ def heads(data: bytearray, begins: np.ndarray, ends: np.ndarray) -> Heads:
     words = _words(buf)
     ok = (ends - begins) >= _MIN_LINE
     ok &= (words[begins] & _SEVEN) == _OPEN_WORD
-    digits = _rows(buf, begins + len(_OPEN), _DIGITS + 1) - np.uint8(ord("0"))  # wraps below '0': one comparison tells a digit
+    # (wraps below '0': one comparison tells a digit)
+    digits = _rows(buf, begins + len(_OPEN), _DIGITS + 1) - np.uint8(ord("0"))
     is_digit = digits <= 9
     dlen = np.argmin(is_digit, axis=1)  # the first byte that is not a digit (0: none in the window, or no digit)
     ok &= (dlen >= 1) & ~((digits[:, 0] == 0) & (dlen > 1))
@@ -134,7 +135,8 @@ def specials_of(data: bytearray, cut: int, newlines: np.ndarray) -> np.ndarray:
     return np.flatnonzero((buf == ord("\\")) | (buf < 0x20))
 
 
-def binary(data: Any, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+def binary(data: Any, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray,
+           valid: np.ndarray | None = None) -> pa.Array:
     """The byte ranges ``data[start:start + len]`` as a binary column (``valid`` false: null).
     ``buf`` is ``data`` as a uint8 array, :data:`PAD` bytes past the last range's start."""
     n = len(starts)
@@ -179,13 +181,6 @@ def _plain_words(w: np.ndarray) -> np.ndarray:
     return (below | slash) == 0
 
 
-def _fill(template: np.ndarray, starts: np.ndarray, width: int) -> None:
-    """``template[start:start + width] = x`` for every start (rows written in C, no index per byte)."""
-    if len(starts):
-        rows = as_strided(template, shape=(len(template) - width + 1, width), strides=(1, 1), writeable=True)
-        rows[starts] = _FILL
-
-
 def blank(template: np.ndarray, data: bytearray, cut: int, begins: np.ndarray,
           keys: tuple[bytes, ...] = BLANKED_KEYS) -> tuple[np.ndarray, np.ndarray]:
     """Overwrite in ``template`` (a copy of ``data``) the content of every ``"KEY":"..."`` string of
@@ -207,7 +202,8 @@ def blank(template: np.ndarray, data: bytearray, cut: int, begins: np.ndarray,
         return located, steps
     # `":` (a key's closing quote and the colon) as a 2-byte word at even and at odd offsets
     pair = np.uint16(_QUOTE | _COLON << 8)
-    pairs = np.concatenate([np.flatnonzero(np.frombuffer(data, "<u2", (cut - o) // 2, o) == pair) * 2 + o for o in (0, 1)])
+    pairs = np.concatenate([np.flatnonzero(np.frombuffer(data, "<u2", (cut - o) // 2, o) == pair) * 2 + o
+                            for o in (0, 1)])
     pairs = pairs[pairs > len(_STEP_KEY)]
     around = _quads(buf)[pairs - 1].view(np.uint8).reshape(-1, 4)  # the key's last letter, '"', ':', what follows
     located, steps = _blank_steps(template, buf, c, pairs[around[:, 0] == _STEP_KEY[-3]], begins)
@@ -362,5 +358,5 @@ class Templates:
         values = np.asarray(tsteps.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
         steps = pa.array(np.where(located, line_steps, values), mask=~located & no_step)
         # a line whose one "step" was blanked: valid only if that was the record's step
-        return {"valid": flags[:, 0] & (~located | flags[:, 4]) & (line_steps >= 0), "step": steps, "unproven": flags[:, 1],
-                "gemm": flags[:, 2], "uninit": flags[:, 3]}
+        valid = flags[:, 0] & (~located | flags[:, 4]) & (line_steps >= 0)
+        return {"valid": valid, "step": steps, "unproven": flags[:, 1], "gemm": flags[:, 2], "uninit": flags[:, 3]}
