@@ -169,6 +169,12 @@ BAD = {
     "bad evidence": {"mut": lambda a, b: _set(b, 150, "out", "ev", "great")},
     "id empty": {"mut": lambda a, b: b[150].update(id="")},
     "meta not an object": {"mut": lambda a, b: b[150].update(meta=[1])},
+    # the same damaged record in both runs: its text after the seq is equal, the checks must see it
+    "numel 1.5 in both": {"mut": lambda a, b: [_set(x, 150, "out", "n", 1.5) for x in (a, b)]},
+    "'in' null in both": {"mut": lambda a, b: [x[150].update({"in": None}) for x in (a, b)]},
+    "'out' null in both": {"mut": lambda a, b: [x[150].update({"out": None}) for x in (a, b)]},
+    "dtype missing in both": {"mut": lambda a, b: [x[150]["out"][0].pop("t") for x in (a, b)]},
+    "step negative in both": {"mut": lambda a, b: [x[150].update(step=-1) for x in (a, b)]},
 }
 
 

@@ -70,6 +70,8 @@ SCHEMA = pa.schema([
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 _READ = pj.ReadOptions(block_size=1 << 20, use_threads=True)  # 1 MiB chunks: both cores busy
 _EXACT_PRODUCT = float(1 << 53)
+#: a record's 'in' or 'out' given as null: Arrow's reader cannot tell it from an absent key
+_NULL_LIST = re.compile(rb'"(?:in|out)"\s*:\s*null')
 #: orjson (the walk's reader) refuses JSON nested deeper than 1,024 levels: a line with this many
 #: brackets is left to it
 _MAX_BRACKETS = 1000
@@ -210,6 +212,8 @@ class _Side:
     def _parse_json(self, block: bytes, n: int, h: scan.Heads, ids: pa.Array) -> dict[str, Any] | None:
         """A's per-record columns from Arrow's JSON reader (explicit schema, every column) and the
         checks applied to its columns; None when the block is refused."""
+        if _NULL_LIST.search(block):  # 'in' or 'out' null (bad input to the walk) reads as absent here
+            return None
         try:
             tb = pj.read_json(io.BytesIO(block), read_options=_READ, parse_options=_PARSE)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -284,6 +288,7 @@ def _entries_valid(e: pa.StructArray) -> np.ndarray:
     n = pc.struct_field(e, "n")
     nv = _np_int(n, 0)
     ok = nv >= 0
+    ok &= ~_np_bool(pc.is_null(pc.struct_field(e, "t")))  # every entry names its dtype (native._entry_ok)
     ev = pc.struct_field(e, "ev")
     ok &= _np_bool(pc.is_in(pc.fill_null(ev, "full"), value_set=pa.array(list(EVIDENCE_LEVELS))))
     s = _combine(pc.struct_field(e, "s"))
