@@ -28,10 +28,11 @@ uninitialised ops, the last pair) and returns where each file resumes. The walk 
 that state: whatever follows (the first divergence, a control-flow region, a partial end, a
 malformed line and its ``file:line``) is decided by the same code as before, so the verdicts are
 the same. Anything not handled exactly here (another key order, an escaped identity, a record kind
-left out, a segment longer than the walk's window, an identity twice in a segment, a block the
-schema refuses) only ends the prefix.
+left out, a segment longer than the walk's window, an identity twice in a segment, a record the
+walk's checks refuse, a block Arrow's schema refuses) only ends the prefix.
 
-Memory: one block of each file and the records of the current segments, never the trace.
+Memory: one block of each file, the records of the current segments and at most
+``columnar_scan.Templates.LIMIT`` templates, never the trace.
 """
 from __future__ import annotations
 
@@ -421,7 +422,7 @@ def compare_prefix(path_a: Path, path_b: Path, use_ordered: bool = True, window:
     pre = Prefix()
     seen_steps: set[Any] = set()
     last_a = last_b = -1
-    pool = ThreadPoolExecutor(1)  # B's lines are split and matched while A's JSON is parsed
+    pool = ThreadPoolExecutor(1)  # B's block is read while A's is (numpy and Arrow release the GIL)
     try:
         first = True
         while True:
