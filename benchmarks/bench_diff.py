@@ -18,6 +18,7 @@ Methods, each in its own process (wall time and peak RSS, VmHWM, measured there)
 * ``read_json`` (``--read-json``): ``pandas.read_json(lines=True)`` and the same merge.
 
     python benchmarks/bench_diff.py --records 2000000 10000000
+    python benchmarks/bench_diff.py --records 2000000 --differ-only --stages   # where the differ's CPU goes
 """
 from __future__ import annotations
 
@@ -161,6 +162,49 @@ def measure(method: str, a: Path, b: Path, cap_gb: float | None = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def stages(a: Path, b: Path) -> None:
+    """Thread CPU time per stage of the columnar prefix on ``a``/``b`` (wrappers around the stages,
+    no profiler; run B's blocks are read in their own thread, each stage counts its own thread)."""
+    import threading
+    from collections import defaultdict
+
+    from forensics.tracediff import columnar
+    from forensics.tracediff import columnar_scan as scan
+
+    acc: dict[str, float] = defaultdict(float)
+    order: list[str] = []  # the labels as registered: a stage, then its parts
+    lock = threading.Lock()
+
+    def wrap(owner, name: str, label) -> None:  # noqa: ANN001
+        f = getattr(owner, name)
+        order.extend(label if isinstance(label, tuple) else (label,))
+
+        def timed(*x, **k):  # noqa: ANN002, ANN003, ANN202
+            t = time.thread_time()
+            try:
+                return f(*x, **k)
+            finally:
+                with lock:
+                    acc[label if isinstance(label, str) else label[0 if x[0].full else 1]] += time.thread_time() - t
+        setattr(owner, name, timed)
+
+    wrap(columnar._Side, "fill", ("run A: its blocks (read, lines, heads, templates, columns)",
+                                  "run B: its blocks (read, lines, heads, columns)"))  # (A, B)
+    wrap(scan.Templates, "columns", "  run A: templates (blanking, the template column, dictionary, parses)")
+    wrap(scan, "blank", "    run A: finding and blanking digests, fwd and steps")
+    wrap(scan, "template_info", "    run A: parsing the new templates")
+    wrap(scan, "heads", "  both sides: heads")
+    wrap(scan, "binary", "  both sides: binary columns (ids, text after the seq, templates)")
+    t, w = time.process_time(), time.perf_counter()
+    pre = columnar.compare_prefix(a, b)
+    total, wall = time.process_time() - t, time.perf_counter() - w
+    print(f"  columnar prefix alone: {total:.2f} s CPU ({wall:.2f} s wall), {pre.pairs:,} pairs; by stage:")
+    for label in order:
+        print(f"  {acc[label]:7.2f} s  {label}")
+    rest = total - sum(v for k, v in acc.items() if k.startswith("run "))
+    print(f"  {rest:7.2f} s  aligning and comparing the pairs, the rest")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--records", type=int, nargs="+", default=[2_000_000, 10_000_000])
@@ -171,6 +215,7 @@ def main() -> None:
     p.add_argument("--differ-only", action="store_true", help="skip the baselines (memory-bound check at large N)")
     p.add_argument("--baseline-cap-gb", type=float, default=14.0, help="address-space cap of the pandas baseline")
     p.add_argument("--keep", action="store_true", help="keep the generated traces")
+    p.add_argument("--stages", action="store_true", help="also time the columnar prefix's stages (in this process)")
     p.add_argument("--_run", nargs=3, metavar=("METHOD", "A", "B"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args._run:
@@ -216,6 +261,8 @@ def main() -> None:
                 print(f"  differ / {other} time ratio: {done['differ']['seconds'] / done[other]['seconds']:.2f}"
                       + (" (target < 0.5)" if other == "pandas" else "")
                       + f"; CPU time ratio {done['differ']['cpu_seconds'] / done[other]['cpu_seconds']:.2f}")
+        if args.stages:
+            stages(a, b)
         if not args.keep:
             a.unlink()
             b.unlink()
