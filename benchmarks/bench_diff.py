@@ -8,7 +8,8 @@ method must read everything and find that record as ORIGIN.
 
 Methods, each in its own process (wall time and peak RSS, VmHWM, measured there):
 
-* ``differ``: ``forensics diff`` as shipped (the columnar prefix, then the walk);
+* ``differ``: ``forensics diff`` as shipped (the columnar prefix, then the walk; what the prefix read is
+  printed under it: records compared, run A's blocks, how many went to Arrow's JSON reader, templates);
 * ``walk`` (``--walk``): the record-by-record walk alone (the differ before the columnar path);
 * ``pandas``: the baseline: every line parsed with orjson into columns (the in/out lists kept as
   their JSON text), two DataFrames, ``merge`` on (step, identity), first differing output by A's
@@ -17,6 +18,7 @@ Methods, each in its own process (wall time and peak RSS, VmHWM, measured there)
 * ``read_json`` (``--read-json``): ``pandas.read_json(lines=True)`` and the same merge.
 
     python benchmarks/bench_diff.py --records 2000000 10000000
+    python benchmarks/bench_diff.py --records 2000000 --differ-only --stages   # where the differ's CPU goes
 """
 from __future__ import annotations
 
@@ -62,11 +64,17 @@ def generate(path: Path, n: int, per_step: int, variant: bool) -> None:
 
 
 def run_differ(a: Path, b: Path) -> dict:
+    from forensics.tracediff import columnar
     from forensics.tracediff.diff import diff_paths
 
+    seen = []  # what the columnar prefix read (its Prefix), shown beside the figures
+    orig = columnar.compare_prefix
+    columnar.compare_prefix = lambda *x, **k: seen.append(orig(*x, **k)) or seen[-1]
     rep = diff_paths(a, b)
     d = rep.ranks[0].first_divergence
-    return {"identity": d.identity if d else None, "verdict": d.verdict if d else None}
+    prefix = {"pairs": sum(p.pairs for p in seen), "blocks": sum(p.blocks for p in seen),
+              "json_blocks": sum(p.json_blocks for p in seen), "templates": sum(p.templates for p in seen)}
+    return {"identity": d.identity if d else None, "verdict": d.verdict if d else None, "prefix": prefix}
 
 
 def run_walk(a: Path, b: Path) -> dict:
@@ -154,6 +162,49 @@ def measure(method: str, a: Path, b: Path, cap_gb: float | None = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def stages(a: Path, b: Path) -> None:
+    """Thread CPU time per stage of the columnar prefix on ``a``/``b`` (wrappers around the stages,
+    no profiler; run B's blocks are read in their own thread, each stage counts its own thread)."""
+    import threading
+    from collections import defaultdict
+
+    from forensics.tracediff import columnar
+    from forensics.tracediff import columnar_scan as scan
+
+    acc: dict[str, float] = defaultdict(float)
+    order: list[str] = []  # the labels as registered: a stage, then its parts
+    lock = threading.Lock()
+
+    def wrap(owner, name: str, label) -> None:  # noqa: ANN001
+        f = getattr(owner, name)
+        order.extend(label if isinstance(label, tuple) else (label,))
+
+        def timed(*x, **k):  # noqa: ANN002, ANN003, ANN202
+            t = time.thread_time()
+            try:
+                return f(*x, **k)
+            finally:
+                with lock:
+                    acc[label if isinstance(label, str) else label[0 if x[0].full else 1]] += time.thread_time() - t
+        setattr(owner, name, timed)
+
+    wrap(columnar._Side, "fill", ("run A: its blocks (read, lines, heads, templates, columns)",
+                                  "run B: its blocks (read, lines, heads, columns)"))  # (A, B)
+    wrap(scan.Templates, "columns", "  run A: templates (blanking, the template column, dictionary, parses)")
+    wrap(scan, "blank", "    run A: finding and blanking digests, fwd and steps")
+    wrap(scan, "template_info", "    run A: parsing the new templates")
+    wrap(scan, "heads", "  both sides: heads")
+    wrap(scan, "binary", "  both sides: binary columns (ids, text after the seq, templates)")
+    t, w = time.process_time(), time.perf_counter()
+    pre = columnar.compare_prefix(a, b)
+    total, wall = time.process_time() - t, time.perf_counter() - w
+    print(f"  columnar prefix alone: {total:.2f} s CPU ({wall:.2f} s wall), {pre.pairs:,} pairs; by stage:")
+    for label in order:
+        print(f"  {acc[label]:7.2f} s  {label}")
+    rest = total - sum(v for k, v in acc.items() if k.startswith("run "))
+    print(f"  {rest:7.2f} s  aligning and comparing the pairs, the rest")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--records", type=int, nargs="+", default=[2_000_000, 10_000_000])
@@ -164,6 +215,7 @@ def main() -> None:
     p.add_argument("--differ-only", action="store_true", help="skip the baselines (memory-bound check at large N)")
     p.add_argument("--baseline-cap-gb", type=float, default=14.0, help="address-space cap of the pandas baseline")
     p.add_argument("--keep", action="store_true", help="keep the generated traces")
+    p.add_argument("--stages", action="store_true", help="also time the columnar prefix's stages (in this process)")
     p.add_argument("--_run", nargs=3, metavar=("METHOD", "A", "B"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args._run:
@@ -198,6 +250,10 @@ def main() -> None:
                 continue
             print(f"  {m:10s} {r['seconds']:8.1f} s  {r['cpu_seconds']:8.1f} s CPU (all threads)  {n / r['seconds'] / 1e3:8.0f} k records/s  "
                   f"peak RSS {r['peak_rss_mb']:7.0f} MB  first divergence {r['identity']} {r['verdict']}")
+            if r.get("prefix"):
+                p = r["prefix"]
+                print(f"  {'':10s} columnar prefix: {p['pairs']:,} pairs, {p['blocks']} blocks of run A "
+                      f"({p['json_blocks']} by Arrow's JSON reader), {p['templates']} templates parsed")
         done = {m: r for m, r in results.items() if "failed" not in r}
         assert len({(r["identity"], r["verdict"]) for r in done.values()}) == 1, "methods disagree"
         for other in ("pandas", "walk", "read_json"):
@@ -205,6 +261,8 @@ def main() -> None:
                 print(f"  differ / {other} time ratio: {done['differ']['seconds'] / done[other]['seconds']:.2f}"
                       + (" (target < 0.5)" if other == "pandas" else "")
                       + f"; CPU time ratio {done['differ']['cpu_seconds'] / done[other]['cpu_seconds']:.2f}")
+        if args.stages:
+            stages(a, b)
         if not args.keep:
             a.unlink()
             b.unlink()

@@ -78,11 +78,15 @@ def both(a: Path, b: Path, window: int = 16_384):
     return out
 
 
-@pytest.fixture(autouse=True)
-def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, params=["templates", "json"])
+def tiny_blocks(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Every case twice: run A's records checked once per template (the usual path), and every
+    block read by Arrow's JSON reader (the path of a block with many templates)."""
     monkeypatch.setattr(columnar, "BLOCK_BYTES", 2048)
     monkeypatch.setattr(columnar, "ROUND_ROWS", 37)
     monkeypatch.setattr(columnar, "MIN_BYTES", 0)
+    if request.param == "json":
+        monkeypatch.setattr(columnar.scan.Templates, "columns", lambda self, *a, **k: None)
 
 
 def _case(tmp_path: Path, name: str, mutate, window: int = 16_384, **write_b) -> list[str]:
@@ -165,6 +169,12 @@ BAD = {
     "bad evidence": {"mut": lambda a, b: _set(b, 150, "out", "ev", "great")},
     "id empty": {"mut": lambda a, b: b[150].update(id="")},
     "meta not an object": {"mut": lambda a, b: b[150].update(meta=[1])},
+    # the same damaged record in both runs: its text after the seq is equal, the checks must see it
+    "numel 1.5 in both": {"mut": lambda a, b: [_set(x, 150, "out", "n", 1.5) for x in (a, b)]},
+    "'in' null in both": {"mut": lambda a, b: [x[150].update({"in": None}) for x in (a, b)]},
+    "'out' null in both": {"mut": lambda a, b: [x[150].update({"out": None}) for x in (a, b)]},
+    "dtype missing in both": {"mut": lambda a, b: [x[150]["out"][0].pop("t") for x in (a, b)]},
+    "step negative in both": {"mut": lambda a, b: [x[150].update(step=-1) for x in (a, b)]},
 }
 
 
@@ -252,3 +262,30 @@ def test_same_result_on_another_key_order(tmp_path: Path) -> None:
     b = write(tmp_path / "b" / "rank0" / "trace.jsonl", recs)
     plain, fast = both(a.parent.parent, b.parent.parent)
     assert fast == plain and "ORIGIN" in plain
+
+
+def test_a_real_trace_against_itself_is_compared_by_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              tiny_blocks: None) -> None:
+    """A real program traced by `forensics trace` (examples/cpu-divergence/train.py, 12 steps: GEMMs
+    with meta.gemm, backward ops with meta.fwd, a step per 40 records), diffed against a copy of
+    itself: the columnar path compares every record, by template (not Arrow's JSON reader) once
+    the block holds lines seen before, and the report is the walk's."""
+    import shutil
+    import sys
+
+    from forensics.commands.trace import trace_command
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "cpu-divergence" / "train.py"
+    code, _ = trace_command([sys.executable, str(script), "--threads", "1", "--steps", "12"], tmp_path / "a")
+    assert code == 0
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    monkeypatch.setattr(columnar, "BLOCK_BYTES", 32 << 10)
+    monkeypatch.setattr(columnar, "ROUND_ROWS", 1000)
+    plain, fast = both(tmp_path / "a", tmp_path / "b")
+    assert fast == plain
+    files = [tmp_path / side / "rank0" / "trace.jsonl" for side in "ab"]
+    records = sum(1 for _ in open(files[0], "rb")) - 2
+    pre = columnar.compare_prefix(*files)
+    assert pre.pairs == records > 400 and len(pre.steps) == 12
+    if columnar.scan.Templates.columns.__name__ == "columns":  # (the templates run of this test)
+        assert pre.json_blocks <= 2 < pre.blocks and pre.templates < records // 3

@@ -4,12 +4,17 @@ Most of two traces of one program match record for record; the per-rank walk
 (:mod:`forensics.tracediff.walk`) spends its time parsing and comparing those records one by one in
 Python. This module reads both rank files in blocks and compares them as arrays:
 
-* run A's lines are parsed by pyarrow's JSON reader (C++, multi-threaded, an explicit schema: a
-  value of the wrong type fails the block), and every check of the native reader is applied to the
-  columns (seq increasing, non-empty id and op, a kind, steps, shapes, numel = product of the shape,
-  digests as text, known evidence levels, memory layouts ``ol`` that are permutations of the dims);
-* both files' lines are also taken as byte strings (no copy) and must have the form our tracer
-  writes, ``{"seq":N,"id":"...",...}``; run B's seq and identity are read from that text;
+* both files' lines must have the form our tracer writes, ``{"seq":N,"id":"...",...}``: each
+  line's seq, identity and the text after its seq are read from the block's bytes with numpy
+  (:mod:`forensics.tracediff.columnar_scan`, no Python object per line);
+* run A's records are checked by *template* (the line after its identity, with the digest strings
+  blanked, which the checks read only as strings): each template is parsed once by the walk's own
+  reader and checks (seq aside: increasing, from the head), and what it gives (valid, step, weak
+  evidence, a GEMM, an uninitialised op) holds for every line with it. A block with many new
+  templates is parsed by pyarrow's JSON reader instead (C++, an explicit schema: a value of the
+  wrong type fails the block) and the native reader's checks are applied to its columns (non-empty
+  id and op, a kind, steps, shapes, numel = product of the shape, digests as text, known evidence
+  levels, memory layouts ``ol`` that are permutations of the dims);
 * records are aligned by identity within *closed segments* (runs of positions where both files
   hold the same set of identities: one record when the order is the same, a few when neighbours
   swapped), and a pair is equal when its two lines are byte for byte the same after the seq. Equal
@@ -23,15 +28,17 @@ uninitialised ops, the last pair) and returns where each file resumes. The walk 
 that state: whatever follows (the first divergence, a control-flow region, a partial end, a
 malformed line and its ``file:line``) is decided by the same code as before, so the verdicts are
 the same. Anything not handled exactly here (another key order, an escaped identity, a record kind
-left out, a segment longer than the walk's window, an identity twice in a segment, a block the
-schema refuses) only ends the prefix.
+left out, a segment longer than the walk's window, an identity twice in a segment, a record the
+walk's checks refuse, a block Arrow's schema refuses) only ends the prefix.
 
-Memory: one block of each file and the records of the current segments, never the trace.
+Memory: one block of each file, the records of the current segments and at most
+``columnar_scan.Templates.LIMIT`` templates, never the trace.
 """
 from __future__ import annotations
 
 import io
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from forensics.core.formats.optrace import RECORD_HEAD
+from forensics.tracediff import columnar_scan as scan
 from forensics.tracediff.traces import EVIDENCE_LEVELS
 
 BLOCK_BYTES = 8 << 20  # bytes of JSON lines parsed at once per file
@@ -64,11 +71,8 @@ SCHEMA = pa.schema([
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 _READ = pj.ReadOptions(block_size=1 << 20, use_threads=True)  # 1 MiB chunks: both cores busy
 _EXACT_PRODUCT = float(1 << 53)
-#: the start of a line as our tracer writes it (its first two keys: the format's RECORD_HEAD); seq
-#: without leading zeros and within int64
-_SEQ, _ID = RECORD_HEAD
-_HEAD = rf'^\{{"{_SEQ}":(?P<seq>0|[1-9][0-9]{{0,17}}),"{_ID}":"(?P<id>[^"\\\x00-\x1f]+)",'
-_HEAD_ONLY = rf'^\{{"{_SEQ}":(?:0|[1-9][0-9]{{0,17}}),'
+#: a record's 'in' or 'out' given as null: Arrow's reader cannot tell it from an absent key
+_NULL_LIST = re.compile(rb'"(?:in|out)"\s*:\s*null')
 #: orjson (the walk's reader) refuses JSON nested deeper than 1,024 levels: a line with this many
 #: brackets is left to it
 _MAX_BRACKETS = 1000
@@ -99,15 +103,20 @@ class Prefix:
     last_b_seq: int = -1
     a: Resume | None = None
     b: Resume | None = None
+    blocks: int = 0  # A's blocks read
+    json_blocks: int = 0  # of which by Arrow's JSON reader (too many new templates)
+    templates: int = 0  # distinct templates parsed (the cache is cleared when full)
 
 
 # --------------------------------------------------------------------------- reading blocks
 class _Side:
-    """One rank file read in blocks: a table of parsed records and each record's offset and line."""
+    """One rank file read in blocks: a table of its records' columns and each record's offset and line."""
 
-    def __init__(self, path: Path, full: bool) -> None:
+    def __init__(self, path: Path, full: bool, use_ordered: bool = True, uninitialised: str | None = None) -> None:
         self.path = Path(path)
-        self.full = full  # A: every column parsed; B: seq and identity read from the line's text
+        self.full = full  # A: every record checked (by template); B: seq, identity and the text after the seq
+        self.templates = scan.Templates(use_ordered, uninitialised) if full else None
+        self.use_ordered, self.uninitialised = use_ordered, uninitialised
         self.f = open(self.path, "rb")  # noqa: SIM115 - closed by close()
         head = self.f.readline()
         self.pos = len(head)  # file offset of the next unread byte
@@ -115,11 +124,13 @@ class _Side:
         self.carry = b""
         self.eof = False
         self.stopped = False  # a block the columnar reader does not read: nothing past it is compared here
-        self.table: pa.Table | None = None  # A: the parsed columns; B: seq and id
+        self.table: pa.Table | None = None
         self.offsets = np.zeros(0, np.int64)  # byte offset of each buffered record's line
         self.lines = np.zeros(0, np.int64)  # its line number
         self.raw: list[bytes] = []  # the buffered blocks' bytes, and where each starts
         self.raw_starts: list[int] = []
+        self.blocks = 0  # blocks read
+        self.arrow_blocks = 0  # A's blocks read by Arrow's JSON reader (too many new templates)
 
     def close(self) -> None:
         self.f.close()
@@ -130,63 +141,101 @@ class _Side:
     def fill(self, rows: int) -> None:
         """Read blocks until ``rows`` records are buffered or the file ends."""
         while len(self) < rows and not self.eof:
-            chunk = self.f.read(BLOCK_BYTES)
-            if not chunk:
+            kept = len(self.carry)
+            data = bytearray(kept + BLOCK_BYTES + scan.PAD)  # zeros after the data: see scan.PAD
+            data[:kept] = self.carry
+            with memoryview(data) as view:
+                got = self.f.readinto(view[kept:kept + BLOCK_BYTES])
+            if not got:
                 self.eof = True
                 break
-            data = self.carry + chunk
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                self.carry = data
+            size = kept + got
+            buf = np.frombuffer(data, dtype=np.uint8)
+            ends = np.flatnonzero(buf[:size] == 10)  # each line's newline (no line objects)
+            if not len(ends):
+                self.carry = bytes(data[:size])
                 continue
-            block, carry = data[:cut], data[cut:]
+            cut = int(ends[-1]) + 1
             start = self.pos
-            ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)  # each line's newline (no line objects)
             begins = np.concatenate(([0], ends[:-1] + 1))
             lens = ends - begins
-            deep = lens >= 2 * _MAX_BRACKETS  # only a line this long can nest that deep: count its brackets
-            for i in np.flatnonzero(deep):
-                line = block[begins[i]:ends[i]]
-                deep[i] = line.count(b"[") + line.count(b"{") >= _MAX_BRACKETS
-            tb = None if not lens.all() else self._parse(block, begins, deep)
+            tb = None if not lens.all() else self._parse(data, cut, buf, begins, ends)
             if tb is None:  # a blank line, bytes that are not UTF-8, a value the schema refuses:
                 self.eof = self.stopped = True  # the prefix ends before this block (the walk reads it)
                 break
-            self.carry = carry
-            self.pos += len(block)
+            self.carry = bytes(data[cut:size])
+            self.pos += cut
             self.table = tb if self.table is None else pa.concat_tables([self.table, tb])
             self.offsets = np.concatenate((self.offsets, begins + start))
             self.lines = np.concatenate((self.lines, np.arange(self.next_line, self.next_line + len(begins))))
             self.next_line += len(begins)
-            self.raw.append(block)
+            self.raw.append(data)
             self.raw_starts.append(start)
+            self.blocks += 1
 
-    def _parse(self, block: bytes, begins: np.ndarray, deep: np.ndarray) -> pa.Table | None:
-        """The block's records as a table with ``line`` (the text after the seq, or null when the
-        line is not in our tracer's form), ``deep`` (too many brackets to be sure orjson reads it)
-        and, for A, every parsed column, for B ``seq`` and ``id`` from the text."""
+    def _parse(self, data: bytearray, cut: int, buf: np.ndarray, begins: np.ndarray,
+               ends: np.ndarray) -> pa.Table | None:
+        """The block ``data[:cut]``'s records as a table: ``seq`` and ``id`` read from each line's
+        head, ``line`` (the text after the seq), all null where the line is not in our tracer's
+        form; for A also ``valid`` (the native reader's checks, but for seq order), ``step``,
+        ``unproven``, ``gemm`` and ``uninit`` (see :mod:`forensics.tracediff.columnar_scan`). B's
+        records need no check: a pair is compared only when B's text after the seq is A's, byte
+        for byte."""
         n = len(begins)
-        offsets = np.concatenate((begins, [len(block)])).astype(np.int32)
-        raw = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(block)])
-        try:
-            text = raw.cast(pa.string())  # validates UTF-8 (orjson refuses what is not)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            return None
-        deep = pa.array(deep)
-        rest = pc.replace_substring_regex(raw, _HEAD_ONLY, "", max_replacements=1)  # same buffer when no match
-        ours = _np_int(pc.binary_length(raw), 0) > _np_int(pc.binary_length(rest), 0)  # the head was there
-        rest = pc.if_else(pa.array(ours), rest, pa.scalar(None, pa.binary()))
+        h = scan.heads(data, begins, ends)
+        ok = h.ok
+        cols: dict[str, Any] = {}
         if self.full:
-            try:
-                tb = pj.read_json(io.BytesIO(block), read_options=_READ, parse_options=_PARSE)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            offsets = pa.py_buffer(np.array([0, cut], np.int32))
+            try:  # UTF-8 (orjson refuses what is not): B's compared lines are A's bytes after the seq
+                pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(data)]).cast(pa.string())
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
                 return None
-            if tb.num_rows != n:
-                return None
-        else:
-            head = pc.extract_regex(text, _HEAD)
-            tb = pa.table({"seq": pc.cast(pc.struct_field(head, "seq"), pa.int64()), "id": pc.struct_field(head, "id")})
-        return tb.append_column("line", rest).append_column("deep", deep)
+            specials = scan.specials_of(data, cut, ends)
+            ok = ok & scan.plain(specials, h.id_start, h.id_end)  # the identity: no escape, no control byte
+            lens = ends - begins
+            deep = lens >= 2 * _MAX_BRACKETS  # only a line this long can nest that deep: count its brackets
+            for i in np.flatnonzero(deep):
+                deep[i] = data.count(b"[", begins[i], ends[i]) + data.count(b"{", begins[i], ends[i]) >= _MAX_BRACKETS
+        ids = scan.binary(data, buf, h.id_start, h.id_end - h.id_start, ok)
+        if self.full:
+            cols = self.templates.columns(data, cut, begins, ok, h.id_end, ends, max(64, n // 8))
+            if cols is None:  # many new templates (lines unlike each other): Arrow's JSON reader, in C
+                self.arrow_blocks += 1
+                cols = self._parse_json(bytes(data[:cut]), n, h, ids)
+                if cols is None:
+                    return None
+            cols["valid"] = cols["valid"] & ok & ~deep
+        rest = scan.binary(data, buf, h.rest_start, ends + 1 - h.rest_start, ok)
+        seq = pa.array(h.seq, mask=~ok)
+        return pa.table({"seq": seq, "id": ids, "line": rest, **cols})
+
+    def _parse_json(self, block: bytes, n: int, h: scan.Heads, ids: pa.Array) -> dict[str, Any] | None:
+        """A's per-record columns from Arrow's JSON reader (explicit schema, every column) and the
+        checks applied to its columns; None when the block is refused."""
+        if _NULL_LIST.search(block):  # 'in' or 'out' null (bad input to the walk) reads as absent here
+            return None
+        try:
+            tb = pj.read_json(io.BytesIO(block), read_options=_READ, parse_options=_PARSE)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None
+        if tb.num_rows != n:
+            return None
+        valid = _records_valid(tb)
+        valid &= _np_int(tb.column("seq"), -1) == np.where(h.ok, h.seq, -2)  # the head's seq and id (no later key)
+        valid &= _np_bool(pc.equal(pc.cast(_combine(tb.column("id")), pa.binary()), ids))
+        outs = _combine(tb.column("out"))
+        strong = _per_row(outs, _entries_strong(pc.list_flatten(outs), self.use_ordered), n)
+        unproven = (_np_int(pc.list_value_length(outs), 0) > 0) & ~strong
+        gemm = ~_np_bool(pc.is_null(pc.struct_field(_combine(tb.column("meta")), "gemm")))
+        uninit = np.zeros(n, dtype=bool)
+        if self.uninitialised:
+            search = re.compile(self.uninitialised).search
+            names = pc.dictionary_encode(pc.fill_null(tb.column("op"), "")).combine_chunks()
+            hits = np.array([bool(search(x)) for x in names.dictionary.to_pylist()] or [False])
+            uninit = hits[np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
+        return {"valid": valid, "step": _combine(tb.column("step")), "unproven": unproven, "gemm": gemm,
+                "uninit": uninit}
 
     def line_bytes(self, row: int) -> bytes:
         """The raw bytes of a buffered record's line."""
@@ -194,7 +243,7 @@ class _Side:
         for block, start in zip(reversed(self.raw), reversed(self.raw_starts)):
             if off >= start:
                 end = block.index(b"\n", off - start)
-                return block[off - start:end + 1]
+                return bytes(block[off - start:end + 1])
         raise IndexError(row)
 
     def drop(self, rows: int) -> None:
@@ -240,6 +289,7 @@ def _entries_valid(e: pa.StructArray) -> np.ndarray:
     n = pc.struct_field(e, "n")
     nv = _np_int(n, 0)
     ok = nv >= 0
+    ok &= ~_np_bool(pc.is_null(pc.struct_field(e, "t")))  # every entry names its dtype (native._entry_ok)
     ev = pc.struct_field(e, "ev")
     ok &= _np_bool(pc.is_in(pc.fill_null(ev, "full"), value_set=pa.array(list(EVIDENCE_LEVELS))))
     s = _combine(pc.struct_field(e, "s"))
@@ -320,17 +370,13 @@ def _seq_valid(t: pa.Table, last_seq: int) -> np.ndarray:
     return ok
 
 
-def _rows_valid(t: pa.Table, last_seq: int) -> np.ndarray:
-    """Per record: a plain record line the native reader would accept (types are the schema's)."""
+def _records_valid(t: pa.Table) -> np.ndarray:
+    """Per record read by Arrow's JSON reader: a plain record line the native reader would accept,
+    but for its seq's order (types are the schema's)."""
     n = t.num_rows
     typ = t.column("type")
     ok = _np_bool(pc.or_kleene(pc.is_null(typ), pc.equal(typ, "op")))
-    seq = t.column("seq")
-    ok &= ~_np_bool(pc.is_null(seq))
-    s = _np_int(seq, -1)
-    prev = np.concatenate(([last_seq], s[:-1]))
-    ok &= s > prev
-    # one bad seq breaks the comparison with the next: stop at the first
+    ok &= ~_np_bool(pc.is_null(t.column("seq")))
     for name in ("id", "op"):
         col = t.column(name)
         ok &= _np_int(pc.utf8_length(col), 0) > 0
@@ -340,9 +386,6 @@ def _rows_valid(t: pa.Table, last_seq: int) -> np.ndarray:
         lists = _combine(t.column(side))
         ents = pc.list_flatten(lists)
         ok &= _per_row(lists, _entries_valid(ents), n)
-    first_bad = np.flatnonzero(~ok)
-    if len(first_bad):  # seq order is relative: nothing after an invalid record is trusted
-        ok[first_bad[0]:] = False
     return ok
 
 
@@ -373,13 +416,13 @@ def compare_prefix(path_a: Path, path_b: Path, use_ordered: bool = True, window:
     garbage: the walk follows them). Raises :class:`Unsupported` when a file cannot be opened here
     (the walk reads it and says why)."""
     try:
-        a, b = _Side(path_a, True), _Side(path_b, False)
+        a, b = _Side(path_a, True, use_ordered, uninitialised), _Side(path_b, False)
     except OSError as e:
         raise Unsupported(str(e)) from None
     pre = Prefix()
     seen_steps: set[Any] = set()
     last_a = last_b = -1
-    pool = ThreadPoolExecutor(1)  # B's lines are split and matched while A's JSON is parsed
+    pool = ThreadPoolExecutor(1)  # B's block is read while A's is (numpy and Arrow release the GIL)
     try:
         first = True
         while True:
@@ -394,7 +437,7 @@ def compare_prefix(path_a: Path, path_b: Path, use_ordered: bool = True, window:
                     break  # the walk skips leading steps of one run: it decides from the start
                 first = False
             ids = pa.chunked_array(ta.column("id").chunks + tb.column("id").chunks).combine_chunks()
-            enc = pc.dictionary_encode(pc.fill_null(ids, ""))
+            enc = pc.dictionary_encode(pc.fill_null(ids, pa.scalar(b"", pa.binary())))
             codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
             ca, cb = codes[:n], codes[n:]
             ends = _closures(ca, cb, len(enc.dictionary))
@@ -424,9 +467,8 @@ def compare_prefix(path_a: Path, path_b: Path, use_ordered: bool = True, window:
             lines_b = tb.column("line").slice(0, upto)
             if not np.array_equal(match_b, np.arange(upto)):  # reordered neighbours: B's lines in A's order
                 lines_b = lines_b.take(pa.array(match_b))
-            pair_ok = _rows_valid(ta_u, last_a)
-            pair_ok &= ~_np_bool(ta_u.column("deep"))
-            valid_b = _seq_valid(tb.slice(0, upto), last_b) & ~_np_bool(tb.column("deep").slice(0, upto))
+            pair_ok = _seq_valid(ta_u, last_a) & _np_bool(ta_u.column("valid"))
+            valid_b = _seq_valid(tb.slice(0, upto), last_b)  # the rest of B's line is A's (compared below)
             pair_ok &= valid_b[match_b]
             pair_ok &= _np_bool(pc.equal(ta_u.column("line"), lines_b))  # null (not our form) never equal
             seg_ok &= np.bincount(seg[~pair_ok], minlength=len(ends)) == 0
@@ -445,6 +487,7 @@ def compare_prefix(path_a: Path, path_b: Path, use_ordered: bool = True, window:
                 break
         pre.a = _resume(a, last_a, pre.pairs)
         pre.b = _resume(b, last_b, pre.pairs)
+        pre.blocks, pre.json_blocks, pre.templates = a.blocks, a.arrow_blocks, a.templates.parsed
         return pre
     finally:
         pool.shutdown()
@@ -485,16 +528,12 @@ def _accumulate(pre: Prefix, a: _Side, b: _Side, ta: pa.Table, match_b: np.ndarr
         if s not in seen_steps:
             seen_steps.add(s)
             pre.steps.append(s)
-    outs = _combine(ta.column("out"))
-    strong = _per_row(outs, _entries_strong(pc.list_flatten(outs), use_ordered), k)
-    nonempty = _np_int(pc.list_value_length(outs), 0) > 0
-    pre.unproven += int(np.count_nonzero(nonempty & ~strong))
+    pre.unproven += int(np.count_nonzero(_np_bool(ta.column("unproven"))))
     if on_gemm is not None:
-        meta = _combine(ta.column("meta"))
-        for row in np.flatnonzero(~_np_bool(pc.is_null(pc.struct_field(meta, "gemm")))):
+        for row in np.flatnonzero(_np_bool(ta.column("gemm"))):
             on_gemm(a.line_bytes(int(row)), int(a.lines[row]))
     if uninitialised and on_uninitialised is not None:
-        for row in np.flatnonzero(_np_bool(pc.match_substring_regex(ta.column("op"), uninitialised))):
+        for row in np.flatnonzero(_np_bool(ta.column("uninit"))):
             j = int(match_b[row])
             on_uninitialised(a.line_bytes(int(row)), int(a.lines[row]), b.line_bytes(j), int(b.lines[j]))
     last = k - 1
