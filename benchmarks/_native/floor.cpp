@@ -1,0 +1,265 @@
+// The op tracer's floor below Python: a global at::RecordFunction callback (scope FUNCTION) that
+// counts calls, or digests every CPU tensor it is given with XXH3-64 and appends a small binary
+// record per call to a buffer. Built by benchmarks/bench_tracer_floor.py with
+// torch.utils.cpp_extension.load_inline (which puts `#include <torch/extension.h>` before this
+// text). A benchmark, not a tracer: it records no shapes, no arguments, no generator state, no
+// autograd metadata and no issuer (docs/scale.md says what a native tracer would have to add).
+//
+// Modes (start(mode)):
+//   1 count            count calls; needsInputs/needsOutputs true (the inputs are boxed)
+//   2 xxh3 in+out      digest every input (start) and output (end) CPU tensor, one record per call
+//   3 xxh3 out         digest outputs only (needsInputs false), one record per call
+//   4 names            count (name.overload, depth) for the op-set comparison
+//   5 count, unboxed   count calls; needsInputs/needsOutputs false
+//   6 xxh3 in+out, the mode's op set   as 2, for the calls a dispatch mode would see (below)
+//   7 xxh3 out, the mode's op set      as 3, for the same calls
+//
+// The mode's op set (modes 4, 6, 7): a TorchDispatchMode sees an op when the op reaches the Python
+// key, below autograd; a CompositeImplicitAutograd op (aten::linear) has no kernel there and
+// decomposes above it, so the mode sees its parts (t, addmm) but not it; the calls an op's kernel
+// makes below the Python key (copy_ inside _to_copy, transpose inside t) are not seen either.
+// RecordFunction sees every call. The rule used here: a call is in the mode's set when every
+// recorded call around it is CompositeImplicitAutograd or not an op at all (autograd's
+// evaluate_function ranges), and it is not CompositeImplicitAutograd itself.
+#define XXH_INLINE_ALL
+#include "xxhash.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+int g_mode = 0;
+at::CallbackHandle g_handle = at::INVALID_CALLBACK_HANDLE;
+thread_local int t_depth = 0;
+
+struct Stats {
+  int64_t calls = 0;
+  int64_t tensors = 0;      // tensors digested
+  int64_t bytes = 0;        // bytes digested
+  int64_t copies = 0;       // tensors copied to row-major first (overlapping or with gaps)
+  int64_t skipped = 0;      // tensors not digested (not a CPU strided tensor with storage)
+  int64_t records = 0;
+} g_stats;
+
+std::vector<uint8_t> g_buf;                               // the records since the last take()
+std::unordered_map<const char*, uint32_t> g_name_ids;     // fn.name() is the schema's string: stable
+std::vector<std::string> g_names;
+std::map<std::pair<std::string, int>, int64_t> g_seen;   // mode 4: (name.overload, depth) -> calls
+std::map<std::string, int64_t> g_visible;                 // mode 4: the mode's op set by the rule above
+
+struct OpKind {
+  bool op;         // a dispatcher op (else a named range: autograd's evaluate_function, "detach")
+  bool composite;  // it has a CompositeImplicitAutograd kernel
+};
+std::unordered_map<const char*, OpKind> g_kinds;  // only ops: their name is the schema's string
+
+OpKind kind_of(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  auto it = g_kinds.find(name);
+  if (it != g_kinds.end()) return it->second;
+  auto op = fn.operator_name();
+  if (!op) return {false, false};  // a range's name may live in the RecordFunction: not cached
+  auto handle = c10::Dispatcher::singleton().findOp(*op);
+  OpKind k{true, handle && handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)};
+  g_kinds.emplace(name, k);
+  return k;
+}
+
+// per call on the stack: whether the calls inside it are still in the mode's set, whether it is
+thread_local std::vector<std::pair<bool, bool>> t_frames;
+
+// Pushes this call's frame and says whether it is in the mode's set.
+bool mode_sees(const at::RecordFunction& fn) {
+  const bool open = t_frames.empty() || t_frames.back().first;
+  const OpKind k = kind_of(fn);
+  const bool sees = open && k.op && !k.composite;
+  t_frames.emplace_back(open && (!k.op || k.composite), sees);
+  return sees;
+}
+
+inline void put(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  g_buf.insert(g_buf.end(), b, b + n);
+}
+
+uint32_t name_id(const char* name) {
+  auto it = g_name_ids.find(name);
+  if (it != g_name_ids.end()) return it->second;
+  uint32_t id = static_cast<uint32_t>(g_names.size());
+  g_names.emplace_back(name);
+  g_name_ids.emplace(name, id);
+  return id;
+}
+
+// One tensor: XXH3-64 of its bytes in memory order (row-major, or as a dense permuted tensor lies,
+// as optrace's `o` with `ol`); a tensor with gaps or overlaps is copied to row-major first (with
+// RecordFunction off, so the copy is not recorded). Appends digest, numel and dtype to the record.
+void digest(const at::Tensor& t, uint16_t& count) {
+  if (!t.defined() || t.layout() != at::kStrided || !t.device().is_cpu() || !t.has_storage() ||
+      t.is_quantized()) {
+    ++g_stats.skipped;
+    return;
+  }
+  const int64_t n = t.numel();
+  const size_t nbytes = static_cast<size_t>(n) * t.element_size();
+  uint64_t h;
+  if (n == 0) {
+    h = XXH3_64bits(nullptr, 0);
+  } else if (t.is_non_overlapping_and_dense()) {
+    const auto& st = t.storage();
+    if (st.data() == nullptr ||
+        st.nbytes() < static_cast<size_t>(t.storage_offset()) * t.element_size() + nbytes) {
+      ++g_stats.skipped;  // a freed or resized storage (optrace: ev metadata)
+      return;
+    }
+    h = XXH3_64bits(t.const_data_ptr(), nbytes);
+  } else {
+    at::RecordFunctionGuard off(false);
+    at::Tensor c = t.contiguous();
+    h = XXH3_64bits(c.const_data_ptr(), nbytes);
+    ++g_stats.copies;
+  }
+  const uint8_t dt = static_cast<uint8_t>(t.scalar_type());
+  put(&h, 8);
+  put(&n, 8);
+  put(&dt, 1);
+  ++count;
+  ++g_stats.tensors;
+  g_stats.bytes += static_cast<int64_t>(nbytes);
+}
+
+void visit(const c10::IValue& v, uint16_t& count) {
+  if (v.isTensor()) {
+    digest(v.toTensor(), count);
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorVector()) digest(t, count);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) visit(e, count);
+  } else if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements()) visit(e, count);
+  }
+}
+
+// A record: u32 name id, u16 tensors (patched when the side ends), then per tensor u64 digest,
+// i64 numel, u8 dtype. Inputs are one record at start, outputs one at end (both in mode 2).
+void side(uint32_t id, const c10::IValue* begin, const c10::IValue* end) {
+  put(&id, 4);
+  const size_t at_count = g_buf.size();
+  uint16_t count = 0;
+  put(&count, 2);
+  for (const c10::IValue* v = begin; v != end; ++v) visit(*v, count);
+  std::memcpy(g_buf.data() + at_count, &count, 2);
+  ++g_stats.records;
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  ++g_stats.calls;
+  ++t_depth;
+  switch (g_mode) {
+    case 2: {
+      auto in = fn.inputs();
+      side(name_id(fn.name()), in.data(), in.data() + in.size());
+      break;
+    }
+    case 4: {
+      std::string key = fn.name();
+      const char* ov = fn.overload_name();
+      key += '.';
+      key += (ov != nullptr && *ov) ? ov : "default";
+      ++g_seen[{key, t_depth - 1}];
+      if (mode_sees(fn)) ++g_visible[key];
+      break;
+    }
+    case 6: {
+      if (mode_sees(fn)) {
+        auto in = fn.inputs();
+        side(name_id(fn.name()), in.data(), in.data() + in.size());
+      }
+      break;
+    }
+    case 7:
+      mode_sees(fn);
+      break;
+    default:
+      break;
+  }
+  return nullptr;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  --t_depth;
+  bool record = g_mode == 2 || g_mode == 3;
+  if (g_mode >= 4 && g_mode != 5 && !t_frames.empty()) {
+    record = g_mode != 4 && t_frames.back().second;
+    t_frames.pop_back();
+  }
+  if (record) {
+    const auto& out = fn.outputs();
+    side(name_id(fn.name()), out.data(), out.data() + out.size());
+  }
+}
+
+}  // namespace
+
+void start(int64_t mode) {
+  TORCH_CHECK(g_handle == at::INVALID_CALLBACK_HANDLE, "a floor callback is already installed");
+  TORCH_CHECK(mode >= 1 && mode <= 7, "mode 1-7");
+  t_frames.clear();
+  g_mode = static_cast<int>(mode);
+  const bool boxed = mode != 5;
+  g_handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                       .needsInputs(boxed && mode != 3 && mode != 7)
+                                       .needsOutputs(boxed)
+                                       .scopes({at::RecordScope::FUNCTION}));
+}
+
+void stop() {
+  if (g_handle != at::INVALID_CALLBACK_HANDLE) at::removeCallback(g_handle);
+  g_handle = at::INVALID_CALLBACK_HANDLE;
+  g_mode = 0;
+}
+
+// The records since the last call, as bytes (the buffer is emptied, its capacity kept).
+pybind11::bytes take() {
+  pybind11::bytes out(reinterpret_cast<const char*>(g_buf.data()), g_buf.size());
+  g_buf.clear();
+  return out;
+}
+
+std::map<std::string, int64_t> stats() {
+  return {{"calls", g_stats.calls},     {"tensors", g_stats.tensors}, {"bytes", g_stats.bytes},
+          {"copies", g_stats.copies},   {"skipped", g_stats.skipped}, {"records", g_stats.records}};
+}
+
+void reset() {
+  g_stats = Stats{};
+  g_seen.clear();
+  g_visible.clear();
+}
+
+std::vector<std::tuple<std::string, int64_t, int64_t>> seen() {
+  std::vector<std::tuple<std::string, int64_t, int64_t>> out;
+  for (const auto& [k, v] : g_seen) out.emplace_back(k.first, k.second, v);
+  return out;
+}
+
+std::vector<std::string> names() { return g_names; }
+
+// mode 4: the calls the rule above puts in the mode's op set, by name.overload
+std::map<std::string, int64_t> visible() { return g_visible; }
+
+// XXH3-64 of a buffer's bytes, to check the vendored header against the xxhash package optrace uses.
+uint64_t xxh3(pybind11::buffer b) {
+  pybind11::buffer_info info = b.request();
+  return XXH3_64bits(info.ptr, static_cast<size_t>(info.size * info.itemsize));
+}
+
+// Which vector path the compiler flags gave XXH3 (0 scalar, 1 SSE2, 2 AVX2, 3 AVX-512).
+int64_t xxh3_vector() { return XXH_VECTOR; }
