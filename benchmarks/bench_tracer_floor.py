@@ -15,7 +15,13 @@ full garbage collection before every step), glibc's allocator steady (bench_trac
 5. the callback digesting every input and output CPU tensor with XXH3-64 (the vendored
    benchmarks/_native/xxhash.h) and appending a small binary record per call to a buffer
    (name id, per tensor digest, numel, dtype), written to a file at the end of each step; and
-   the same digesting outputs only (``needsInputs(false)``).
+   the same digesting outputs only (``needsInputs(false)``); each for every call RecordFunction
+   sees and for the calls a dispatch mode would see (floor.cpp says how they are told apart);
+6. a fuller record for the mode's calls: each tensor's shape beside its digest, the non-tensor
+   arguments digested, autograd's sequence number, and the issuer (the GIL taken and Python's
+   frames walked to the first outside torch, the standard library and the probes, as optrace's
+   ``Issuers.note`` does); the same without the issuer; and without the issuer with no byte read
+   (every digest 0: what the records cost beside the bytes).
 
 The C++ (benchmarks/_native/floor.cpp) is built with ``torch.utils.cpp_extension.load_inline``
 into /tmp/forensics-tracer-floor/<isa>/ (built once, reused by later runs; the build time is
@@ -26,8 +32,8 @@ as ATen's kernels (the path is printed).
 It also counts, for one step, the ops the dispatch mode sees against the calls RecordFunction
 sees, by name and count (``--ops`` prints every name).
 
-    python benchmarks/bench_tracer_floor.py --steps 20
-    python benchmarks/isa.py avx2 -- python benchmarks/bench_tracer_floor.py --steps 20
+    python benchmarks/bench_tracer_floor.py
+    python benchmarks/isa.py avx2 -- python benchmarks/bench_tracer_floor.py
 """
 from __future__ import annotations
 
@@ -53,7 +59,7 @@ NATIVE = Path(__file__).resolve().parent / "_native"
 BUILD_ROOT = Path(tempfile.gettempdir()) / "forensics-tracer-floor"
 #: xxhash.h's XXH_VECTOR values
 VECTORS = {0: "scalar", 1: "SSE2", 2: "AVX2", 3: "AVX-512"}
-FUNCTIONS = ["start", "stop", "take", "stats", "reset", "seen", "names", "visible", "xxh3", "xxh3_vector"]
+FUNCTIONS = ["start", "stop", "take", "stats", "reset", "seen", "names", "visible", "set_skip", "issuer_files", "xxh3", "xxh3_vector"]
 
 
 def isa() -> str:
@@ -93,6 +99,17 @@ def check_digest(ext: Any) -> None:
         raise SystemExit(f"vendored xxh3 gives {ours:016x}, the xxhash package {theirs:016x}")
 
 
+def not_issuers() -> list[str]:
+    """Path prefixes whose frames are not an op's issuer (optrace's Issuers: torch, the probes,
+    forensics, parsers, the standard library)."""
+    import sysconfig  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[1]
+    dirs = [Path(torch.__file__).resolve().parent, root / "probes", root / "forensics", root / "parsers"]
+    dirs += [Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib")]
+    return sorted({str(d) + os.sep for d in dirs})
+
+
 class NativeArm:
     """The RecordFunction callback, installed for this arm's steps only (added before the step and
     removed after it: with no global callback installed RecordFunction costs the other arms nothing).
@@ -101,7 +118,7 @@ class NativeArm:
     def __init__(self, ext: Any, mode: int, out: Path | None = None) -> None:
         self.ext, self.mode = ext, mode
         self.file = open(out, "wb") if out is not None else None  # noqa: SIM115 - closed in close()
-        self.calls = self.bytes = self.tensors = self.copies = self.steps = self.written = 0
+        self.calls = self.bytes = self.tensors = self.copies = self.steps = self.written = self.issuers = 0
 
     @contextlib.contextmanager
     def __call__(self):
@@ -121,6 +138,7 @@ class NativeArm:
             self.bytes += s["bytes"]
             self.tensors += s["tensors"]
             self.copies += s["copies"]
+            self.issuers += s["issuers"]
             self.steps += 1
 
     def close(self) -> None:
@@ -197,7 +215,7 @@ def op_sets(ext: Any, step: Any, show: bool) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=30)
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--ops", action="store_true", help="print every op name of the op-set comparison")
@@ -214,6 +232,7 @@ def main() -> None:
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs")
     ext = build(args.verbose_build)
     check_digest(ext)
+    ext.set_skip(not_issuers())
     step = make_step(args.width, args.layers, args.batch)
     out = Path(tempfile.mkdtemp(prefix="bench_tracer_floor_"))
     ours = OptraceArm(out / "optrace")
@@ -221,7 +240,10 @@ def main() -> None:
                "RF xxh3 in+out": NativeArm(ext, 2, out / "records-io.bin"),
                "RF xxh3 out": NativeArm(ext, 3, out / "records-out.bin"),
                "RF xxh3 in+out, mode's ops": NativeArm(ext, 6, out / "records-io-mode.bin"),
-               "RF xxh3 out, mode's ops": NativeArm(ext, 7, out / "records-out-mode.bin")}
+               "RF xxh3 out, mode's ops": NativeArm(ext, 7, out / "records-out-mode.bin"),
+               "RF full, no issuer": NativeArm(ext, 9, out / "records-full-noissuer.bin"),
+               "RF full + issuer": NativeArm(ext, 8, out / "records-full.bin"),
+               "RF full, no bytes read": NativeArm(ext, 10, out / "records-full-nobytes.bin")}
     arms: dict[str, Any] = {"untraced": contextlib.nullcontext, "optrace": ours, "empty mode": EmptyMode, **natives}
     for ctx in arms.values():  # warm-up: imports (TorchDispatchMode pulls in torch._dynamo), allocator
         for _ in range(2):
@@ -229,7 +251,7 @@ def main() -> None:
                 step()
     op_sets(ext, step, args.ops)
     for arm in natives.values():
-        arm.calls = arm.bytes = arm.tensors = arm.copies = arm.steps = arm.written = 0
+        arm.calls = arm.bytes = arm.tensors = arm.copies = arm.steps = arm.written = arm.issuers = 0
     times: dict[str, list[float]] = {k: [] for k in arms}
     cpu: dict[str, list[float]] = {k: [] for k in arms}
     order = list(arms.items())
@@ -261,7 +283,10 @@ def main() -> None:
                           f"{a.copies / n:.0f} copied first")
             if a.written:
                 extra += f", {a.written / n / 1e3:.1f} kB of records"
+            if a.issuers:
+                extra += f", {a.issuers / n:.0f} issuers found"
         print(f"{k:27s} {med[k] * 1e3:8.2f} {med[k] / base:7.2f} {med_cpu[k] * 1e3:8.2f} {med_cpu[k] / base_cpu:7.2f}  {extra}")
+    print(f"issuer files (mode 8): {', '.join(sorted(set(ext.issuer_files()))) or 'none'}")
     load = os.getloadavg()
     print(f"target: < 1.5x untraced (issue 33); CPU {cpu_model()}, {isa()}, "
           f"load average after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

@@ -13,6 +13,12 @@
 //   5 count, unboxed   count calls; needsInputs/needsOutputs false
 //   6 xxh3 in+out, the mode's op set   as 2, for the calls a dispatch mode would see (below)
 //   7 xxh3 out, the mode's op set      as 3, for the same calls
+//   8 a fuller record, the mode's op set: as 6, each tensor's shape beside its digest, the
+//     non-tensor arguments digested, autograd's sequence number, and the issuer: the GIL taken and
+//     Python's frames walked to the first one outside torch, the standard library and the probes
+//     (optrace's Issuers.note; each code object classified once)
+//   9 as 8 without the issuer (no GIL, no frames)
+//  10 as 9 with no byte read: every digest is 0 (what the record costs beside the bytes)
 //
 // The mode's op set (modes 4, 6, 7): a TorchDispatchMode sees an op when the op reaches the Python
 // key, below autograd; a CompositeImplicitAutograd op (aten::linear) has no kernel there and
@@ -36,6 +42,12 @@
 namespace {
 
 int g_mode = 0;
+bool g_full = false;  // modes 8 and 9: shapes, non-tensor arguments, sequence number
+bool g_issuer = false;  // mode 8
+bool g_nobytes = false;  // mode 10
+std::vector<std::string> g_skip;  // path prefixes that are not an issuer (torch, stdlib, probes)
+std::unordered_map<PyCodeObject*, bool> g_code_skip;  // code object -> not an issuer (held alive)
+std::vector<uint8_t> g_args;  // the non-tensor arguments of the call being recorded
 at::CallbackHandle g_handle = at::INVALID_CALLBACK_HANDLE;
 thread_local int t_depth = 0;
 
@@ -46,6 +58,7 @@ struct Stats {
   int64_t copies = 0;       // tensors copied to row-major first (overlapping or with gaps)
   int64_t skipped = 0;      // tensors not digested (not a CPU strided tensor with storage)
   int64_t records = 0;
+  int64_t issuers = 0;      // calls whose issuer was found (mode 8)
 } g_stats;
 
 std::vector<uint8_t> g_buf;                               // the records since the last take()
@@ -110,7 +123,9 @@ void digest(const at::Tensor& t, uint16_t& count) {
   const int64_t n = t.numel();
   const size_t nbytes = static_cast<size_t>(n) * t.element_size();
   uint64_t h;
-  if (n == 0) {
+  if (g_nobytes) {
+    h = 0;
+  } else if (n == 0) {
     h = XXH3_64bits(nullptr, 0);
   } else if (t.is_non_overlapping_and_dense()) {
     const auto& st = t.storage();
@@ -130,9 +145,16 @@ void digest(const at::Tensor& t, uint16_t& count) {
   put(&h, 8);
   put(&n, 8);
   put(&dt, 1);
+  if (g_full) {  // the shape, and whether the bytes were in row-major order (optrace: "ol" absent)
+    const uint8_t nd = static_cast<uint8_t>(t.dim());
+    const uint8_t rm = t.is_contiguous() ? 1 : 0;
+    put(&nd, 1);
+    put(&rm, 1);
+    put(t.sizes().data(), sizeof(int64_t) * nd);
+  }
   ++count;
   ++g_stats.tensors;
-  g_stats.bytes += static_cast<int64_t>(nbytes);
+  if (!g_nobytes) g_stats.bytes += static_cast<int64_t>(nbytes);
 }
 
 void visit(const c10::IValue& v, uint16_t& count) {
@@ -144,18 +166,91 @@ void visit(const c10::IValue& v, uint16_t& count) {
     for (const c10::IValue& e : v.toListRef()) visit(e, count);
   } else if (v.isTuple()) {
     for (const c10::IValue& e : v.toTupleRef().elements()) visit(e, count);
+  } else if (g_full) {  // a non-tensor argument: a tag and its value into the call's argument bytes
+    auto bytes = [](const void* p, size_t n) {
+      g_args.insert(g_args.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+    };
+    if (v.isInt()) {
+      const int64_t x = v.toInt();
+      g_args.push_back(1);
+      bytes(&x, 8);
+    } else if (v.isDouble()) {
+      const double x = v.toDouble();
+      g_args.push_back(2);
+      bytes(&x, 8);
+    } else if (v.isBool()) {
+      g_args.push_back(v.toBool() ? 3 : 4);
+    } else if (v.isIntList()) {
+      g_args.push_back(5);
+      for (int64_t x : v.toIntList()) bytes(&x, 8);
+    } else if (v.isString()) {
+      g_args.push_back(6);
+      const auto& str = v.toStringRef();
+      bytes(str.data(), str.size());
+    } else if (v.isNone()) {
+      g_args.push_back(7);
+    } else {
+      g_args.push_back(8);  // another kind (a device, a generator, a scalar type ...): its kind only
+    }
   }
+}
+
+// The issuer: the first Python frame outside torch, the standard library and the probes, as the
+// code object's address (optrace records the file's hash or the package's version; a real tracer
+// would map this once per code object). 0: no Python frame (a thread with no Python on it).
+uint64_t issuer() {
+  pybind11::gil_scoped_acquire gil;
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(f);
+  uint64_t found = 0;
+  while (f != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(f);
+    auto it = g_code_skip.find(code);
+    bool skip;
+    if (it != g_code_skip.end()) {
+      skip = it->second;
+    } else {
+      const char* file = PyUnicode_AsUTF8(code->co_filename);
+      skip = file == nullptr || file[0] == '<';
+      for (size_t i = 0; !skip && i < g_skip.size(); ++i) skip = std::strncmp(file, g_skip[i].data(), g_skip[i].size()) == 0;
+      Py_INCREF(code);
+      g_code_skip.emplace(code, skip);
+    }
+    if (!skip) {
+      found = reinterpret_cast<uint64_t>(code);
+      ++g_stats.issuers;
+      Py_DECREF(code);
+      Py_DECREF(f);
+      break;
+    }
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(code);
+    Py_DECREF(f);
+    f = back;
+  }
+  return found;
 }
 
 // A record: u32 name id, u16 tensors (patched when the side ends), then per tensor u64 digest,
 // i64 numel, u8 dtype. Inputs are one record at start, outputs one at end (both in mode 2).
-void side(uint32_t id, const c10::IValue* begin, const c10::IValue* end) {
+// Modes 8 and 9 add, on the input side, autograd's sequence number, the issuer and the digest of
+// the non-tensor arguments after the tensors.
+void side(uint32_t id, const c10::IValue* begin, const c10::IValue* end, const at::RecordFunction* in = nullptr) {
   put(&id, 4);
   const size_t at_count = g_buf.size();
   uint16_t count = 0;
   put(&count, 2);
+  g_args.clear();
   for (const c10::IValue* v = begin; v != end; ++v) visit(*v, count);
   std::memcpy(g_buf.data() + at_count, &count, 2);
+  if (g_full && in != nullptr) {
+    const int64_t seq = in->seqNr();
+    const uint64_t who = g_issuer ? issuer() : 0;
+    const uint64_t args = XXH3_64bits(g_args.data(), g_args.size());
+    put(&seq, 8);
+    put(&who, 8);
+    put(&args, 8);
+  }
   ++g_stats.records;
 }
 
@@ -177,10 +272,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       if (mode_sees(fn)) ++g_visible[key];
       break;
     }
-    case 6: {
+    case 6:
+    case 8:
+    case 9:
+    case 10: {
       if (mode_sees(fn)) {
         auto in = fn.inputs();
-        side(name_id(fn.name()), in.data(), in.data() + in.size());
+        side(name_id(fn.name()), in.data(), in.data() + in.size(), &fn);
       }
       break;
     }
@@ -210,8 +308,11 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 
 void start(int64_t mode) {
   TORCH_CHECK(g_handle == at::INVALID_CALLBACK_HANDLE, "a floor callback is already installed");
-  TORCH_CHECK(mode >= 1 && mode <= 7, "mode 1-7");
+  TORCH_CHECK(mode >= 1 && mode <= 10, "mode 1-10");
   t_frames.clear();
+  g_full = mode >= 8;
+  g_nobytes = mode == 10;
+  g_issuer = mode == 8;
   g_mode = static_cast<int>(mode);
   const bool boxed = mode != 5;
   g_handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
@@ -235,7 +336,8 @@ pybind11::bytes take() {
 
 std::map<std::string, int64_t> stats() {
   return {{"calls", g_stats.calls},     {"tensors", g_stats.tensors}, {"bytes", g_stats.bytes},
-          {"copies", g_stats.copies},   {"skipped", g_stats.skipped}, {"records", g_stats.records}};
+          {"copies", g_stats.copies},   {"skipped", g_stats.skipped}, {"records", g_stats.records},
+          {"issuers", g_stats.issuers}};
 }
 
 void reset() {
@@ -251,6 +353,19 @@ std::vector<std::tuple<std::string, int64_t, int64_t>> seen() {
 }
 
 std::vector<std::string> names() { return g_names; }
+
+// The files of the code objects found as issuers (mode 8), to check the walk.
+std::vector<std::string> issuer_files() {
+  pybind11::gil_scoped_acquire gil;
+  std::vector<std::string> out;
+  for (const auto& [code, skip] : g_code_skip) {
+    if (!skip) out.emplace_back(PyUnicode_AsUTF8(code->co_filename));
+  }
+  return out;
+}
+
+// Path prefixes whose frames are not an issuer (mode 8).
+void set_skip(std::vector<std::string> prefixes) { g_skip = std::move(prefixes); }
 
 // mode 4: the calls the rule above puts in the mode's op set, by name.overload
 std::map<std::string, int64_t> visible() { return g_visible; }
