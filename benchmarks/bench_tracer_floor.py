@@ -21,7 +21,11 @@ full garbage collection before every step), glibc's allocator steady (bench_trac
    arguments digested, autograd's sequence number, and the issuer (the GIL taken and Python's
    frames walked to the first outside torch, the standard library and the probes, as optrace's
    ``Issuers.note`` does); the same without the issuer; and without the issuer with no byte read
-   (every digest 0: what the records cost beside the bytes).
+   (every digest 0: what the records cost beside the bytes);
+7. the fuller record without the issuer, with a digest cache: an input's digest reused when the
+   same tensor was digested as a recorded output and its version counter has not moved since
+   (earlier passes did not build a cache, for what it cannot see: docs/scale.md). One untimed
+   step checks it: every reused digest is compared with the digest of the bytes then.
 
 The C++ (benchmarks/_native/floor.cpp) is built with ``torch.utils.cpp_extension.load_inline``
 into /tmp/forensics-tracer-floor/<isa>/ (built once, reused by later runs; the build time is
@@ -59,7 +63,7 @@ NATIVE = Path(__file__).resolve().parent / "_native"
 BUILD_ROOT = Path(tempfile.gettempdir()) / "forensics-tracer-floor"
 #: xxhash.h's XXH_VECTOR values
 VECTORS = {0: "scalar", 1: "SSE2", 2: "AVX2", 3: "AVX-512"}
-FUNCTIONS = ["start", "stop", "take", "stats", "reset", "seen", "names", "visible", "set_skip", "issuer_files", "xxh3", "xxh3_vector"]
+FUNCTIONS = ["start", "stop", "take", "stats", "reset", "seen", "names", "visible", "set_skip", "issuer_files", "verify", "xxh3", "xxh3_vector"]
 
 
 def isa() -> str:
@@ -118,7 +122,7 @@ class NativeArm:
     def __init__(self, ext: Any, mode: int, out: Path | None = None) -> None:
         self.ext, self.mode = ext, mode
         self.file = open(out, "wb") if out is not None else None  # noqa: SIM115 - closed in close()
-        self.calls = self.bytes = self.tensors = self.copies = self.steps = self.written = self.issuers = 0
+        self.calls = self.bytes = self.tensors = self.copies = self.steps = self.written = self.issuers = self.reused = 0
 
     @contextlib.contextmanager
     def __call__(self):
@@ -139,6 +143,7 @@ class NativeArm:
             self.tensors += s["tensors"]
             self.copies += s["copies"]
             self.issuers += s["issuers"]
+            self.reused += s["reused"]
             self.steps += 1
 
     def close(self) -> None:
@@ -212,6 +217,22 @@ def op_sets(ext: Any, step: Any, show: bool) -> None:
         print(f"  {k:44s} {seen.get(k, 0):5d} {rf_all.get(k, 0):5d} {rf_top.get(k, 0):6d} {rule.get(k, 0):5d}")
 
 
+def check_cache(ext: Any, step: Any) -> None:
+    """One step of the cached arm with every reused input digest checked against its bytes."""
+    ext.reset()
+    ext.verify(True)
+    ext.start(11)
+    try:
+        step()
+    finally:
+        ext.stop()
+        ext.verify(False)
+        ext.take()
+    s = ext.stats()
+    print(f"version cache, one step checked: {s['reused']} input digests reused, {s['stale']} of them stale "
+          f"(differing from the bytes' digest)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=64)
@@ -243,15 +264,17 @@ def main() -> None:
                "RF xxh3 out, mode's ops": NativeArm(ext, 7, out / "records-out-mode.bin"),
                "RF full, no issuer": NativeArm(ext, 9, out / "records-full-noissuer.bin"),
                "RF full + issuer": NativeArm(ext, 8, out / "records-full.bin"),
-               "RF full, no bytes read": NativeArm(ext, 10, out / "records-full-nobytes.bin")}
+               "RF full, no bytes read": NativeArm(ext, 10, out / "records-full-nobytes.bin"),
+               "RF full, version cache": NativeArm(ext, 11, out / "records-io-cache.bin")}
     arms: dict[str, Any] = {"untraced": contextlib.nullcontext, "optrace": ours, "empty mode": EmptyMode, **natives}
     for ctx in arms.values():  # warm-up: imports (TorchDispatchMode pulls in torch._dynamo), allocator
         for _ in range(2):
             with ctx():
                 step()
     op_sets(ext, step, args.ops)
+    check_cache(ext, step)
     for arm in natives.values():
-        arm.calls = arm.bytes = arm.tensors = arm.copies = arm.steps = arm.written = arm.issuers = 0
+        arm.calls = arm.bytes = arm.tensors = arm.copies = arm.steps = arm.written = arm.issuers = arm.reused = 0
     times: dict[str, list[float]] = {k: [] for k in arms}
     cpu: dict[str, list[float]] = {k: [] for k in arms}
     order = list(arms.items())
@@ -283,6 +306,8 @@ def main() -> None:
                           f"{a.copies / n:.0f} copied first")
             if a.written:
                 extra += f", {a.written / n / 1e3:.1f} kB of records"
+            if a.reused:
+                extra += f", {a.reused / n:.0f} input digests reused"
             if a.issuers:
                 extra += f", {a.issuers / n:.0f} issuers found"
         print(f"{k:27s} {med[k] * 1e3:8.2f} {med[k] / base:7.2f} {med_cpu[k] * 1e3:8.2f} {med_cpu[k] / base_cpu:7.2f}  {extra}")

@@ -19,6 +19,9 @@
 //     (optrace's Issuers.note; each code object classified once)
 //   9 as 8 without the issuer (no GIL, no frames)
 //  10 as 9 with no byte read: every digest is 0 (what the record costs beside the bytes)
+//  11 as 9, an input's digest reused when the same tensor was digested as a recorded call's output
+//     and its version counter has not moved since (a digest cache: what it cannot see is in
+//     docs/scale.md, "The tracer's floor")
 //
 // The mode's op set (modes 4, 6, 7): a TorchDispatchMode sees an op when the op reaches the Python
 // key, below autograd; a CompositeImplicitAutograd op (aten::linear) has no kernel there and
@@ -59,7 +62,21 @@ struct Stats {
   int64_t skipped = 0;      // tensors not digested (not a CPU strided tensor with storage)
   int64_t records = 0;
   int64_t issuers = 0;      // calls whose issuer was found (mode 8)
+  int64_t reused = 0;       // input digests taken from the cache (mode 11)
+  int64_t stale = 0;        // ... of which differed from the bytes' digest (verify(true) only)
 } g_stats;
+
+bool g_cache = false;  // mode 11
+bool g_verify = false;  // mode 11: digest the bytes too and count the cached digests that differ
+bool g_out_side = false;  // digesting a call's outputs (else its inputs)
+struct Cached {
+  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl;  // holds the address
+  uint32_t version;
+  const void* data;
+  int64_t numel;
+  uint64_t h;
+};
+std::unordered_map<const c10::TensorImpl*, Cached> g_cached;
 
 std::vector<uint8_t> g_buf;                               // the records since the last take()
 std::unordered_map<const char*, uint32_t> g_name_ids;     // fn.name() is the schema's string: stable
@@ -123,6 +140,19 @@ void digest(const at::Tensor& t, uint16_t& count) {
   const int64_t n = t.numel();
   const size_t nbytes = static_cast<size_t>(n) * t.element_size();
   uint64_t h;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const bool cacheable = g_cache && !t.is_inference();
+  if (cacheable && !g_out_side) {
+    auto it = g_cached.find(impl);
+    if (it != g_cached.end() && !it->second.impl.expired() &&
+        it->second.version == impl->version_counter().current_version() &&
+        it->second.data == t.const_data_ptr() && it->second.numel == n) {
+      h = it->second.h;
+      ++g_stats.reused;
+      if (g_verify && t.is_non_overlapping_and_dense() && XXH3_64bits(t.const_data_ptr(), nbytes) != h) ++g_stats.stale;
+      goto write;
+    }
+  }
   if (g_nobytes) {
     h = 0;
   } else if (n == 0) {
@@ -141,6 +171,13 @@ void digest(const at::Tensor& t, uint16_t& count) {
     h = XXH3_64bits(c.const_data_ptr(), nbytes);
     ++g_stats.copies;
   }
+  if (!g_nobytes) g_stats.bytes += static_cast<int64_t>(nbytes);
+  if (cacheable && g_out_side) {
+    g_cached.insert_or_assign(
+        impl, Cached{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(t.getIntrusivePtr()),
+                     impl->version_counter().current_version(), t.const_data_ptr(), n, h});
+  }
+write:
   const uint8_t dt = static_cast<uint8_t>(t.scalar_type());
   put(&h, 8);
   put(&n, 8);
@@ -154,7 +191,6 @@ void digest(const at::Tensor& t, uint16_t& count) {
   }
   ++count;
   ++g_stats.tensors;
-  if (!g_nobytes) g_stats.bytes += static_cast<int64_t>(nbytes);
 }
 
 void visit(const c10::IValue& v, uint16_t& count) {
@@ -275,7 +311,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     case 6:
     case 8:
     case 9:
-    case 10: {
+    case 10:
+    case 11: {
       if (mode_sees(fn)) {
         auto in = fn.inputs();
         side(name_id(fn.name()), in.data(), in.data() + in.size(), &fn);
@@ -300,7 +337,9 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   }
   if (record) {
     const auto& out = fn.outputs();
+    g_out_side = true;
     side(name_id(fn.name()), out.data(), out.data() + out.size());
+    g_out_side = false;
   }
 }
 
@@ -308,7 +347,8 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 
 void start(int64_t mode) {
   TORCH_CHECK(g_handle == at::INVALID_CALLBACK_HANDLE, "a floor callback is already installed");
-  TORCH_CHECK(mode >= 1 && mode <= 10, "mode 1-10");
+  TORCH_CHECK(mode >= 1 && mode <= 11, "mode 1-11");
+  g_cache = mode == 11;
   t_frames.clear();
   g_full = mode >= 8;
   g_nobytes = mode == 10;
@@ -322,6 +362,9 @@ void start(int64_t mode) {
 }
 
 void stop() {
+  for (auto it = g_cached.begin(); it != g_cached.end();) {  // entries of freed tensors
+    it = it->second.impl.expired() ? g_cached.erase(it) : std::next(it);
+  }
   if (g_handle != at::INVALID_CALLBACK_HANDLE) at::removeCallback(g_handle);
   g_handle = at::INVALID_CALLBACK_HANDLE;
   g_mode = 0;
@@ -337,7 +380,7 @@ pybind11::bytes take() {
 std::map<std::string, int64_t> stats() {
   return {{"calls", g_stats.calls},     {"tensors", g_stats.tensors}, {"bytes", g_stats.bytes},
           {"copies", g_stats.copies},   {"skipped", g_stats.skipped}, {"records", g_stats.records},
-          {"issuers", g_stats.issuers}};
+          {"issuers", g_stats.issuers}, {"reused", g_stats.reused}, {"stale", g_stats.stale}};
 }
 
 void reset() {
@@ -353,6 +396,9 @@ std::vector<std::tuple<std::string, int64_t, int64_t>> seen() {
 }
 
 std::vector<std::string> names() { return g_names; }
+
+// Mode 11: also digest every reused input's bytes and count those whose cached digest differs.
+void verify(bool on) { g_verify = on; }
 
 // The files of the code objects found as issuers (mode 8), to check the walk.
 std::vector<std::string> issuer_files() {
