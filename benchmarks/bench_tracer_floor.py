@@ -25,7 +25,14 @@ full garbage collection before every step), glibc's allocator steady (bench_trac
 7. the fuller record without the issuer, with a digest cache: an input's digest reused when the
    same tensor was digested as a recorded output and its version counter has not moved since
    (earlier passes did not build a cache, for what it cannot see: docs/scale.md). One untimed
-   step checks it: every reused digest is compared with the digest of the bytes then.
+   step checks it: every reused digest is compared with the digest of the bytes then;
+8. the fuller record without the issuer, reading only the bytes optrace reads (its own rules, no
+   cache): a tensor passed twice to one call digested once, an ``.out`` buffer and the self of
+   ``copy_``/``fill_``/``zero_``/the random fills not digested as inputs, a same-element view's
+   output given its input's digest when both lie densely over the same bytes, and
+   ``_local_scalar_dense`` and the profiler ops not recorded; and optrace's ``optimizer.step``
+   semantic record (parameters and gradients before the step, parameters after), digested in C++
+   from optimizer hooks: every byte optrace reads, no more.
 
 The C++ (benchmarks/_native/floor.cpp) is built with ``torch.utils.cpp_extension.load_inline``
 into /tmp/forensics-tracer-floor/<isa>/ (built once, reused by later runs; the build time is
@@ -63,7 +70,7 @@ NATIVE = Path(__file__).resolve().parent / "_native"
 BUILD_ROOT = Path(tempfile.gettempdir()) / "forensics-tracer-floor"
 #: xxhash.h's XXH_VECTOR values
 VECTORS = {0: "scalar", 1: "SSE2", 2: "AVX2", 3: "AVX-512"}
-FUNCTIONS = ["start", "stop", "take", "stats", "reset", "seen", "names", "visible", "set_skip", "issuer_files", "verify", "xxh3", "xxh3_vector"]
+FUNCTIONS = ["start", "stop", "take", "stats", "reset", "seen", "names", "visible", "set_skip", "issuer_files", "verify", "semantic", "xxh3", "xxh3_vector"]
 
 
 def isa() -> str:
@@ -114,13 +121,41 @@ def not_issuers() -> list[str]:
     return sorted({str(d) + os.sep for d in dirs})
 
 
+class SemanticRecords:
+    """optrace's optimizer.step record for a native arm: the parameters and gradients digested before
+    the step, the parameters after it (probes/optrace/hooks.py), through the extension. Hooks
+    installed once for the process, recording only while ``on``."""
+
+    def __init__(self, ext: Any) -> None:
+        from torch.optim.optimizer import (  # noqa: PLC0415
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        self.ext, self.on = ext, False
+
+        def params(opt: Any) -> list[torch.Tensor]:
+            return [p for g in opt.param_groups for p in g["params"] if isinstance(p, torch.Tensor)]
+
+        def pre(opt: Any, *_a: Any, **_k: Any) -> None:
+            if self.on:  # ext.semantic dispatches no op: nothing of it reaches the callback
+                ps = params(opt)
+                ext.semantic("optimizer.step.before", ps + [p.grad for p in ps if p.grad is not None])
+
+        def post(opt: Any, *_a: Any, **_k: Any) -> None:
+            if self.on:
+                ext.semantic("optimizer.step", params(opt))
+
+        self.handles = [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
+
+
 class NativeArm:
     """The RecordFunction callback, installed for this arm's steps only (added before the step and
     removed after it: with no global callback installed RecordFunction costs the other arms nothing).
     A recording arm writes the step's records to a file, as the shipped tracer writes its batch."""
 
-    def __init__(self, ext: Any, mode: int, out: Path | None = None) -> None:
-        self.ext, self.mode = ext, mode
+    def __init__(self, ext: Any, mode: int, out: Path | None = None, semantic: SemanticRecords | None = None) -> None:
+        self.ext, self.mode, self.semantic = ext, mode, semantic
         self.file = open(out, "wb") if out is not None else None  # noqa: SIM115 - closed in close()
         self.calls = self.bytes = self.tensors = self.copies = self.steps = self.written = self.issuers = self.reused = 0
 
@@ -128,10 +163,14 @@ class NativeArm:
     def __call__(self):
         self.ext.reset()
         self.ext.start(self.mode)
+        if self.semantic is not None:
+            self.semantic.on = True
         try:
             yield
         finally:
             self.ext.stop()
+            if self.semantic is not None:
+                self.semantic.on = False
             if self.file is not None:
                 data = self.ext.take()
                 self.file.write(data)
@@ -217,11 +256,11 @@ def op_sets(ext: Any, step: Any, show: bool) -> None:
         print(f"  {k:44s} {seen.get(k, 0):5d} {rf_all.get(k, 0):5d} {rf_top.get(k, 0):6d} {rule.get(k, 0):5d}")
 
 
-def check_cache(ext: Any, step: Any) -> None:
-    """One step of the cached arm with every reused input digest checked against its bytes."""
+def check_reuse(ext: Any, step: Any, mode: int, what: str) -> None:
+    """One step of a reusing arm with every reused digest checked against its bytes."""
     ext.reset()
     ext.verify(True)
-    ext.start(11)
+    ext.start(mode)
     try:
         step()
     finally:
@@ -229,7 +268,7 @@ def check_cache(ext: Any, step: Any) -> None:
         ext.verify(False)
         ext.take()
     s = ext.stats()
-    print(f"version cache, one step checked: {s['reused']} input digests reused, {s['stale']} of them stale "
+    print(f"{what}, one step checked: {s['reused']} digests reused, {s['stale']} of the checked ones stale "
           f"(differing from the bytes' digest)")
 
 
@@ -265,14 +304,16 @@ def main() -> None:
                "RF full, no issuer": NativeArm(ext, 9, out / "records-full-noissuer.bin"),
                "RF full + issuer": NativeArm(ext, 8, out / "records-full.bin"),
                "RF full, no bytes read": NativeArm(ext, 10, out / "records-full-nobytes.bin"),
-               "RF full, version cache": NativeArm(ext, 11, out / "records-io-cache.bin")}
+               "RF full, version cache": NativeArm(ext, 11, out / "records-io-cache.bin"),
+               "RF full, optrace's bytes": NativeArm(ext, 12, out / "records-full-rules.bin", SemanticRecords(ext))}
     arms: dict[str, Any] = {"untraced": contextlib.nullcontext, "optrace": ours, "empty mode": EmptyMode, **natives}
     for ctx in arms.values():  # warm-up: imports (TorchDispatchMode pulls in torch._dynamo), allocator
         for _ in range(2):
             with ctx():
                 step()
     op_sets(ext, step, args.ops)
-    check_cache(ext, step)
+    check_reuse(ext, step, 11, "version cache (inputs)")
+    check_reuse(ext, step, 12, "optrace's rules (view outputs checked; a tensor twice in one call is read once)")
     for arm in natives.values():
         arm.calls = arm.bytes = arm.tensors = arm.copies = arm.steps = arm.written = arm.issuers = arm.reused = 0
     times: dict[str, list[float]] = {k: [] for k in arms}
@@ -307,7 +348,7 @@ def main() -> None:
             if a.written:
                 extra += f", {a.written / n / 1e3:.1f} kB of records"
             if a.reused:
-                extra += f", {a.reused / n:.0f} input digests reused"
+                extra += f", {a.reused / n:.0f} digests reused"
             if a.issuers:
                 extra += f", {a.issuers / n:.0f} issuers found"
         print(f"{k:27s} {med[k] * 1e3:8.2f} {med[k] / base:7.2f} {med_cpu[k] * 1e3:8.2f} {med_cpu[k] / base_cpu:7.2f}  {extra}")

@@ -19,6 +19,11 @@
 //     (optrace's Issuers.note; each code object classified once)
 //   9 as 8 without the issuer (no GIL, no frames)
 //  10 as 9 with no byte read: every digest is 0 (what the record costs beside the bytes)
+//  12 as 9 with optrace's own rules on which bytes to read (probes/optrace): a tensor passed twice
+//     to one call digested once; an .out variant's buffers and the self of copy_, fill_, zero_ and
+//     the random fills (written whole, not read) not digested as inputs; a same-element view's
+//     output (t, view, detach ...) given its input's digest when both lie densely over the same
+//     bytes; _local_scalar_dense and the profiler ops not recorded
 //  11 as 9, an input's digest reused when the same tensor was digested as a recorded call's output
 //     and its version counter has not moved since (a digest cache: what it cannot see is in
 //     docs/scale.md, "The tracer's floor")
@@ -38,6 +43,7 @@
 
 #include <cstring>
 #include <map>
+#include <unordered_set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -66,6 +72,18 @@ struct Stats {
   int64_t stale = 0;        // ... of which differed from the bytes' digest (verify(true) only)
 } g_stats;
 
+bool g_rules = false;  // mode 12
+// mode 12: the inputs digested in the current call (a tensor passed twice is read once), and the
+// first input's digest where it read the tensor's own memory (a view's output may reuse it)
+std::vector<std::pair<const c10::TensorImpl*, uint64_t>> g_call_inputs;
+struct First {
+  bool valid = false;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+  uint64_t h = 0;
+};
+First g_first;      // the current call's first input (set while its inputs are digested)
+First g_view_from;  // the view's input, while its output is digested (on_end)
 bool g_cache = false;  // mode 11
 bool g_verify = false;  // mode 11: digest the bytes too and count the cached digests that differ
 bool g_out_side = false;  // digesting a call's outputs (else its inputs)
@@ -87,7 +105,23 @@ std::map<std::string, int64_t> g_visible;                 // mode 4: the mode's 
 struct OpKind {
   bool op;         // a dispatcher op (else a named range: autograd's evaluate_function, "detach")
   bool composite;  // it has a CompositeImplicitAutograd kernel
+  bool view = false;        // mode 12: optrace's SAME_ELEMENT_VIEWS
+  bool overwrites = false;  // mode 12: optrace's OVERWRITING_OPS (self written whole, not read)
+  bool skip = false;        // mode 12: optrace's SKIPPED_OPS and the profiler ops
+  uint64_t out_args = 0;    // mode 12: the schema's out arguments (bit per argument)
 };
+
+// probes/optrace/ops.py's lists, by base name (the op's name without namespace and overload)
+const std::unordered_set<std::string> kSameElementViews = {
+    "t", "transpose", "permute", "view", "_unsafe_view", "reshape", "_reshape_alias", "detach", "alias",
+    "squeeze", "unsqueeze", "flatten", "unflatten", "view_as", "numpy_T", "mT", "adjoint", "movedim",
+    "swapaxes", "swapdims", "lift_fresh"};
+const std::unordered_set<std::string> kOverwriting = {
+    "copy_", "fill_", "zero_", "random_", "uniform_", "normal_", "cauchy_", "log_normal_",
+    "exponential_", "geometric_", "bernoulli_"};
+const std::unordered_set<std::string> kSkipped = {
+    "hash_tensor", "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "is_same_size", "_has_compatible_shallow_copy_type"};
 std::unordered_map<const char*, OpKind> g_kinds;  // only ops: their name is the schema's string
 
 OpKind kind_of(const at::RecordFunction& fn) {
@@ -98,6 +132,19 @@ OpKind kind_of(const at::RecordFunction& fn) {
   if (!op) return {false, false};  // a range's name may live in the RecordFunction: not cached
   auto handle = c10::Dispatcher::singleton().findOp(*op);
   OpKind k{true, handle && handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)};
+  const std::string& full = op->name;
+  const auto colons = full.find("::");
+  const std::string ns = colons == std::string::npos ? "" : full.substr(0, colons);
+  const std::string base = colons == std::string::npos ? full : full.substr(colons + 2);
+  k.view = kSameElementViews.count(base) > 0;
+  k.overwrites = kOverwriting.count(base) > 0;
+  k.skip = kSkipped.count(base) > 0 || ns == "profiler";
+  if (handle) {
+    const auto& args = handle->schema().arguments();
+    for (size_t i = 0; i < args.size() && i < 64; ++i) {
+      if (args[i].is_out()) k.out_args |= uint64_t{1} << i;
+    }
+  }
   g_kinds.emplace(name, k);
   return k;
 }
@@ -141,6 +188,23 @@ void digest(const at::Tensor& t, uint16_t& count) {
   const size_t nbytes = static_cast<size_t>(n) * t.element_size();
   uint64_t h;
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (g_rules && !g_out_side) {
+    for (const auto& [seen, seen_h] : g_call_inputs) {
+      if (seen == impl) {
+        h = seen_h;
+        ++g_stats.reused;
+        goto write;
+      }
+    }
+  }
+  if (g_rules && g_out_side && g_view_from.valid && n > 0 && t.const_data_ptr() == g_view_from.data &&
+      nbytes == g_view_from.nbytes && t.is_non_overlapping_and_dense()) {
+    h = g_view_from.h;  // the same bytes in the same memory order: the input's digest
+    ++g_stats.reused;
+    if (g_verify && XXH3_64bits(t.const_data_ptr(), nbytes) != h) ++g_stats.stale;
+    goto write;
+  }
+  {
   const bool cacheable = g_cache && !t.is_inference();
   if (cacheable && !g_out_side) {
     auto it = g_cached.find(impl);
@@ -176,6 +240,13 @@ void digest(const at::Tensor& t, uint16_t& count) {
     g_cached.insert_or_assign(
         impl, Cached{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(t.getIntrusivePtr()),
                      impl->version_counter().current_version(), t.const_data_ptr(), n, h});
+  }
+  if (g_rules && !g_out_side) {
+    g_call_inputs.emplace_back(impl, h);
+    if (!g_first.valid && g_call_inputs.size() == 1 && n > 0 && t.is_non_overlapping_and_dense()) {
+      g_first = First{true, t.const_data_ptr(), nbytes, h};  // read from its own memory, in memory order
+    }
+  }
   }
 write:
   const uint8_t dt = static_cast<uint8_t>(t.scalar_type());
@@ -271,13 +342,19 @@ uint64_t issuer() {
 // i64 numel, u8 dtype. Inputs are one record at start, outputs one at end (both in mode 2).
 // Modes 8 and 9 add, on the input side, autograd's sequence number, the issuer and the digest of
 // the non-tensor arguments after the tensors.
-void side(uint32_t id, const c10::IValue* begin, const c10::IValue* end, const at::RecordFunction* in = nullptr) {
+// Mode 12: skip has a bit set for each argument not read (out buffers, an overwritten self).
+void side(uint32_t id, const c10::IValue* begin, const c10::IValue* end, const at::RecordFunction* in = nullptr,
+          uint64_t skip = 0) {
   put(&id, 4);
   const size_t at_count = g_buf.size();
   uint16_t count = 0;
   put(&count, 2);
   g_args.clear();
-  for (const c10::IValue* v = begin; v != end; ++v) visit(*v, count);
+  for (const c10::IValue* v = begin; v != end; ++v) {
+    const auto i = static_cast<size_t>(v - begin);
+    if (i < 64 && (skip >> i) & 1) continue;
+    visit(*v, count);
+  }
   std::memcpy(g_buf.data() + at_count, &count, 2);
   if (g_full && in != nullptr) {
     const int64_t seq = in->seqNr();
@@ -322,6 +399,20 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     case 7:
       mode_sees(fn);
       break;
+    case 12: {
+      if (mode_sees(fn)) {
+        const OpKind k = kind_of(fn);
+        if (k.skip) {
+          t_frames.back().second = false;  // not recorded (optrace skips it)
+          break;
+        }
+        g_call_inputs.clear();
+        g_first = First{};
+        auto in = fn.inputs();
+        side(name_id(fn.name()), in.data(), in.data() + in.size(), &fn, k.out_args | (k.overwrites ? 1 : 0));
+      }
+      break;
+    }
     default:
       break;
   }
@@ -337,9 +428,11 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   }
   if (record) {
     const auto& out = fn.outputs();
+    if (g_rules && g_first.valid && kind_of(fn).view) g_view_from = g_first;
     g_out_side = true;
     side(name_id(fn.name()), out.data(), out.data() + out.size());
     g_out_side = false;
+    g_view_from = First{};
   }
 }
 
@@ -347,10 +440,11 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 
 void start(int64_t mode) {
   TORCH_CHECK(g_handle == at::INVALID_CALLBACK_HANDLE, "a floor callback is already installed");
-  TORCH_CHECK(mode >= 1 && mode <= 11, "mode 1-11");
+  TORCH_CHECK(mode >= 1 && mode <= 12, "mode 1-12");
+  g_rules = mode == 12;
   g_cache = mode == 11;
   t_frames.clear();
-  g_full = mode >= 8;
+  g_full = mode >= 8;  // 8-12
   g_nobytes = mode == 10;
   g_issuer = mode == 8;
   g_mode = static_cast<int>(mode);
@@ -397,7 +491,21 @@ std::vector<std::tuple<std::string, int64_t, int64_t>> seen() {
 
 std::vector<std::string> names() { return g_names; }
 
-// Mode 11: also digest every reused input's bytes and count those whose cached digest differs.
+// A semantic record from Python (optrace's optimizer.step: parameters and gradients before the step,
+// parameters after it): every CPU tensor of the list digested, one record.
+void semantic(const std::string& name, const std::vector<at::Tensor>& tensors) {
+  static std::unordered_map<std::string, uint32_t> ids;
+  auto it = ids.find(name);
+  if (it == ids.end()) {
+    it = ids.emplace(name, static_cast<uint32_t>(g_names.size())).first;
+    g_names.push_back(name);
+  }
+  std::vector<c10::IValue> values(tensors.begin(), tensors.end());
+  side(it->second, values.data(), values.data() + values.size());
+}
+
+// Modes 11 and 12: also digest the bytes of every cached input (11) or reused view output (12) and
+// count those whose reused digest differs.
 void verify(bool on) { g_verify = on; }
 
 // The files of the code objects found as issuers (mode 8), to check the walk.
