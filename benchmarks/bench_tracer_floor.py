@@ -70,7 +70,8 @@ NATIVE = Path(__file__).resolve().parent / "_native"
 BUILD_ROOT = Path(tempfile.gettempdir()) / "forensics-tracer-floor"
 #: xxhash.h's XXH_VECTOR values
 VECTORS = {0: "scalar", 1: "SSE2", 2: "AVX2", 3: "AVX-512"}
-FUNCTIONS = ["start", "stop", "take", "stats", "reset", "seen", "names", "visible", "set_skip", "issuer_files", "verify", "semantic", "xxh3", "xxh3_vector"]
+FUNCTIONS = ["start", "stop", "take", "stats", "reset", "seen", "names", "visible", "set_skip", "issuer_files",
+             "verify", "semantic", "xxh3", "xxh3_vector"]
 
 
 def isa() -> str:
