@@ -269,7 +269,7 @@ void visit(const c10::IValue& v, uint16_t& count) {
     digest(v.toTensor(), count);
   } else if (v.isTensorList()) {
     for (const at::Tensor& t : v.toTensorVector()) digest(t, count);
-  } else if (v.isList()) {
+  } else if (v.isList()) {  // an int list (sizes, dims) too: element by element, each with its tag
     for (const c10::IValue& e : v.toListRef()) visit(e, count);
   } else if (v.isTuple()) {
     for (const c10::IValue& e : v.toTupleRef().elements()) visit(e, count);
@@ -287,9 +287,6 @@ void visit(const c10::IValue& v, uint16_t& count) {
       bytes(&x, 8);
     } else if (v.isBool()) {
       g_args.push_back(v.toBool() ? 3 : 4);
-    } else if (v.isIntList()) {
-      g_args.push_back(5);
-      for (int64_t x : v.toIntList()) bytes(&x, 8);
     } else if (v.isString()) {
       g_args.push_back(6);
       const auto& str = v.toStringRef();
