@@ -13,8 +13,8 @@ figure (a loaded machine slows both).
 The table gives each step's wall and CPU seconds (user + system of the command and every process it
 waited for: on a shared, loaded machine wall time moves with the neighbours, CPU time far less)
 and their ratios to the plain runs it stands for: a trace
-to one plain run, ``kernel`` and ``knob`` to one plain run per arm (their passes, parsed from their
-own ``pass aN:`` lines, and the rest: start-up, planning, analysis), the others to one plain run. ``start-up`` is ``forensics --help`` (the
+to one plain run, ``kernel`` and ``knob`` to one plain run per arm (their passes, each from the
+capture manifest's ``arms[].seconds``, and the rest: start-up, planning, analysis), the others to one plain run. ``start-up`` is ``forensics --help`` (the
 interpreter, the CLI's imports). ``--profile DIR`` also writes ``python -X importtime`` of the
 CLI and a cProfile of ``kernel`` and ``analyze`` (the parent process) there.
 
@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "examples" / "cpu-divergence" / "train.py"
@@ -92,13 +94,24 @@ def next_command(diff_out: str) -> list[str]:
     raise SystemExit(f"error: diff printed no next: line:\n{diff_out}")
 
 
-def _passes(out: str, step: str, t: dict[str, tuple[float, float]]) -> int:
-    """Add ``step``'s passes (its own ``pass X: ok H:MM:SS`` lines) and the rest of it to ``t``; the arm count."""
-    passes = [(m[1], int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4])) for m in _PASS.finditer(out)]
-    if not passes:
+def _passes(out: str, step: str, t: dict[str, tuple[float, float]], capture: Path) -> int:
+    """Add ``step``'s passes and the rest of it to ``t``; the arm count.
+
+    Each pass's wall seconds come from the capture's manifest (``arms[].seconds``, measured by the
+    command around each pass); the command's own ``pass X: ok H:MM:SS`` lines (whole seconds) are
+    the fallback, and say which passes ran."""
+    printed = [(m[1], int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4])) for m in _PASS.finditer(out)]
+    if not printed:
         raise SystemExit(f"error: {step} printed no 'pass aN: ok' lines:\n{out}")
+    try:
+        manifest = yaml.safe_load((capture / "manifest.yaml").read_text()) or {}
+        measured = {a["name"]: float(a["seconds"]) for a in manifest.get("arms", []) if "seconds" in a}
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        measured = {}
+    passes = [(name, measured.get(name, s)) for name, s in printed]
+    how = "wall, from the manifest" if all(name in measured for name, _ in printed) else "wall, whole seconds"
     for name, s in passes:
-        t[f"  {step} pass {name} (wall, whole seconds)"] = (s, float("nan"))
+        t[f"  {step} pass {name} ({how})"] = (s, float("nan"))
     t[f"  rest of {step} (start-up, planning, analysis)"] = (t[step][0] - sum(s for _, s in passes), float("nan"))
     return len(passes)
 
@@ -116,7 +129,7 @@ def one_loop(work: Path, program: list[str], threads: tuple[int, int], fx: list[
     if nxt[:2] != ["forensics", "kernel"]:
         raise SystemExit(f"error: unexpected next: line {shlex.join(nxt)}")
     t["kernel"], out = run(fx + nxt[1:] + [], work, ok=(0,))
-    arms["kernel"] = _passes(out, "kernel", t)
+    arms["kernel"] = _passes(out, "kernel", t, work / "forensics-capture")
     cap = "forensics-capture"
     t["analyze"], _ = run(fx + ["analyze", cap], work)
     t["compare"], _ = run(fx + ["compare", cap], work, ok=(0, 1))
@@ -126,7 +139,7 @@ def one_loop(work: Path, program: list[str], threads: tuple[int, int], fx: list[
     name, value = knob
     t["knob"], out = run(fx + ["knob", name, "--site", site, "--device", "cpu", "--values", value, "--out", "knobcap",
                                "--"] + program + ["--threads", str(threads[0])], work, ok=(0, 1))
-    arms["knob"] = _passes(out, "knob", t)
+    arms["knob"] = _passes(out, "knob", t, work / "knobcap")
     t["bundle"], _ = run(fx + ["bundle", cap, "-o", "bundle.tar.gz"], work)
     return t, arms
 

@@ -8,6 +8,7 @@ on the tensor's own device (one int64 that stays there until the record is writt
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -81,8 +82,15 @@ def ordered_device(t: torch.Tensor) -> torch.Tensor:
     element's bits xor a key of its position, mixed by the splitmix64 finalizer, summed mod 2^64.
     A permutation, a swap or paired sign flips change it (the mixer is nonlinear). Computed over
     :func:`row_major_pieces` of :data:`CHUNK` elements (the same value as in one pass: the key is
-    the global position), so no temporary grows with the tensor."""
+    the global position), so no temporary grows with the tensor. A CPU tensor's digest is
+    computed by numpy in unsigned words (the same value, 2-3x less CPU, and no ops of ours in the
+    profiler's trace); where numpy cannot read the tensor, by torch as on other devices."""
     x = plain_real(t)
+    if x.device.type == "cpu":
+        try:
+            return _ordered_numpy(x)
+        except (TypeError, RuntimeError):  # a tensor numpy cannot view: torch's way below decides
+            pass
     size = x.element_size()
     word = _INT_OF_SIZE[size]
     total = torch.zeros((), dtype=torch.int64, device=x.device)
@@ -97,3 +105,33 @@ def ordered_device(t: torch.Tensor) -> torch.Tensor:
         z ^= _lshr(z, 31)
         total += z.sum()
     return total
+
+
+_U64 = (1 << 64) - 1
+_GOLDEN_U, _C1_U, _C2_U = (np.uint64(c & _U64) for c in (_GOLDEN, _C1, _C2))
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+def _ordered_numpy(x: torch.Tensor) -> torch.Tensor:
+    """:func:`ordered_device`'s value for a CPU tensor ``x`` (already :func:`plain_real`), by numpy:
+    the element words widened to int64 as torch's ``to(torch.int64)`` does (signed words
+    sign-extended, bytes zero-extended), then the same key, mixer and sum in uint64, whose
+    arithmetic wraps mod 2^64 where torch's int64 does."""
+    word = _INT_OF_SIZE[x.element_size()]
+    total = np.uint64(0)
+    with np.errstate(over="ignore"):
+        for start, piece in row_major_pieces(x):
+            words = piece.view(word) if piece.dtype != word else piece
+            z = words.numpy().astype(np.int64).view(np.uint64)  # a copy: the tensor is never written
+            key = np.arange(start, start + z.size, dtype=np.uint64)
+            key *= _GOLDEN_U
+            z ^= key
+            del key
+            z ^= z >> _S30
+            z *= _C1_U
+            z ^= z >> _S27
+            z *= _C2_U
+            z ^= z >> _S31
+            total += z.sum(dtype=np.uint64)
+    value = int(total)
+    return torch.tensor(value - (1 << 64) if value >> 63 else value, dtype=torch.int64)

@@ -149,3 +149,20 @@ def test_tracing_a_large_or_strided_input_takes_bounded_memory(case, before_mib,
     assert digested and all("o" in e for e in digested)  # still digested, not skipped
     if case == "embedding":
         assert any(len(e.get("c", [])) == optrace.N_CHUNKS for e in digested)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+                                   torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool,
+                                   torch.complex64, torch.float8_e4m3fn])
+@pytest.mark.parametrize("limit", [5, 1 << 22])
+def test_a_cpu_tensors_ordered_digest_by_numpy_equals_torchs(dtype, limit, monkeypatch):
+    """The CPU path (numpy, uint64) gives the value torch's int64 arithmetic gives, for every element
+    width and sign (negative words sign-extended, bytes not), whole or in pieces, transposed too."""
+    monkeypatch.setattr(digests, "CHUNK", limit)
+    g = torch.Generator().manual_seed(7)
+    base = (torch.randn(37, 11, generator=g) * 1000)
+    x = base.to(dtype) if dtype != torch.complex64 else torch.complex(base, -base)
+    for t in (x, x.t(), x[::2]):
+        assert digests._ordered_numpy(digests.plain_real(t)).item() == _reference_ordered_device(t)
+        assert digests.ordered_device(t).item() == _reference_ordered_device(t)
+    assert digests.ordered_device(x).dtype == torch.int64 and digests.ordered_device(x).dim() == 0
