@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from forensics.core.errors import BadInput
 
@@ -159,6 +160,31 @@ def iter_byte_chunks(
                 buf = bufs[turn] = grown
                 room = chunk_bytes
             filled = pending + f.readinto(memoryview(buf)[pending:pending + room])
+
+
+@lru_cache(maxsize=None)
+def arrow_views_work() -> bool:
+    """Whether this pyarrow builds ``string_view``/``binary_view`` arrays over our own buffers
+    (``Array.from_buffers`` with the views and one data buffer), hashes them and casts them to
+    ``binary``: pyarrow 26 does; pyarrow 17 takes no data buffer in ``from_buffers`` (ValueError).
+    Where it does not, the readers slice the ranges into an offsets array instead (one copy, the
+    same values)."""
+    try:
+        data = pa.py_buffer(b"abcdefghijklmnopqrstuvwxyz0123456789")
+        views = np.zeros((2, 2), dtype="<u8")
+        views[0, 0] = 1 | (ord("a") << 32)  # "a", inline
+        views[1, 0] = 20 | (int.from_bytes(b"bcde", "little") << 32)  # "bcdefghijklmnopqrstu": prefix, buffer 0, offset 1
+        views[1, 1] = 1 << 32
+        for kind, want in ((pa.string_view(), ["a", "bcdefghijklmnopqrstu"]),
+                           (pa.binary_view(), [b"a", b"bcdefghijklmnopqrstu"])):
+            arr = pa.Array.from_buffers(kind, 2, [None, pa.py_buffer(views), data])
+            if arr.to_pylist() != want or pc.dictionary_encode(arr).indices.to_pylist() != [0, 1]:
+                return False
+            if arr.cast(pa.binary()).to_pylist() != [w if isinstance(w, bytes) else w.encode() for w in want]:
+                return False
+        return True
+    except (AttributeError, ValueError, TypeError, pa.ArrowException):
+        return False
 
 
 def spans_array(buf: bytes | bytearray, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray | None = None) -> pa.LargeStringArray:

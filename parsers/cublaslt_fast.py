@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
 from forensics.core.errors import BadInput
-from parsers._text import iter_byte_chunks, spans_array
+from parsers._text import arrow_views_work, iter_byte_chunks, spans_array
 from parsers.cublaslt import (
     CALL_COLUMNS, CATEGORY, HEADER_RE, HEURISTIC_COLUMNS, MESSAGE_COLUMNS, WHAT, CublasLtLog,
     _bucket, _call_row, _concat, _heuristic_row, _Line, _message_row, _objects, _Reader, _result, _series,
@@ -284,7 +284,10 @@ def _span_codes(body: bytearray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     """A code per byte range, equal for equal bytes (first seen, first numbered), as int64: Arrow's
     hash over views of the chunk (:func:`_span_views`); slicing the ranges into a string array first
     (``spans_array``) cost more than the hashing."""
-    spans = _span_views(body, starts, ends) if sys.byteorder == "little" else spans_array(body, starts, ends)
+    # string views over the chunk's own bytes: their 16-byte layout is written as little-endian words,
+    # and an older pyarrow (17) cannot build them over our buffer (parsers._text.arrow_views_work)
+    views = sys.byteorder == "little" and arrow_views_work()
+    spans = _span_views(body, starts, ends) if views else spans_array(body, starts, ends)
     return pc.dictionary_encode(spans).indices.to_numpy().astype(np.int64)
 
 
