@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from forensics.tracediff import columnar_scan as scan
+from parsers._text import arrow_views_work
 from forensics.tracediff.traces import EVIDENCE_LEVELS
 
 BLOCK_BYTES = 8 << 20  # bytes of JSON lines parsed at once per file
@@ -414,7 +415,10 @@ def compare_prefix(path_a: Path, path_b: Path, use_ordered: bool = True, window:
     names a GEMM (the walk counts site occurrences from them); ``on_uninitialised(line_a, no_a, line_b, no_b)``
     (with their line numbers) for every pair whose op matches the regular expression ``uninitialised`` (its outputs are
     garbage: the walk follows them). Raises :class:`Unsupported` when a file cannot be opened here
-    (the walk reads it and says why)."""
+    (the walk reads it and says why), or when this pyarrow builds no binary views over our
+    buffers (17, 18: the walk reads the files, with the same report)."""
+    if not arrow_views_work():
+        raise Unsupported(f"pyarrow {pa.__version__} builds no binary views over a buffer of ours")
     try:
         a, b = _Side(path_a, True, use_ordered, uninitialised), _Side(path_b, False)
     except OSError as e:
