@@ -5,7 +5,6 @@ the recorded lines byte for byte, and every reader's assumption (key order, name
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import msgspec
