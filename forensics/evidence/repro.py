@@ -220,17 +220,31 @@ def render_repro(problem: GemmProblem | ConvProblem | None, knobs: dict[str, str
     threads = (pprint.pformat(problem.threads), pprint.pformat(problem.threads_source))
     if isinstance(problem, ConvProblem):
         return (_PRELUDE + _CONV_BODY + _RUN).format(
+            digest=_DIGEST,
             calls=(calls_seen or "none attributed").replace('"', "'"), label=problem.label, version=__version__, capture=capture_name, arm=arm, threads=threads[0],
             threads_source=threads[1], knobs=pprint.pformat(dict(sorted(knobs.items())), width=100),
             problem=pprint.pformat(json.loads(json.dumps(desc, default=str)), sort_dicts=False, width=110))
     desc.update(a_shape=problem.a_shape, b_shape=problem.b_shape, out_shape=problem.out_shape)
     return _TEMPLATE.format(
+        digest=_DIGEST,
         label=problem.label, version=__version__, capture=capture_name, arm=arm, source=problem.source,
         knobs=pprint.pformat(dict(sorted(knobs.items())), width=100), threads=threads[0],
         threads_source=threads[1],
         problem=pprint.pformat(json.loads(json.dumps(desc, default=str)), sort_dicts=False, width=110),
     )
 
+
+#: the output digest both repro scripts define (no braces: it goes into the templates by ``format``)
+_DIGEST = '''def digest(t):
+    """sha256 of the output's bytes in row-major order: equal digests mean equal bits, in order
+    (torch.hash_tensor, an XOR of the bits, cannot show that: a permutation leaves it unchanged)."""
+    raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8)
+    try:
+        data = raw.numpy().tobytes()
+    except Exception:  # noqa: BLE001 - torch without numpy
+        data = bytes(raw.tolist())
+    return "sha256:" + hashlib.sha256(data).hexdigest()[:16]
+'''
 
 _NO_PROBLEM = '''#!/usr/bin/env python3
 """repro.py for {label} (forensics {version}).
@@ -297,16 +311,7 @@ if THREADS:  # the thread count splits the reduction: a repro at another count c
 PROBLEM = {problem}
 
 
-def digest(t):
-    """sha256 of the output's bytes in row-major order: equal digests mean equal bits, in order
-    (torch.hash_tensor, an XOR of the bits, cannot show that: a permutation leaves it unchanged)."""
-    raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8)
-    try:
-        data = raw.numpy().tobytes()
-    except Exception:  # noqa: BLE001 - torch without numpy
-        data = bytes(raw.tolist())
-    return "sha256:" + hashlib.sha256(data).hexdigest()[:16]
-
+{digest}
 
 def dtype(name):
     return getattr(torch, name)
@@ -437,15 +442,7 @@ import torch  # noqa: E402
 PROBLEM = {problem}
 
 
-def digest(t):
-    """sha256 of the output's bytes in row-major order: equal digests mean equal bits, in order."""
-    raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8)
-    try:
-        data = raw.numpy().tobytes()
-    except Exception:  # noqa: BLE001 - torch without numpy
-        data = bytes(raw.tolist())
-    return "sha256:" + hashlib.sha256(data).hexdigest()[:16]
-
+{digest}
 
 def tensor(spec, gen, device):
     """A random tensor of the captured shape and dtype, laid out with the captured strides."""
