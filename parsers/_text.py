@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterator
 from functools import lru_cache
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -164,11 +167,15 @@ def iter_byte_chunks(
 
 @lru_cache(maxsize=None)
 def arrow_views_work() -> bool:
-    """Whether this pyarrow builds ``string_view``/``binary_view`` arrays over our own buffers
+    """Whether this host and pyarrow take :func:`view_array`'s views (a little-endian host: their
+    16-byte layout is written as little-endian words) and whether this pyarrow builds
+    ``string_view``/``binary_view`` arrays over our own buffers
     (``Array.from_buffers`` with the views and one data buffer), hashes them and casts them to
     ``binary``: pyarrow 26 does; pyarrow 17 takes no data buffer in ``from_buffers`` (ValueError).
     Where it does not, the readers slice the ranges into an offsets array instead (one copy, the
     same values)."""
+    if sys.byteorder != "little":
+        return False
     try:
         data = pa.py_buffer(b"abcdefghijklmnopqrstuvwxyz0123456789")
         views = np.zeros((2, 2), dtype="<u8")
@@ -185,6 +192,32 @@ def arrow_views_work() -> bool:
         return True
     except (AttributeError, ValueError, TypeError, pa.ArrowException):
         return False
+
+
+_LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)  # i low bytes kept
+
+
+def view_array(kind: pa.DataType, data: Any, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray,
+               valid: np.ndarray | None = None) -> pa.Array:
+    """The byte ranges ``data[start:start + len]`` as an Arrow ``kind`` (``pa.string_view()`` or
+    ``pa.binary_view()``) array over ``data`` itself: no byte is copied (each view is 16 bytes,
+    little-endian: the length, then up to 12 bytes inline or a 4-byte prefix, buffer 0 and the
+    offset); null where ``valid`` is false. ``buf`` is ``data`` as a uint8 array and must hold 16
+    bytes after every start; ``data`` must stay unchanged while the array is used; for a string
+    view each range must be UTF-8. Only where :func:`arrow_views_work`."""
+    n = len(starts)
+    if valid is not None:
+        lens, starts = np.where(valid, lens, 0), np.where(valid, starts, 0)
+    length = lens.astype(np.uint64)
+    words = as_strided(buf[:0].view(np.uint64), shape=(len(buf) - 7,), strides=(1,))  # buf[i:i + 8] as one word
+    w0 = words[starts] & _LOW_BYTES[np.minimum(length, 8)]
+    w1 = words[starts + 8] & _LOW_BYTES[np.clip(length, 8, 12) - 8]
+    views = np.empty((n, 2), dtype="<u8")
+    short = length <= 12
+    views[:, 0] = length | (w0 << np.uint64(32))  # the length, then the first 4 bytes (inline or prefix)
+    views[:, 1] = np.where(short, (w0 >> np.uint64(32)) | (w1 << np.uint64(32)), starts.astype(np.uint64) << np.uint64(32))
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(kind, n, [bitmap, pa.py_buffer(views), pa.py_buffer(data)])
 
 
 def spans_array(buf: bytes | bytearray, starts: np.ndarray, ends: np.ndarray, valid: np.ndarray | None = None) -> pa.LargeStringArray:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import queue
 import re
-import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -30,7 +29,7 @@ import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
 from forensics.core.errors import BadInput
-from parsers._text import arrow_views_work, iter_byte_chunks, spans_array
+from parsers._text import arrow_views_work, iter_byte_chunks, spans_array, view_array
 from parsers.cublaslt import (
     CALL_COLUMNS, CATEGORY, HEADER_RE, HEURISTIC_COLUMNS, MESSAGE_COLUMNS, WHAT, CublasLtLog,
     _bucket, _call_row, _concat, _heuristic_row, _Line, _message_row, _objects, _Reader, _result, _series,
@@ -259,35 +258,19 @@ def _locate(reader: _Reader, first: int, body: bytearray, length: int, scratch: 
                   n_ptr, first_ptr, lines, eq + 1, ptr_end)
 
 
-_LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)  # i low bytes kept
-
-
 def _span_views(body: bytearray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
     """The byte ranges ``body[starts[i]:ends[i]]`` as an Arrow ``string_view`` array over ``body``
-    itself: no byte is copied (each view is 16 bytes, little-endian: the length, then up to 12 bytes inline or a
-    4-byte prefix, buffer 0 and the offset). ``body`` must hold 16 bytes after the last range, must
-    stay unchanged while the array is used, and each range must be UTF-8 (a chunk validated whole,
-    cut at ASCII bytes)."""
-    n = len(starts)
-    length = (ends - starts).astype(np.uint64)
-    words = np.ndarray((len(body) - 7,), dtype="<u8", buffer=body, strides=(1,))
-    w0 = words[starts] & _LOW_BYTES[np.minimum(length, 8)]
-    w1 = words[starts + 8] & _LOW_BYTES[np.clip(length, 8, 12) - 8]
-    views = np.empty((n, 2), dtype="<u8")
-    short = length <= 12
-    views[:, 0] = length | (w0 << np.uint64(32))  # the length, then the first 4 bytes (inline or prefix)
-    views[:, 1] = np.where(short, (w0 >> np.uint64(32)) | (w1 << np.uint64(32)), starts.astype(np.uint64) << np.uint64(32))
-    return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), pa.py_buffer(body)])
+    itself (:func:`parsers._text.view_array`): ``body`` holds 16 bytes after the last range, and
+    each range is UTF-8 (a chunk validated whole, cut at ASCII bytes)."""
+    return view_array(pa.string_view(), body, np.frombuffer(body, np.uint8), starts, ends - starts)
 
 
 def _span_codes(body: bytearray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """A code per byte range, equal for equal bytes (first seen, first numbered), as int64: Arrow's
     hash over views of the chunk (:func:`_span_views`); slicing the ranges into a string array first
     (``spans_array``) cost more than the hashing."""
-    # string views over the chunk's own bytes: their 16-byte layout is written as little-endian words,
-    # and an older pyarrow (17) cannot build them over our buffer (parsers._text.arrow_views_work)
-    views = sys.byteorder == "little" and arrow_views_work()
-    spans = _span_views(body, starts, ends) if views else spans_array(body, starts, ends)
+    # string views over the chunk's own bytes, where the host and pyarrow take them (not pyarrow 17)
+    spans = _span_views(body, starts, ends) if arrow_views_work() else spans_array(body, starts, ends)
     return pc.dictionary_encode(spans).indices.to_numpy().astype(np.int64)
 
 

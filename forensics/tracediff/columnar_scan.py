@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from forensics.core.errors import BadInput
 from forensics.core.formats import optrace as optrace_format
 from forensics.tracediff.traces import native
+from parsers._text import view_array
 
 _SEQ, _ID = optrace_format.RECORD_HEAD
 _OPEN = np.frombuffer(f'{{"{_SEQ}":'.encode(), np.uint8)  # {"seq":
@@ -139,21 +140,7 @@ def binary(data: Any, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray,
            valid: np.ndarray | None = None) -> pa.Array:
     """The byte ranges ``data[start:start + len]`` as a binary column (``valid`` false: null).
     ``buf`` is ``data`` as a uint8 array, :data:`PAD` bytes past the last range's start."""
-    n = len(starts)
-    lens = np.where(valid, lens, 0) if valid is not None else lens
-    starts = np.where(valid, starts, 0) if valid is not None else starts
-    views = np.zeros((n, 16), np.uint8)  # Arrow's binary view: length, then 12 bytes inline or prefix, buffer, offset
-    ints = views.view(np.int32)
-    ints[:, 0] = lens
-    long = lens > 12
-    views[:, 4:8] = _rows(buf, starts, 4)  # a long value's prefix
-    ints[:, 3] = starts  # (buffer 0)
-    short = np.flatnonzero(~long)
-    if len(short):  # inline, zero-padded
-        views[short, 4:] = np.where(np.arange(12) < lens[short, None], _rows(buf, starts[short], 12), 0)
-    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    arr = pa.Array.from_buffers(pa.binary_view(), n, [bitmap, pa.py_buffer(views), pa.py_buffer(data)])
-    return arr.cast(pa.binary())
+    return view_array(pa.binary_view(), data, buf, starts, lens, valid).cast(pa.binary())
 
 
 def _quads(buf: np.ndarray) -> np.ndarray:
