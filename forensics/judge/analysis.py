@@ -262,8 +262,11 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
                 df["pid"] = f.pid
             call_frames.append(df)
     if not runs.manifest_tied(cap):  # a plain folder: files of different runs are arms of their own
-        run_of, run_notes = runs.assign_runs([p for p in provenance if p.duplicate_of is None])
+        run_of, run_notes, twice = runs.assign_runs([p for p in provenance if p.duplicate_of is None])
         notes.extend(run_notes)
+        if twice:
+            launch_frames = [d for d in launch_frames if not len(d) or str(d["file"].iloc[0]) not in twice]
+            call_frames = [d for d in call_frames if not len(d) or str(d["file"].iloc[0]) not in twice]
         if run_of:
             launch_frames = [d.assign(arm=run_of.get(str(d["file"].iloc[0]), d["arm"].iloc[0])) if len(d) else d
                              for d in launch_frames]

@@ -319,16 +319,36 @@ def group_runs(provs: list[Provenance]) -> list[list[Provenance]]:
     return [[provs[i] for i in sorted(g)] for g in merged]
 
 
-def assign_runs(provs: list[Provenance]) -> tuple[dict[str, str], list[str]]:
-    """Run names per file (``path -> arm``) for a folder without a manifest, and one note per run
-    when an arm and rank holds more than one."""
+def same_source(run: list[Provenance]) -> dict[str, str]:
+    """Within one run, files of one instrument tied by a process id in overlapping time record the same
+    events (a trace and its uncompressed copy, a log and its longer copy): ``later path -> first path``;
+    the later is read and shown, not counted."""
+    out: dict[str, str] = {}
+    for i, a in enumerate(run):
+        if a.path in out:
+            continue
+        for b in run[i + 1:]:
+            if b.path not in out and b.instrument == a.instrument and tie(a, b)[0] == TIED:
+                out[b.path] = a.path
+    return out
+
+
+def assign_runs(provs: list[Provenance]) -> tuple[dict[str, str], list[str], dict[str, str]]:
+    """Run names per file (``path -> arm``) for a folder without a manifest, one note per run when an
+    arm and rank holds more than one, and the files one run recorded twice (:func:`same_source`)."""
     by_group: dict[tuple[str, Any], list[Provenance]] = {}
     for p in provs:
         by_group.setdefault((p.arm, p.rank), []).append(p)
     names: dict[str, str] = {}
     notes: list[str] = []
+    twice: dict[str, str] = {}
     for (arm, rank), group in by_group.items():
         runs = group_runs(group)
+        for run in runs:
+            for later, first in same_source(run).items():
+                twice[later] = first
+                notes.append(f"{later}: the same process as {first} ({tie(self_of(run, later), self_of(run, first))[1]}), "
+                             f"recorded by the same instrument: read, not counted (one source, never two)")
         if len(runs) < 2:
             for p in group:
                 p.run = arm
@@ -345,7 +365,11 @@ def assign_runs(provs: list[Provenance]) -> tuple[dict[str, str], list[str]]:
                 names[p.path] = label
             notes.append(f"{label}: " + "; ".join(f"{p.name} ({p.instrument}, {p.when()}, "
                                                   f"{'pid ' + str(p.pids[0]) if p.pids else 'no pid'})" for p in run))
-    return names, notes
+    return names, notes, twice
+
+
+def self_of(run: list[Provenance], path: str) -> Provenance:
+    return next(p for p in run if p.path == path)
 
 
 class TieBook:
@@ -400,13 +424,15 @@ def pid_lines(launches: pd.DataFrame, calls: pd.DataFrame) -> list[str]:
             label = (reg.get(inst).label if reg.get(inst) is not None else inst) or inst
             pids = pd.to_numeric(fg["pid"], errors="coerce") if "pid" in fg.columns else pd.Series(float("nan"), index=fg.index)
             none = int(pids.isna().sum())
-            if not len(lg):
+            if not len(launches):  # no launch counter anywhere: the missing lines say so once
                 continue
+            if not len(lg):
+                traced = f"no launch counter file in arm {arm} rank {rank}"
             for pid, n in pids.dropna().astype("int64").value_counts(sort=False).items():
-                if lpids and int(pid) not in lpids:
+                if int(pid) not in lpids:
                     out.append(f"{label} {Path(str(file)).name} (arm {arm}, rank {rank}): {n} call(s) in pid {pid}, "
                                f"no launch traced for that pid ({traced})")
-            if none and lpids:
+            if none and (lpids or not len(lg)):
                 out.append(f"{label} {Path(str(file)).name} (arm {arm}, rank {rank}): {none} call(s) with no pid "
                            f"recorded: which process made them is not known ({traced})")
     return out
