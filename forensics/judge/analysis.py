@@ -274,9 +274,13 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
                            for d in call_frames]
             for x in (*facts, *losses):
                 x["arm"] = run_of.get(str(x.get("file")), x.get("arm"))
-            for f in cap.files:
-                if str(f.path) in run_of:
-                    f.run = run_of[str(f.path)]
+            for f in cap.files:  # a duplicate is judged (not counted) where the file it repeats is
+                run = run_of.get(str(f.path)) or run_of.get(dup_of.get(str(f.path), ""))
+                if run:
+                    f.run = run
+            for p in provenance:
+                if p.duplicate_of and p.duplicate_of in run_of:
+                    p.run = run_of[p.duplicate_of]
     launches = pd.concat([conform(d, LAUNCH_COLUMNS) for d in launch_frames], ignore_index=True) if launch_frames \
         else empty_frame(LAUNCH_COLUMNS)
     if "folder" not in launches:
