@@ -94,8 +94,9 @@ def provenance_lines(an: Analysis) -> list[str]:
         pids = ", ".join(map(str, (p.get("pids") or [])[:8])) or "none recorded"
         when = (f"{p.get('first_utc')} .. {p.get('last_utc')} ({'UTC' if p.get('clock') == 'utc' else 'local time'})"
                 if p.get("first_utc") else "no wall-clock time")
+        devices = ", ".join(map(str, p.get("devices") or [])) or "not recorded"
         out.append(f"`{name}`: {p.get('instrument')}, judged in {p.get('run') or p.get('arm')}, {p.get('rows')} row(s); "
-                   f"pids {pids}; host {p.get('host') or 'not recorded'}; program {p.get('program') or 'not recorded'}; "
+                   f"pids {pids}; devices {devices}; host {p.get('host') or 'not recorded'}; program {p.get('program') or 'not recorded'}; "
                    f"{when}; sha256 {str(p.get('sha256'))[:16]}")
     return out
 

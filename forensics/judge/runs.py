@@ -95,6 +95,8 @@ class Provenance:
     sha256: str | None = None
     size: int | None = None
     pids: list[int] = field(default_factory=list)
+    #: device ids its launches ran on (CUPTI family, ncu), as the instrument numbers them
+    devices: list[int] = field(default_factory=list)
     host: str | None = None
     program: str | None = None
     #: first and last wall-clock time (epoch ns) of its rows; ``clock``: utc, or local (no zone recorded)
@@ -184,6 +186,8 @@ def read_provenance(path: Path, instrument: str, df: pd.DataFrame | None, arm: s
         header = fmt.ncu_csv(path)
         pids |= set(header.get("pids") or [])
     p.pids = sorted(pids)
+    if df is not None and "device_id" in df.columns:
+        p.devices = sorted({int(x) for x in pd.to_numeric(df["device_id"], errors="coerce").dropna().unique()})[:64]
     p.host = _host(header.get("host"))
     p.program = header.get("program")
     if header.get("source"):
