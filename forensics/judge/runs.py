@@ -20,8 +20,10 @@ a trace whenever the two programs ran the same GEMM. So, before anything is coun
    **unknown**: nothing shows they are one run, nothing shows they are not.
 4. **Runs** (:func:`group_runs`): in a folder without a manifest, the files of one arm and rank
    are grouped into runs: tied files are one run; a group is joined to another only when they
-   hold no instrument family in common (two files of one family from different runs are never
-   summed) and no pair of their files is separate. A folder holding several runs is judged run by
+   hold no instrument in common (one instrument's two files that nothing ties are two runs: never
+   summed) and no pair of their files is separate. Two members of one family in one run (an
+   ``.ncu-rep`` and its CSV export) stay one source: one is counted, the other said not counted,
+   with whether anything ties the two. A folder holding several runs is judged run by
    run: each run is an arm of its own (``a1-run1``, ``a1-run2``).
 5. **NAMED needs a tie** (:class:`TieBook`): two families that agree on a kernel's identity and
    count name it only when every file counted on one side is tied to every file counted on the
@@ -310,9 +312,9 @@ def group_runs(provs: list[Provenance]) -> list[list[Provenance]]:
     groups = sorted(comps.values(), key=lambda g: min(g))
     merged: list[list[int]] = []
     for g in groups:
-        fams = {provs[i].family for i in g}
+        insts = {provs[i].instrument for i in g}
         for m in merged:
-            if fams & {provs[i].family for i in m}:
+            if insts & {provs[i].instrument for i in m}:  # one instrument, two files, no tie: two runs
                 continue
             if any(state.get((min(i, j), max(i, j))) == SEPARATE for i in g for j in m):
                 continue
