@@ -3,7 +3,7 @@
 file, the typed border (a value that is not an integer is bad input naming the table or JSON path
 and the row), and one launch row in the form the rocprofv3 CSV reader gives.
 
-Ceilings (docs/parsers/rocm-db.md): :data:`MAX_BYTES` bytes of a file, after gzip decompression, and
+Ceilings (docs/parsers/rpd.md, rocprofv3-json.md, rocprofv3-rocpd.md): :data:`MAX_BYTES` bytes of a file, after gzip decompression, and
 :data:`MAX_LAUNCHES` launch rows; past either the file is refused with a line naming the limit,
 never read in part.
 """
