@@ -157,6 +157,8 @@ def sqlite_file(path: str | os.PathLike[str], limit: int = MAX_BYTES) -> Iterato
             yield conn
         except sqlite3.DatabaseError as e:
             raise BadInput(p, f"corrupt SQLite file: {e}") from None
+        except UnicodeDecodeError:  # SQLite's own message about a damaged schema, in bytes that are not UTF-8
+            raise BadInput(p, "corrupt SQLite file: its schema does not parse") from None
 
 
 def tables(conn: sqlite3.Connection, path: Path) -> set[str]:
@@ -164,6 +166,8 @@ def tables(conn: sqlite3.Connection, path: Path) -> set[str]:
         return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     except sqlite3.DatabaseError as e:
         raise BadInput(path, f"corrupt SQLite file: {e}") from None
+    except UnicodeDecodeError:  # SQLite's message about a damaged schema, in bytes that are not UTF-8
+        raise BadInput(path, "corrupt SQLite file: its schema does not parse") from None
 
 
 def columns(conn: sqlite3.Connection, table: str) -> list[str]:

@@ -253,3 +253,37 @@ def test_json_and_csv_of_one_run_are_one_source(tmp_path, capsys):
     assert rc == 1
     assert {r["verdict"] for r in rep["verdicts"]} == {"SINGLE-SOURCE"}  # never NAMED by two of one family
     assert sum(r["counts"]["rocprofiler"] for r in rep["verdicts"]) == 8, out  # counted once, not 16
+
+
+# --------------------------------------------------------------------------- damage (tests/test_amd_mutations.py's rule)
+def _damaged(data: bytes, seed: str) -> list[tuple[str, bytes]]:
+    import random
+
+    rng = random.Random(seed)
+    out = [(f"cut@{len(data) * i // 17}", data[: len(data) * i // 17]) for i in range(1, 17)]
+    for _ in range(24):
+        pos = rng.randrange(len(data))
+        b = bytearray(data)
+        b[pos] ^= 0xFF
+        out.append((f"xor@{pos}", bytes(b)))
+    return out
+
+
+@pytest.mark.parametrize("reader,path", [(rpd.read_database, RPD), (rocprofv3_json.read_results, JSON),
+                                         (rocprofv3_rocpd.read_database, DB)], ids=["rpd", "json", "rocpd"])
+def test_damaged_file_is_bad_input_or_says_what_it_lost(reader, path, tmp_path):
+    """Cut at 16 offsets and 24 bytes flipped (seeded): one-line BadInput naming the file, or the intact
+    count, or a frame whose problems say what changed; never another exception."""
+    baseline = len(reader(path))
+    damaged = tmp_path / path.name
+    wrong = []
+    for label, data in _damaged(path.read_bytes(), path.name):
+        damaged.write_bytes(data)
+        try:
+            df = reader(damaged)
+        except BadInput as e:
+            assert "\n" not in str(e) and e.path == str(damaged), (label, str(e))
+            continue
+        if len(df) != baseline and not df.attrs.get("problems"):
+            wrong.append((label, baseline, len(df)))
+    assert wrong == [], wrong[:5]

@@ -123,8 +123,9 @@ def _sqlite(path: Path, head: bytes, gz: bool = False) -> Recognised:
                 tables = _table_names(whole, True)
         else:
             tables = _table_names(path, True)
-    except sqlite3.DatabaseError as e:
-        return Recognised(None, f"an SQLite file{' (gzip)' if gz else ''} that does not open ({e}): corrupt or truncated")
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # a damaged schema's message can be bytes, not UTF-8
+        why = e if isinstance(e, sqlite3.DatabaseError) else "its schema does not parse"
+        return Recognised(None, f"an SQLite file{' (gzip)' if gz else ''} that does not open ({why}): corrupt or truncated")
     seen = _content(Head(path.name, head, gz, frozenset(tables)))  # nsys's export, rocpd, .rpd: by their tables
     if seen is not None:
         return seen
