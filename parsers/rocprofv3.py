@@ -128,7 +128,8 @@ def _check_binary(path: Path) -> None:
         raise BadInput(path, f"cannot read {WHAT}: {e.strerror or e}") from None
     if head.startswith(b"SQLite format 3\x00"):
         raise BadInput(path, "this is an SQLite database (rocprofv3's rocpd output, the default from ROCm 7?), not a "
-                             "CSV: read it as a database (parsers.rocprofv3_rocpd; forensics analyze recognises it)", line=1)
+                             "CSV: read it as a database (parsers.rocprofv3_rocpd; forensics analyze recognises it) or convert it "
+                             "with 'rocpd2csv -i FILE'", line=1)
     foreign = sniff_foreign(head)
     if foreign:
         raise BadInput(path, f"this is {foreign}, not a {WHAT}", line=1)

@@ -287,3 +287,49 @@ def test_damaged_file_is_bad_input_or_says_what_it_lost(reader, path, tmp_path):
         if len(df) != baseline and not df.attrs.get("problems"):
             wrong.append((label, baseline, len(df)))
     assert wrong == [], wrong[:5]
+
+
+def test_rocprofv3_json_processes_gzip_and_one_object(tmp_path):
+    doc = json.loads(JSON.read_text())
+    node = doc["rocprofiler-sdk-tool"][0]
+    other = json.loads(json.dumps(node))
+    other["metadata"]["pid"] = 777
+    other["buffer_records"]["kernel_dispatch"] = other["buffer_records"]["kernel_dispatch"][:3]
+    two = tmp_path / "two_results.json.gz"
+    two.write_bytes(gzip.compress(json.dumps({"rocprofiler-sdk-tool": [node, other]}).encode()))
+    assert recognise(two).instrument == "rocprofv3_json"
+    df = rocprofv3_json.read_results(two)
+    assert len(df) == 11 and Counter(df["pid"]) == {21228: 8, 777: 3}
+    one = tmp_path / "one_results.json"  # an object in place of the per-process list
+    one.write_text(json.dumps({"rocprofiler-sdk-tool": node}))
+    assert len(rocprofv3_json.read_results(one)) == 8
+    empty = tmp_path / "empty_results.json"
+    node["buffer_records"]["kernel_dispatch"] = []
+    empty.write_text(json.dumps({"rocprofiler-sdk-tool": [node]}))
+    df = rocprofv3_json.read_results(empty)
+    assert len(df) == 0 and any("without --kernel-trace" in p for p in df.attrs["problems"])
+    with pytest.raises(BadInput, match="no 'rocprofiler-sdk-tool' key"):
+        rocprofv3_json.read_results(_write(tmp_path / "k.json", '{"traceEvents": []}'))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_rocpd_merged_sessions_without_views_are_refused(tmp_path):
+    db = tmp_path / "merged_results.db"
+    shutil.copy(DB, db)
+    with closing(sqlite3.connect(db)) as c:
+        views = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'view'")]
+        for v in views:
+            c.execute(f'DROP VIEW "{v}"')
+        c.commit()
+    assert len(rocprofv3_rocpd.read_database(db)) == 8  # one session's uuid tables, no views: read
+    with closing(sqlite3.connect(db)) as c:
+        c.execute('CREATE TABLE "rocpd_kernel_dispatch_0000aaaa_bbbb" AS SELECT * FROM '
+                  '"rocpd_kernel_dispatch_000052ec_8a4f_4c1e_9d3b_5c6e7f801234"')
+        c.commit()
+    assert recognise(db).instrument == "rocprofv3_db"  # still its schema, by the uuid tables
+    with pytest.raises(BadInput, match="2 rocpd_kernel_dispatch tables .* merged database"):
+        rocprofv3_rocpd.read_database(db)
