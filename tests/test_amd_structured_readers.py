@@ -333,3 +333,10 @@ def test_rocpd_merged_sessions_without_views_are_refused(tmp_path):
     assert recognise(db).instrument == "rocprofv3_db"  # still its schema, by the uuid tables
     with pytest.raises(BadInput, match="2 rocpd_kernel_dispatch tables .* merged database"):
         rocprofv3_rocpd.read_database(db)
+
+
+def test_perfetto_output_is_refused_saying_what_to_give(tmp_path):
+    pf = tmp_path / "1234_results.pftrace"
+    pf.write_bytes(b"\x0a\x8c\x01\x12\x05hello" + bytes(range(256)))
+    seen = recognise(pf)
+    assert seen.instrument is None and seen.known and "--output-format csv,json,rocpd" in seen.why

@@ -220,6 +220,9 @@ def recognise(path: str | os.PathLike[str]) -> Recognised:
     kind = _json_kind(path, head, gz)
     if kind is not None:
         return kind
+    if _name_hint(name, ("*.pftrace", "*.pftrace.gz")):  # Perfetto protobuf: no magic to tell it by
+        return Recognised(None, "a file named as rocprofv3's Perfetto output (.pftrace): not read; its records are in "
+                                "rocprofv3's csv, json or rocpd output (--output-format csv,json,rocpd)", known=True)
     if b"\x00" in head[:4096]:
         if _name_hint(name, ("*.nsys-rep", "*.qdrep")):
             return Recognised("nsys_rep", "a binary file named as an Nsight Systems report; run `nsys export --type sqlite`")
