@@ -229,6 +229,8 @@ def launch_row(path: Path, where: str, *, instrument: str, mangled: str | None, 
         raise BadInput(path, f"{where}: ends before it starts ({end} < {start})", line=line)
     mangled = strip_kd(mangled) or None
     demangled = strip_kd(demangled) or None
+    if mangled is None and demangled is not None and demangled.startswith("_Z"):  # a "name" column holding the symbol
+        mangled, demangled = demangled, None
     kernel = canonical_kernel(mangled if mangled and mangled.startswith("_Z") else None, demangled or mangled)
     if not kernel:
         raise BadInput(path, f"{where}: no kernel name", line=line)

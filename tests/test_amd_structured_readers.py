@@ -340,3 +340,12 @@ def test_perfetto_output_is_refused_saying_what_to_give(tmp_path):
     pf.write_bytes(b"\x0a\x8c\x01\x12\x05hello" + bytes(range(256)))
     seen = recognise(pf)
     assert seen.instrument is None and seen.known and "--output-format csv,json,rocpd" in seen.why
+
+
+def test_rpd_name_stored_mangled_is_demangled_and_kept(tmp_path):
+    """rpd stores names demangled (cxx_demangle); a name column holding the symbol is demangled, the symbol kept."""
+    db = _edit(RPD, tmp_path / "mangled.rpd", "UPDATE rocpd_string SET string = '_Z15subtract_kernelPfPKfS1_ii' "
+               "WHERE string LIKE 'void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 1, 128, 1>(%';")
+    df = rpd.read_database(db)
+    hit = df[df["mangled"] == "_Z15subtract_kernelPfPKfS1_ii"]
+    assert len(hit) == 6 and set(hit["kernel"]) == {"subtract_kernel(float*, float const*, float const*, int, int)"}
