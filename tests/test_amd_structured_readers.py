@@ -349,3 +349,31 @@ def test_rpd_name_stored_mangled_is_demangled_and_kept(tmp_path):
     df = rpd.read_database(db)
     hit = df[df["mangled"] == "_Z15subtract_kernelPfPKfS1_ii"]
     assert len(hit) == 6 and set(hit["kernel"]) == {"subtract_kernel(float*, float const*, float const*, int, int)"}
+
+
+def test_rpd_roctx_ranges_attribute_launches_to_site_occurrences(tmp_path):
+    """rpd stores a ROCTx push/pop as a rocpd_api row named UserMarker, its message in args (the real
+    raptor/tests/mytrace.rpd.gz holds 11,884 such rows: PROVENANCE.md). Added to the real .rpd here (border
+    case made by us): aten.mm.default#1 around the GEMM's launching call on its thread claims it; aten.mm.default#2 on another
+    thread does not (push/pop ranges are per thread); a mark (end = start) is no range."""
+    with closing(sqlite3.connect(RPD)) as c:
+        api_start, pid, tid = c.execute("SELECT start, pid, tid FROM rocpd_api WHERE id = 29").fetchone()
+    sql = (
+        "INSERT INTO rocpd_string (string) VALUES ('UserMarker'), ('aten.mm.default#1'), ('aten.mm.default#2'), ('aten.mm.default#3');"
+        f"INSERT INTO rocpd_api (pid, tid, start, \"end\", apiName_id, args_id) SELECT {pid}, {tid}, {api_start - 10}, "
+        f"{api_start + 10}, (SELECT id FROM rocpd_string WHERE string = 'UserMarker'), "
+        "(SELECT id FROM rocpd_string WHERE string = 'aten.mm.default#1');"
+        f"INSERT INTO rocpd_api (pid, tid, start, \"end\", apiName_id, args_id) SELECT {pid}, {tid + 1}, {api_start - 20}, "
+        f"{api_start + 20}, (SELECT id FROM rocpd_string WHERE string = 'UserMarker'), "
+        "(SELECT id FROM rocpd_string WHERE string = 'aten.mm.default#2');"
+        f"INSERT INTO rocpd_api (pid, tid, start, \"end\", apiName_id, args_id) SELECT {pid}, {tid}, {api_start}, "
+        f"{api_start}, (SELECT id FROM rocpd_string WHERE string = 'UserMarker'), "
+        "(SELECT id FROM rocpd_string WHERE string = 'aten.mm.default#3');")
+    db = _edit(RPD, tmp_path / "sites.rpd", sql)
+    ranges = rpd.read_ranges(db)
+    assert list(ranges["name"]) == ["aten.mm.default#2", "aten.mm.default#1"] and ranges.attrs["points"] == 1
+    df = rpd.read_attributed(db)
+    assert len(df) == 29 and df.attrs["losses"] == rpd.read_database(RPD).attrs["losses"]
+    labelled = df[df["site_label"].notna()]
+    assert len(labelled) == 1 and labelled.iloc[0]["kernel"].startswith(TENSILE)
+    assert labelled.iloc[0]["site_label"] == "aten.mm.default#1"

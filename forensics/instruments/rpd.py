@@ -22,15 +22,16 @@ def rpd_tables(head: Head) -> str | None:
 
 
 def read(path: Any) -> Any:
-    from parsers.rpd import read_database  # heavy: pandas, only when a file is read
+    """Launches, each with the ``SITE#N`` ROCTx range (rpd's ``UserMarker`` rows) around its launching call."""
+    from parsers.rpd import read_attributed  # heavy: pandas, only when a file is read
 
-    return read_database(path)
+    return read_attributed(path)
 
 
 RPD = Instrument(
     "rpd", LAUNCHES, ("*.rpd", "*.rpd.gz"), ROCM, "rocprofiler", read, "rocmProfileData .rpd database",
     names=("kernel symbol (demangled)", "workgroup and grid (unit from the launching call)", "queue", "stream",
-           "launching HIP call, its host time, pid/tid"),
+           "launching HIP call, its host time, pid/tid", "ROCTx range (site occurrence)"),
     content=rpd_tables)
 
 INSTRUMENTS = (RPD,)
