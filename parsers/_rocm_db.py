@@ -3,7 +3,8 @@
 file, the typed border (a value that is not an integer is bad input naming the table or JSON path
 and the row), and one launch row in the form the rocprofv3 CSV reader gives.
 
-Ceilings (docs/parsers/rpd.md, rocprofv3-json.md, rocprofv3-rocpd.md): :data:`MAX_BYTES` bytes of a file, after gzip decompression, and
+Ceilings (docs/parsers/rpd.md, rocprofv3-json.md, rocprofv3-rocpd.md): :data:`MAX_BYTES` bytes of a database and
+:data:`MAX_JSON_BYTES` of a JSON file, after gzip decompression, and
 :data:`MAX_LAUNCHES` launch rows; past either the file is refused with a line naming the limit,
 never read in part.
 """
@@ -29,6 +30,8 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 #: Bytes of one file read at most (after gzip decompression): past it the file is refused.
 MAX_BYTES = 4 << 30
+#: Bytes of one JSON file read at most (decoded whole into Python objects, several times its size in memory).
+MAX_JSON_BYTES = 1 << 30
 #: Launch rows of one file read at most: past it the file is refused.
 MAX_LAUNCHES = 20_000_000
 _CHUNK = 1 << 20
@@ -96,8 +99,7 @@ def read_bytes(path: str | os.PathLike[str], what: str, limit: int = MAX_BYTES) 
         _copy_gunzip(p, buf, limit)
         return buf.getvalue()
     if size > limit:
-        raise BadInput(p, f"{size} bytes, more than {_gib(limit)} (the reader's ceiling, parsers._rocm_db.MAX_BYTES): "
-                          "not read")
+        raise BadInput(p, f"{size} bytes, more than {_gib(limit)} (the reader's ceiling): not read")
     return p.read_bytes()
 
 

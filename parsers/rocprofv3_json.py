@@ -34,7 +34,7 @@ import pandas as pd
 from forensics.core.errors import BadInput
 from forensics.core.model import LAUNCH_COLUMNS, conform, empty_frame
 
-from ._rocm_db import MAX_LAUNCHES, as_int, as_text, launch_row, read_bytes
+from ._rocm_db import MAX_JSON_BYTES, MAX_LAUNCHES, as_int, as_text, launch_row, read_bytes
 from .rocm_schema import JSON_TOP
 
 INSTRUMENT = "rocprofv3_json"
@@ -127,7 +127,7 @@ def read_results(path: str | PathLike[str]) -> pd.DataFrame:
     ``kernel_id`` no kernel symbol has, more than :data:`parsers._rocm_db.MAX_LAUNCHES` dispatches.
     """
     p = Path(path)
-    raw = read_bytes(p, WHAT)
+    raw = read_bytes(p, WHAT, MAX_JSON_BYTES)
     try:
         doc = json.loads(raw)
     except UnicodeDecodeError as e:

@@ -377,3 +377,12 @@ def test_rpd_roctx_ranges_attribute_launches_to_site_occurrences(tmp_path):
     labelled = df[df["site_label"].notna()]
     assert len(labelled) == 1 and labelled.iloc[0]["kernel"].startswith(TENSILE)
     assert labelled.iloc[0]["site_label"] == "aten.mm.default#1"
+
+
+def test_json_byte_ceiling_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(rocprofv3_json, "MAX_JSON_BYTES", 1000)
+    with pytest.raises(BadInput, match="more than .* GiB \\(the reader's ceiling\\): not read"):
+        rocprofv3_json.read_results(JSON)
+    gz = _gz(JSON, tmp_path / "big_results.json.gz")
+    with pytest.raises(BadInput, match="decompresses to more than"):
+        rocprofv3_json.read_results(gz)
