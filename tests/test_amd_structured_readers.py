@@ -386,3 +386,15 @@ def test_json_byte_ceiling_is_named(tmp_path, monkeypatch):
     gz = _gz(JSON, tmp_path / "big_results.json.gz")
     with pytest.raises(BadInput, match="decompresses to more than"):
         rocprofv3_json.read_results(gz)
+
+
+def test_another_tools_results_json_is_not_read_as_rocprofv3(tmp_path, capsys):
+    """No name pattern for the JSON: a benchmark's results.json beside a real capture is listed unread,
+    not read as rocprofv3 output and refused (which would fail the whole analysis)."""
+    folder = tmp_path / "cap"
+    folder.mkdir()
+    shutil.copy(RPD, folder / RPD.name)
+    (folder / "bench_results.json").write_text('{"score": 1}\n')
+    rc = main(["analyze", str(folder), "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert rc == 1 and "instruments: rpd" in out

@@ -29,7 +29,7 @@ def read(path: Any) -> Any:
 
 
 ROCPROFV3_DB = Instrument(
-    "rocprofv3_db", LAUNCHES, ("*results.db",), ROCM, "rocprofiler", read, "rocprofv3 rocpd database",
+    "rocprofv3_db", LAUNCHES, ("*_results.db",), ROCM, "rocprofiler", read, "rocprofv3 rocpd database",
     names=("kernel symbol (mangled and display name)", "workgroup and grid (work-items; grid in workgroups)", "queue",
            "stream", "agent", "correlation id", "pid/tid"),
     content=rocpd_tables)

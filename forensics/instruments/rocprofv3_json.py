@@ -15,6 +15,8 @@ from parsers.rocm_schema import JSON_TOP
 TOP_KEY = f'"{JSON_TOP}"'.encode()
 
 
+# No file-name pattern: a name is only a fallback for files whose content is not recognised, and
+# ``*results.json`` is too common a name to read as rocprofv3's when its content says otherwise.
 def results_json(head: Head) -> str | None:
     """A JSON object whose first key is ``rocprofiler-sdk-tool`` (plain or gzipped)."""
     text = head.data.lstrip()
@@ -30,7 +32,7 @@ def read(path: Any) -> Any:
 
 
 ROCPROFV3_JSON = Instrument(
-    "rocprofv3_json", LAUNCHES, ("*results.json",), ROCM, "rocprofiler", read, "rocprofv3 JSON output",
+    "rocprofv3_json", LAUNCHES, (), ROCM, "rocprofiler", read, "rocprofv3 JSON output",
     names=("kernel symbol (mangled and demangled)", "workgroup and grid (work-items; grid in workgroups)", "queue",
            "agent", "correlation id", "pid"),
     content=results_json)
