@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from forensics.core.formats.optrace import SAMPLES
 from probes.digests import _GOLDEN, _INT_OF_SIZE, holds_elements, ordered_device, plain_real, row_major_pieces  # noqa: F401  (_GOLDEN, ordered_device: part of this module's API)
 
 try:  # order-sensitive digests of CPU tensors; without it CPU tensors carry the XOR digest only
@@ -504,3 +505,84 @@ def _args_key(values: list[Any]) -> tuple | None:
     return tuple(key)
 
 
+
+
+# --------------------------------------------------------------------------- the light evidence levels
+#: numpy dtypes whose summary numpy computes over the tensor's memory read in place
+_SUMMARY_NP = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32, torch.int64: np.int64,
+               torch.float16: np.float16, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8}
+
+
+def _contiguous_cpu(t: torch.Tensor) -> bool:
+    return (t.__class__ in _PLAIN and t.is_cpu and t.layout is _STRIDED and t.is_contiguous() and not t.is_neg()
+            and not t.is_conj() and holds_elements(t))
+
+
+def sampled_digest(t: torch.Tensor) -> Any:
+    """The ``sampled`` digest (:data:`forensics.core.formats.optrace.SAMPLED`): at most ``SAMPLES``
+    elements at row-major positions ``i * ceil(n / SAMPLES)``; xxh3 of their bytes on the CPU (read
+    in place when contiguous), a position-keyed mix on another device, left there (:class:`_Digest`)."""
+    n = t.numel()
+    stride = -(-n // SAMPLES)
+    if _xxh3 is not None and _contiguous_cpu(t):
+        size = t.element_size()
+        return _xxh3(np.frombuffer(_bytes_type(n * size).from_address(t.data_ptr()), dtype=f"V{size}")[::stride].tobytes())
+    sample = plain_real(t.detach()).reshape(-1)[::stride].contiguous()
+    if sample.device.type == "cpu":
+        return ordered_cpu(sample)
+    return _Digest(ordered_device(sample))
+
+
+def summary_digest(t: torch.Tensor) -> Any:
+    """The ``summary`` digest (:data:`forensics.core.formats.optrace.SUMMARY`): sum, min and max of
+    the elements in their own dtype. On another device the three are mixed into one int64 there
+    (:class:`_Digest`), read at the flush with the rest."""
+    x = t.detach()
+    word = _SUMMARY_NP.get(x.dtype)
+    if word is not None and _contiguous_cpu(x):
+        w = np.frombuffer(_bytes_type(x.numel() * x.element_size()).from_address(x.data_ptr()), dtype=word)
+        return f"summary:{w.sum().item()!r}/{w.min().item()!r}/{w.max().item()!r}"
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    if x.dtype == torch.bool:
+        x = x.to(torch.int8)
+    if x.device.type == "cpu":
+        return f"summary:{x.sum().item()!r}/{x.min().item()!r}/{x.max().item()!r}"
+    stats = torch.stack([x.sum().double(), x.min().double(), x.max().double()]).view(torch.int64)
+    mixed = (stats[0] * 1000003) ^ (stats[1] * 31) ^ stats[2]  # one int64 on the device
+    return _Digest(mixed)
+
+
+def light_entry(level: str) -> Any:
+    """A function with :func:`tensor_entry`'s signature that writes ``level``'s entry (``sampled``,
+    ``summary`` or ``metadata``): shape, dtype, numel, ``ev`` and (but at ``metadata``) the level's
+    digest in ``h``. No order-sensitive, XOR or chunk digest: equal light digests never prove
+    equality (docs/trace-format.md, "Evidence levels"). A digest that fails leaves the entry at
+    ``metadata``; never let a digest break the user's op."""
+    digest = {"sampled": sampled_digest, "summary": summary_digest}.get(level)
+
+    def entry(t: torch.Tensor, chunks: bool = False, ordered: bool = False, xor: bool = False,
+              chunk_digests: bool = True) -> dict[str, Any]:
+        dtype = t.dtype
+        name = _DTYPE_NAME.get(dtype) or _dtype_name(dtype)
+        if t.__class__ not in _PLAIN and isinstance(t, _UNINITIALIZED):
+            return {"s": None, "t": name, "n": None, "ev": "metadata"}
+        numel = t.numel()
+        out: dict[str, Any] = {"s": list(t.shape), "t": name, "n": numel, "ev": level}
+        if digest is None:
+            return out
+        if (numel and not holds_elements(t)) or t.is_sparse or t.is_quantized or t.device.type == "meta" \
+                or t.__class__ not in _PLAIN:
+            out["ev"] = "metadata"
+            return out
+        try:
+            h = digest(t) if numel else "0" * 16
+        except Exception:  # noqa: BLE001 - never let a digest break the user's op
+            h = None
+        if h is None:  # no digest this tensor could be given (xxhash missing, a failure): what it is
+            out["ev"] = "metadata"
+        else:
+            out["h"] = h
+        return out
+
+    return entry
