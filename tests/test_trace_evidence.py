@@ -52,9 +52,9 @@ def test_each_level_is_written_and_read(tmp_path, level):
     else:  # every tensor entry says its level; only full entries carry order-sensitive or chunk digests
         assert all(e["ev"] == level and "o" not in e and "c" not in e for e in tensors)
         assert all(("h" in e) == (level != "metadata") for e in tensors)
-    if level == "summary":  # sum/min/max of arange(300)
+    if level == "summary":  # the sum of arange(300)
         mm = next(r for r in records if r["op"] == "aten.arange.start_step" or r["op"].startswith("aten.arange"))
-        assert mm["out"][0]["h"] == "summary:44850.0/0.0/299.0"
+        assert mm["out"][0]["h"] == "summary:44850.0"
     # read back: the run's level, and each tensor's
     assert native.run_info(tmp_path)["evidence"] == level
     recs = list(native.iter_records(f))
@@ -73,7 +73,10 @@ def test_sampled_digest_sees_a_changed_sample_and_not_a_change_between_samples()
     z = x.clone()
     z[11] = 1.0  # between two samples: a sampled digest cannot see it (why it never proves equality)
     assert sampled_digest(y) != base and sampled_digest(z) == base
-    assert sampled_digest(x.reshape(32, 20).t().contiguous().t()) == base  # row-major positions, any layout
+    # row-major positions whatever the memory layout: a transposed copy samples the same elements
+    r = torch.arange(640.0).reshape(32, 20)
+    assert sampled_digest(r.t().contiguous().t()) == sampled_digest(r)
+    assert sampled_digest(r.t()) == sampled_digest(r.t().contiguous()) != sampled_digest(r)
 
 
 def test_an_old_version_1_trace_reads_as_full():
@@ -99,7 +102,7 @@ def _entry(level: str, value: int) -> dict:
         e["ev"] = "metadata"
     else:
         e["ev"] = level
-        e["h"] = f"summary:{value}.0/{value}.0/{value}.0" if level == "summary" else f"{value + 7:016x}"
+        e["h"] = f"summary:{value}.0" if level == "summary" else f"{value + 7:016x}"
     return e
 
 

@@ -511,46 +511,103 @@ def _args_key(values: list[Any]) -> tuple | None:
 #: numpy dtypes whose summary numpy computes over the tensor's memory read in place
 _SUMMARY_NP = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32, torch.int64: np.int64,
                torch.float16: np.float16, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8}
+#: the memory offsets (in elements) of a sampled entry's positions, by (shape, strides): shapes repeat
+#: every step, so the positions are worked out once; bounded
+_SAMPLE_AT: dict[tuple, tuple[np.ndarray | None, int, int]] = {}
+_SAMPLE_AT_MAX = 1 << 12
 
 
-def _contiguous_cpu(t: torch.Tensor) -> bool:
-    return (t.__class__ in _PLAIN and t.is_cpu and t.layout is _STRIDED and t.is_contiguous() and not t.is_neg()
-            and not t.is_conj() and holds_elements(t))
+def _span(t: torch.Tensor) -> int | None:
+    """Elements from the tensor's first to its last (its memory, read in place), or None when the
+    tensor is not a plain strided CPU tensor whose storage holds them (then the general path)."""
+    if t.__class__ not in _PLAIN or not t.is_cpu or t.layout is not _STRIDED or t.is_neg() or t.is_conj():
+        return None
+    span = t.numel() if t.is_contiguous() else 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    if (t.storage_offset() + span) * t.element_size() > t.untyped_storage().nbytes():
+        return None
+    return span
 
 
-def sampled_digest(t: torch.Tensor) -> Any:
+def _sample_at(shape: tuple, stride: tuple, n: int) -> tuple[np.ndarray | None, int]:
+    """(offsets, step): the memory offsets of the row-major positions ``i * step`` (None: the
+    tensor is row-major contiguous and a plain ``[::step]`` reads them)."""
+    key = (shape, stride)
+    hit = _SAMPLE_AT.get(key)
+    if hit is None:
+        step = -(-n // SAMPLES)
+        contiguous = all(st == c for st, c, d in zip(stride, _row_major(shape), shape) if d != 1)
+        offsets = None
+        if not contiguous:
+            idx = np.unravel_index(np.arange(0, n, step), shape)
+            offsets = np.zeros(len(idx[0]), dtype=np.intp)
+            for i, st in zip(idx, stride):
+                offsets += i * st
+        if len(_SAMPLE_AT) >= _SAMPLE_AT_MAX:
+            _SAMPLE_AT.clear()
+        hit = _SAMPLE_AT[key] = (offsets, step, 0)
+    return hit[0], hit[1]
+
+
+def _row_major(shape: tuple) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+_VOID = {size: np.dtype(f"V{size}") for size in (1, 2, 4, 8, 16)}
+_NO_SPAN = -1  # "not worked out yet" (None: worked out, no memory of its own to read in place)
+
+
+def sampled_digest(t: torch.Tensor, span: Any = _NO_SPAN) -> Any:
     """The ``sampled`` digest (:data:`forensics.core.formats.optrace.SAMPLED`): at most ``SAMPLES``
-    elements at row-major positions ``i * ceil(n / SAMPLES)``; xxh3 of their bytes on the CPU (read
-    in place when contiguous), a position-keyed mix on another device, left there (:class:`_Digest`)."""
+    elements at row-major positions ``i * ceil(n / SAMPLES)``; on the CPU xxh3 of their bytes, read
+    where they lie whatever the layout (no copy of the tensor); on another device a position-keyed
+    mix of the same elements, left there (:class:`_Digest`, read at the flush)."""
     n = t.numel()
-    stride = -(-n // SAMPLES)
-    if _xxh3 is not None and _contiguous_cpu(t):
+    if span is _NO_SPAN:
+        span = _span(t)
+    if span is not None and _xxh3 is not None:
         size = t.element_size()
-        return _xxh3(np.frombuffer(_bytes_type(n * size).from_address(t.data_ptr()), dtype=f"V{size}")[::stride].tobytes())
-    sample = plain_real(t.detach()).reshape(-1)[::stride].contiguous()
+        offsets, step = (None, -(-n // SAMPLES)) if span == n and t.is_contiguous() else \
+            _sample_at(tuple(t.shape), tuple(t.stride()), n)
+        buf = _BYTES_AT.get(span * size) or _bytes_type(span * size)
+        words = np.frombuffer(buf.from_address(t.data_ptr()), dtype=_VOID.get(size) or f"V{size}")
+        return _xxh3((words[::step] if offsets is None else words[offsets]).tobytes())
+    sample = plain_real(t.detach()).reshape(-1)[::-(-n // SAMPLES)].contiguous()
     if sample.device.type == "cpu":
         return ordered_cpu(sample)
     return _Digest(ordered_device(sample))
 
 
-def summary_digest(t: torch.Tensor) -> Any:
-    """The ``summary`` digest (:data:`forensics.core.formats.optrace.SUMMARY`): sum, min and max of
-    the elements in their own dtype. On another device the three are mixed into one int64 there
-    (:class:`_Digest`), read at the flush with the rest."""
+def summary_digest(t: torch.Tensor, span: Any = _NO_SPAN) -> Any:
+    """The ``summary`` digest (:data:`forensics.core.formats.optrace.SUMMARY`): the sum of the
+    elements in their own dtype (one reduction over the memory where it lies, on the CPU by numpy);
+    on another device, its bits left there (:class:`_Digest`, read at the flush)."""
     x = t.detach()
     word = _SUMMARY_NP.get(x.dtype)
-    if word is not None and _contiguous_cpu(x):
-        w = np.frombuffer(_bytes_type(x.numel() * x.element_size()).from_address(x.data_ptr()), dtype=word)
-        return f"summary:{w.sum().item()!r}/{w.min().item()!r}/{w.max().item()!r}"
+    if word is not None:
+        if span is _NO_SPAN:
+            span = _span(x)
+        if span is not None:
+            size = x.element_size()
+            buf = _BYTES_AT.get(span * size) or _bytes_type(span * size)
+            w = np.frombuffer(buf.from_address(x.data_ptr()), dtype=word, count=span)
+            if span != x.numel():  # not contiguous: a strided view of the same memory (no copy)
+                w = np.lib.stride_tricks.as_strided(w, shape=tuple(x.shape),
+                                                    strides=tuple(st * size for st in x.stride()), writeable=False)
+            elif not x.is_contiguous():  # dense but permuted: the same elements, the sum in memory order
+                w = np.lib.stride_tricks.as_strided(w, shape=tuple(x.shape),
+                                                    strides=tuple(st * size for st in x.stride()), writeable=False)
+            return f"summary:{np.add.reduce(w, axis=None).item()!r}"
     if x.is_complex():
         x = torch.view_as_real(x)
     if x.dtype == torch.bool:
         x = x.to(torch.int8)
     if x.device.type == "cpu":
-        return f"summary:{x.sum().item()!r}/{x.min().item()!r}/{x.max().item()!r}"
-    stats = torch.stack([x.sum().double(), x.min().double(), x.max().double()]).view(torch.int64)
-    mixed = (stats[0] * 1000003) ^ (stats[1] * 31) ^ stats[2]  # one int64 on the device
-    return _Digest(mixed)
+        return f"summary:{x.sum().item()!r}"
+    return _Digest(x.sum().double().view(torch.int64))
 
 
 def light_entry(level: str) -> Any:
@@ -571,12 +628,13 @@ def light_entry(level: str) -> Any:
         out: dict[str, Any] = {"s": list(t.shape), "t": name, "n": numel, "ev": level}
         if digest is None:
             return out
-        if (numel and not holds_elements(t)) or t.is_sparse or t.is_quantized or t.device.type == "meta" \
-                or t.__class__ not in _PLAIN:
+        span = _span(t) if t.is_cpu else None
+        if t.is_sparse or t.is_quantized or t.device.type == "meta" or t.__class__ not in _PLAIN \
+                or (numel and span is None and not holds_elements(t)):  # no memory of its own: metadata
             out["ev"] = "metadata"
             return out
         try:
-            h = digest(t) if numel else "0" * 16
+            h = digest(t, span) if numel else "0" * 16
         except Exception:  # noqa: BLE001 - never let a digest break the user's op
             h = None
         if h is None:  # no digest this tensor could be given (xxhash missing, a failure): what it is

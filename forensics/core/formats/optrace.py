@@ -37,7 +37,8 @@ SAMPLES = 64
 SAMPLED = (f"xxh3_64 of the bytes of at most {SAMPLES} elements, at row-major positions i*ceil(n/{SAMPLES}) "
            "(on other devices: fmix64(bits^position) sum of the same elements, on the device)")
 #: what a ``summary`` entry's ``h`` is (header ``evidence_digests.summary``)
-SUMMARY = "summary:<sum>/<min>/<max> of the elements in their own dtype (complex: of the real view; bool: as int)"
+SUMMARY = ("summary:<sum> of the elements in their own dtype (complex: of the real view; bool: as int8); on other "
+           "devices the float64 bits of the sum, on the device")
 #: one file per rank under ``rank<R>/``; a second process of the same rank writes ``trace.<pid>.jsonl``
 FILE_NAME = "trace.jsonl"
 
