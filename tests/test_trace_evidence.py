@@ -52,9 +52,12 @@ def test_each_level_is_written_and_read(tmp_path, level):
     else:  # every tensor entry says its level; only full entries carry order-sensitive or chunk digests
         assert all(e["ev"] == level and "o" not in e and "c" not in e for e in tensors)
         assert all(("h" in e) == (level != "metadata") for e in tensors)
-    if level == "summary":  # the sum of arange(300)
-        mm = next(r for r in records if r["op"] == "aten.arange.start_step" or r["op"].startswith("aten.arange"))
-        assert mm["out"][0]["h"] == "summary:44850.0"
+    if level == "summary":  # the sum of arange(300)'s float32 bit patterns
+        import numpy as np
+
+        mm = next(r for r in records if r["op"].startswith("aten.arange"))
+        bits = int(np.arange(300, dtype=np.float32).view(np.uint32).astype(np.uint64).sum())
+        assert mm["out"][0]["h"] == f"summary:{bits:016x}"
     # read back: the run's level, and each tensor's
     assert native.run_info(tmp_path)["evidence"] == level
     recs = list(native.iter_records(f))
@@ -77,6 +80,21 @@ def test_sampled_digest_sees_a_changed_sample_and_not_a_change_between_samples()
     r = torch.arange(640.0).reshape(32, 20)
     assert sampled_digest(r.t().contiguous().t()) == sampled_digest(r)
     assert sampled_digest(r.t()) == sampled_digest(r.t().contiguous()) != sampled_digest(r)
+
+
+def test_a_summary_is_exact_whatever_the_layout():
+    """Equal values in another memory layout (a transposed copy) give the same summary: a summary
+    difference is never an artifact of the order it was summed in; a changed element changes it."""
+    torch = pytest.importorskip("torch")
+    from probes.optrace.digest import summary_digest
+
+    r = torch.randn(33, 65)
+    assert summary_digest(r) == summary_digest(r.t().contiguous().t()) == summary_digest(r.clone())
+    assert summary_digest(r[:, ::2]) == summary_digest(r[:, ::2].contiguous())
+    assert summary_digest(r.to(torch.bfloat16)) == summary_digest(r.to(torch.bfloat16).t().contiguous().t())
+    s = r.clone()
+    s[5, 7] = s[5, 7] + 1.0
+    assert summary_digest(s) != summary_digest(r)
 
 
 def test_an_old_version_1_trace_reads_as_full():
@@ -102,21 +120,23 @@ def _entry(level: str, value: int) -> dict:
         e["ev"] = "metadata"
     else:
         e["ev"] = level
-        e["h"] = f"summary:{value}.0" if level == "summary" else f"{value + 7:016x}"
+        e["h"] = f"summary:{value:016x}" if level == "summary" else f"{value + 7:016x}"
     return e
 
 
-def _run(folder: Path, level: str, out_value: int, argv: list[str]) -> Path:
-    """A SYNTHETIC one-rank trace at ``level``: step 3, an mm whose inputs are the same in both runs
-    and whose output is ``out_value``, then a relu reading it."""
+def _run(folder: Path, level: str, out_value: int, argv: list[str], at: str = "ops") -> Path:
+    """A SYNTHETIC one-rank trace at ``level``: step 3, an mm (``--at modules``: a Linear module)
+    whose inputs are the same in both runs and whose output is ``out_value``, then a relu reading it."""
     rank = folder / "rank0"
     rank.mkdir(parents=True)
     header = fmt.header_line({"rank": 0, "world_size": 1, "argv": argv, "steps": "all", "ranks": "all",
-                              "evidence": level})
+                              "evidence": level, "at": at})
+    first, second, kind = (("aten.mm.default", "aten.relu.default", "op") if at == "ops" else
+                           ("module.Linear", "module.ReLU", "module"))
     recs = [
-        fmt.record(0, "aten.mm.default:1", "aten.mm.default", "op", 3, "forward", [_entry(level, 1), _entry(level, 2)],
+        fmt.record(0, f"{first}:1", first, kind, 3, "forward", [_entry(level, 1), _entry(level, 2)],
                    [_entry(level, out_value)]),
-        fmt.record(1, "aten.relu.default:1", "aten.relu.default", "op", 3, "forward", [_entry(level, out_value)],
+        fmt.record(1, f"{second}:1", second, kind, 3, "forward", [_entry(level, out_value)],
                    [_entry(level, out_value + 100)]),
     ]
     footer = fmt.footer_line({"records": 2, "dropped": 0, "last_step": 3})
@@ -185,3 +205,38 @@ def test_a_megatron_summary_origin_is_never_printed_proven(tmp_path):
     assert "ORIGIN (proven" not in text and "(proven)" not in text.split("site:")[1]
     assert rep.next_command.startswith("forensics kernel --site 'gemm:NT:acc0:grad1#1' --ranks 0 --steps 1 -- ")
     assert "candidate ORIGIN" in rep.next_command and "--ordered-digests" not in rep.next_command
+
+
+# --------------------------------------------------------------------------- module boundaries (--at modules)
+
+def test_module_boundaries_are_recorded_without_a_dispatch_mode(tmp_path):
+    torch = pytest.importorskip("torch")
+    from tests.traced import trace_in_process
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    x = torch.randn(4, 8)
+    f = trace_in_process(tmp_path, lambda: model(x).sum().backward(), evidence="sampled", at="modules")
+    lines = [json.loads(x) for x in f.read_text().splitlines()]
+    header, records = lines[0], lines[1:-1]
+    assert header["at"] == "modules" and header["evidence"] == "sampled"
+    ids = [r["id"] for r in records if r["kind"] == "module"]
+    # completion order: the inner modules, then the Sequential around them
+    assert ids == ["module.Linear:1", "module.GELU:1", "module.Linear:2", "module.Sequential:1"]
+    assert not any(r["op"].startswith("aten.") for r in records)  # no op record: no dispatch mode
+    lin = records[0]
+    assert lin["in"][0]["s"] == [4, 8] and lin["out"][0]["s"] == [4, 8] and lin["out"][0]["ev"] == "sampled"
+    assert records[1]["in"][0]["h"] == lin["out"][0]["h"]  # GELU reads what the Linear made
+    assert native.run_info(tmp_path)["at"] == "modules"
+
+
+def test_a_module_origin_proposes_the_op_level_rerun_of_its_window(tmp_path):
+    """A difference born inside a module (equal inputs, different output): a candidate that names no
+    kernel site; next: the op-level trace of just that step and rank at full evidence."""
+    rep = diff_paths(_run(tmp_path / "a", "sampled", 10, ARGV, at="modules"),
+                     _run(tmp_path / "b", "sampled", 11, ARGV, at="modules"))
+    d = rep.ranks[0].first_divergence
+    assert (d.verdict, d.evidence, d.name, d.site) == ("ORIGIN", "unproven", "module.Linear", None)
+    assert rep.next_command.startswith("forensics trace --evidence full --steps 3 --ranks 0 --out <dir> -- python "
+                                       "synthetic_train.py")
+    assert "module.Linear:1" in rep.next_command and "op by op" in rep.next_command

@@ -219,7 +219,8 @@ def suggest_site(results: dict[int, RankResult]) -> Divergence | None:
 
 
 def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str,
-                 steps: list[int | None] | None = None, differences: Any = None, fmt: str = "native") -> str:
+                 steps: list[int | None] | None = None, differences: Any = None, fmt: str = "native",
+                 candidate: Divergence | None = None) -> str:
     """The command to run next: ``forensics kernel`` on the site (occurrence, rank and the traced
     steps, so occurrences count alike), or a wider trace when no ORIGIN was found.
 
@@ -227,6 +228,11 @@ def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str
     runs becomes arms of the kernel rerun: run A's setting of each differing knob in every arm
     (``--env``), B's as a ``--toggle``, B's command line as an ``--arm-command``."""
     cmd = shlex.join(argv) if argv else "<command>"
+    if origin is None and candidate is not None and fmt == "native":  # an ORIGIN that names no site
+        step = f" --steps {candidate.step}" if isinstance(candidate.step, int) else ""
+        return (f"forensics trace --evidence full{step} --ranks {candidate.rank} --out <dir> -- {cmd}   # the "
+                f"difference is born in {candidate.identity} ({candidate.level} evidence): rerun both runs on this "
+                "window op by op at full evidence and diff them to name and prove the op")
     if origin is not None and origin.site and origin.evidence != "proven" and origin.level != "full":
         return _confirm_at_full(origin, cmd, differences, fmt)
     if origin is not None and origin.site and origin.evidence != "proven":
@@ -371,8 +377,12 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
     steps = report.ranks[origin.rank].steps if origin is not None else None
     differences = differences_of({"comparability": report.comparability,
                                   "config_differences": report.config_differences}, run_info_a.get("argv"))
+    candidate = next((res.first_divergence for _, res in sorted(report.ranks.items())
+                      if res.first_divergence is not None and res.first_divergence.verdict == ORIGIN
+                      and not res.first_divergence.site
+                      and (res.first_divergence.kind == "module" or res.first_divergence.level != "full")), None)
     report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps, differences,
-                                       report.format)
+                                       report.format, candidate)
     if isinstance(world, int) and len(report.ranks) < world and report.pattern in ("none", "only_receivers"):
         report.warnings.append(f"{len(report.ranks)} of {world} ranks compared: a clean result says nothing "
                                "about the ranks not traced")

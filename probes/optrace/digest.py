@@ -508,9 +508,6 @@ def _args_key(values: list[Any]) -> tuple | None:
 
 
 # --------------------------------------------------------------------------- the light evidence levels
-#: numpy dtypes whose summary numpy computes over the tensor's memory read in place
-_SUMMARY_NP = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32, torch.int64: np.int64,
-               torch.float16: np.float16, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8}
 #: the memory offsets (in elements) of a sampled entry's positions, by (shape, strides): shapes repeat
 #: every step, so the positions are worked out once; bounded
 _SAMPLE_AT: dict[tuple, tuple[np.ndarray | None, int, int]] = {}
@@ -583,31 +580,41 @@ def sampled_digest(t: torch.Tensor, span: Any = _NO_SPAN) -> Any:
 
 def summary_digest(t: torch.Tensor, span: Any = _NO_SPAN) -> Any:
     """The ``summary`` digest (:data:`forensics.core.formats.optrace.SUMMARY`): the sum of the
-    elements in their own dtype (one reduction over the memory where it lies, on the CPU by numpy);
-    on another device, its bits left there (:class:`_Digest`, read at the flush)."""
+    elements' bit patterns as unsigned integers mod 2^64, one reduction over the memory where it
+    lies (numpy on the CPU; on another device the sum stays there, :class:`_Digest`). Exact and
+    independent of the order and the layout, so equal values never give two summaries; like any
+    summary, equal summaries prove nothing."""
     x = t.detach()
-    word = _SUMMARY_NP.get(x.dtype)
-    if word is not None:
+    size = x.element_size()
+    word = _UINT.get(size)
+    if word is not None and not x.is_complex():
         if span is _NO_SPAN:
             span = _span(x)
         if span is not None:
-            size = x.element_size()
             buf = _BYTES_AT.get(span * size) or _bytes_type(span * size)
             w = np.frombuffer(buf.from_address(x.data_ptr()), dtype=word, count=span)
-            if span != x.numel():  # not contiguous: a strided view of the same memory (no copy)
+            if not x.is_contiguous():  # a strided view of the same memory (no copy)
                 w = np.lib.stride_tricks.as_strided(w, shape=tuple(x.shape),
                                                     strides=tuple(st * size for st in x.stride()), writeable=False)
-            elif not x.is_contiguous():  # dense but permuted: the same elements, the sum in memory order
-                w = np.lib.stride_tricks.as_strided(w, shape=tuple(x.shape),
-                                                    strides=tuple(st * size for st in x.stride()), writeable=False)
-            return f"summary:{np.add.reduce(w, axis=None).item()!r}"
-    if x.is_complex():
-        x = torch.view_as_real(x)
-    if x.dtype == torch.bool:
-        x = x.to(torch.int8)
-    if x.device.type == "cpu":
-        return f"summary:{x.sum().item()!r}"
-    return _Digest(x.sum().double().view(torch.int64))
+            return f"summary:{int(np.add.reduce(w, axis=None, dtype=np.uint64)):016x}"
+    words = _bits_exact(plain_real(x))
+    if words.device.type == "cpu":
+        return f"summary:{words.sum().item() & _MASK:016x}"
+    return _Digest(words.sum())
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_TORCH_UINT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits_exact(x: torch.Tensor) -> torch.Tensor:
+    """A tensor's elements as int64 words holding their own bit patterns (unsigned for 1-4 bytes)."""
+    size = x.element_size()
+    w = x.contiguous().view(_TORCH_UINT[size]) if x.dtype != _TORCH_UINT[size] else x
+    w = w.to(torch.int64)
+    if size in (2, 4):
+        w = w & ((1 << (8 * size)) - 1)
+    return w
 
 
 def light_entry(level: str) -> Any:

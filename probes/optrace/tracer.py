@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
-from forensics.core.formats.optrace import EVIDENCE_LEVELS
+from forensics.core.formats.optrace import EVIDENCE_LEVELS, GRANULARITIES
 from forensics.core.formats.optrace import record as new_record
 from forensics.core.formats.optrace import record_line
 from probes import forks as _forks
@@ -107,6 +107,10 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         self._entry = tensor_entry if level == "full" else light_entry(level)
         if level != "full":
             self.chunk_digests = False  # a light entry has none (the header says so)
+        at = extra.get("at", "ops")
+        #: what a record is (``forensics trace --at``, header ``at``): ``ops``, every ATen op (the
+        #: dispatch mode), or ``modules``, every nn.Module call (:mod:`probes.optrace.modules`; no mode)
+        self.granularity = at if at in GRANULARITIES else "ops"
         compiled = extra.get("compiled", "compiled")
         self.compiled_mode = compiled if compiled in COMPILED_MODES else "compiled"
         type(self)._runs_compiled = self.compiled_mode == "compiled"  # read by ignore_compile_internals
@@ -397,6 +401,8 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
 
     # ------------------------------------------------------------------ mode on/off
     def enter(self, _step: int = 0) -> None:
+        if self.granularity == "modules":  # module hooks record; no dispatch mode
+            return
         if not self.entered and not _forks.foreign(self.pid):
             self.__enter__()
             self.entered = True

@@ -104,6 +104,7 @@ class TraceWriting:
             "storage_events": STORAGE_EVENTS,
             "evidence": self.evidence,
             "evidence_digests": {"sampled": optrace_format.SAMPLED, "summary": optrace_format.SUMMARY},
+            "at": self.granularity,
         }
 
     def _ordered_info(self) -> dict[str, Any]:

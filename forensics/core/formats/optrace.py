@@ -29,6 +29,10 @@ READS = (1, 2)
 #: at fixed row-major positions, ``summary`` records a few statistics, ``metadata`` shape and dtype
 #: only. Only ``full`` can prove equal values equal; the other three prove a difference at most.
 EVIDENCE_LEVELS = ("full", "sampled", "summary", "metadata")
+#: what one record is (header ``at``, ``forensics trace --at``): ``ops``, every ATen op below the
+#: dispatcher (the default; a trace that does not say), or ``modules``, every nn.Module call (kind
+#: ``module``, identity ``module.<class>:<occurrence>``), the light first pass at scale
+GRANULARITIES = ("ops", "modules")
 #: the header's ``evidence`` in a trace that does not say (version 1)
 DEFAULT_EVIDENCE = "full"
 #: elements a ``sampled`` entry digests: at row-major positions ``i * ceil(n / SAMPLES)``
@@ -37,15 +41,16 @@ SAMPLES = 64
 SAMPLED = (f"xxh3_64 of the bytes of at most {SAMPLES} elements, at row-major positions i*ceil(n/{SAMPLES}) "
            "(on other devices: fmix64(bits^position) sum of the same elements, on the device)")
 #: what a ``summary`` entry's ``h`` is (header ``evidence_digests.summary``)
-SUMMARY = ("summary:<sum> of the elements in their own dtype (complex: of the real view; bool: as int8); on other "
-           "devices the float64 bits of the sum, on the device")
+SUMMARY = ("summary:<16 hex digits>: the sum of the elements' bit patterns as unsigned integers mod 2^64 "
+           "(complex: of its real pairs), exact and independent of order and layout; on other devices the same "
+           "sum, computed there")
 #: one file per rank under ``rank<R>/``; a second process of the same rank writes ``trace.<pid>.jsonl``
 FILE_NAME = "trace.jsonl"
 
 #: the header's keys, in the order they are written (``type``, ``schema``, ``version`` first)
 HEADER_KEYS = ("type", "schema", "version", "rank", "world_size", "argv", "script_argv", "pid", "versions", "env",
                "steps", "ranks", "max_records", "hash", "chunks", "chunked_ops", "ordered", "compiled", "generators",
-               "storage_events", "program", "packages", "switches", "evidence", "evidence_digests")
+               "storage_events", "program", "packages", "switches", "evidence", "evidence_digests", "at")
 #: a record's keys, in the order they are written (``meta`` only when it has something)
 RECORD_KEYS = ("seq", "id", "op", "kind", "step", "phase", "in", "out", "meta")
 #: the first two keys of every record line: the columnar reader matches them as text

@@ -77,6 +77,7 @@ class Header(msgspec.Struct):
     #: light level's digest is; absent in version 1 (full)
     evidence: str | None = None
     evidence_digests: dict[str, str] | None = None
+    at: str | None = None  # version 2: ops (the default) or modules (one record per nn.Module call)
     generators: str | None = None
     storage_events: list[str] | None = None
     program: dict[str, Any] | None = None
