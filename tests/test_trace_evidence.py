@@ -240,3 +240,18 @@ def test_a_module_origin_proposes_the_op_level_rerun_of_its_window(tmp_path):
     assert rep.next_command.startswith("forensics trace --evidence full --steps 3 --ranks 0 --out <dir> -- python "
                                        "synthetic_train.py")
     assert "module.Linear:1" in rep.next_command and "op by op" in rep.next_command
+
+
+def test_an_output_the_verdict_does_not_rest_on_does_not_weaken_it(tmp_path):
+    """Full inputs and a full differing output prove the ORIGIN, even beside a second output recorded
+    as metadata only (a freed storage, a DTensor): only the inputs and the differing outputs grade it."""
+    a, b = _run(tmp_path / "a", "full", 10, ARGV), _run(tmp_path / "b", "full", 11, ARGV)
+    for run in (a, b):
+        f = run / "rank0" / fmt.FILE_NAME
+        lines = f.read_bytes().splitlines(keepends=True)
+        rec = json.loads(lines[1])
+        rec["out"].append(_entry("metadata", 0))
+        lines[1] = fmt.record_line(rec)
+        f.write_bytes(b"".join(lines))
+    d = diff_paths(a, b).ranks[0].first_divergence
+    assert (d.verdict, d.evidence, d.level, d.differing_outputs) == ("ORIGIN", "proven", "full", [0])

@@ -318,11 +318,13 @@ _INPUT_EVIDENCE = {
 }
 
 
-def pair_level(a: TraceRecord, b: TraceRecord) -> str:
-    """The weakest evidence level among the tensors two records hold (the weaker side's level)."""
+def pair_level(a: TraceRecord, b: TraceRecord, outputs: list[int] | None = None) -> str:
+    """The weakest evidence level (the weaker side's) among two records' inputs and the outputs a
+    verdict rests on (``outputs``: the differing ones; None: all)."""
     worst = 0
     for rec in (a, b):
-        for t in (*rec.inputs, *rec.outputs):
+        outs = rec.outputs if outputs is None else [rec.outputs[i] for i in outputs if i < len(rec.outputs)]
+        for t in (*rec.inputs, *outs):
             ev = getattr(t, "evidence", "full")
             i = EVIDENCE_LEVELS.index(ev) if ev in EVIDENCE_LEVELS else len(EVIDENCE_LEVELS) - 1
             worst = max(worst, i)
@@ -426,7 +428,7 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
     if outputs_differ and outputs.how == "summary digest":
         warnings.append("the outputs differ only by a summary digest (e.g. a norm), which can itself vary for "
                         "equal tensors when its reduction order changes")
-    level = pair_level(a, b)
+    level = pair_level(a, b, outputs.differing if outputs_differ else [])
     if verdict == ORIGIN and level != "full" and evidence == PROVEN:  # never proven below full evidence
         evidence = UNPROVEN_EVIDENCE
         warnings.append(f"unproven: {level} evidence: an ORIGIN is proven only from full digests of its inputs "
