@@ -255,3 +255,39 @@ def test_an_output_the_verdict_does_not_rest_on_does_not_weaken_it(tmp_path):
         f.write_bytes(b"".join(lines))
     d = diff_paths(a, b).ranks[0].first_divergence
     assert (d.verdict, d.evidence, d.level, d.differing_outputs) == ("ORIGIN", "proven", "full", [0])
+
+
+@pytest.mark.slow
+def test_the_columnar_prefix_grades_light_traces_as_the_record_walk_does(tmp_path):
+    """Two real light traces over 1 MiB (the differ's columnar prefix path) reach the same first
+    divergence, grade and weak-match count as the record-by-record walk."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pyarrow")
+    from forensics.tracediff import columnar, walk
+    from tests.traced import trace_in_process
+
+    def run(threads: int):
+        def fn() -> None:
+            torch.set_num_threads(threads)
+            torch.manual_seed(0)
+            x = torch.ones(64)
+            for _ in range(6000):
+                x = x * 1.0001
+            (torch.randn(1 << 22) * x[0]).sum()  # a 4M-element float32 sum: its order follows the threads
+        return fn
+
+    old = torch.get_num_threads()
+    try:
+        a = trace_in_process(tmp_path / "a", run(1), evidence="sampled")
+        trace_in_process(tmp_path / "b", run(2), evidence="sampled")
+    finally:
+        torch.set_num_threads(old)
+    assert a.stat().st_size >= columnar.MIN_BYTES
+    got = []
+    for bulk in (True, False):
+        ra, rb = dict(native.iter_ranks(tmp_path / "a")), dict(native.iter_ranks(tmp_path / "b"))
+        res = walk.walk_rank(0, ra[0], rb[0], columnar=bulk)
+        d = res.first_divergence
+        got.append((res.records_compared, res.unproven_matches, d.verdict, d.identity, d.evidence, d.level))
+    assert got[0] == got[1]
+    assert got[0][2:] == ("ORIGIN", "aten.sum.default:1", "unproven", "sampled") and got[0][1] == got[0][0] - 1
