@@ -75,9 +75,10 @@ class OptraceArm:
     digests every parameter twice is not untraced). ``ordered`` is the ``--ordered-digests`` mode;
     ``module`` another version of probes.optrace (bench_tracer_ab.py), default this one."""
 
-    def __init__(self, out: Path, ordered: str = "auto", module: Any = None) -> None:
+    def __init__(self, out: Path, ordered: str = "auto", module: Any = None, evidence: str = "full",
+                 at: str = "ops") -> None:
         cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="0-", max_records=10**9,
-                          extra={"ordered_digests": ordered})
+                          extra={"ordered_digests": ordered, "evidence": evidence, "at": at})
         self.window = StepWindow(parse_steps("0-"))
         self.installed = (module or optrace).install(cfg, self.window, out / "rank0", 0)
         self.tracer = self.installed.tracer
@@ -152,7 +153,13 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
     ours = OptraceArm(out)
     dbg = debugmode_arm()
     arms = {"untraced": contextlib.nullcontext, "empty mode": EmptyMode, "optrace": ours}
-    if dbg is not None:
+    levels = {}
+    for level in args.levels:  # the light evidence levels, each its own tracer (its own rank file)
+        levels[level] = arms[f"optrace {level}"] = OptraceArm(out / level, evidence=level)
+    for level in args.module_levels:  # the same at module boundaries (forensics trace --at modules)
+        levels[f"{level} --at modules"] = arms[f"optrace {level} --at modules"] = OptraceArm(
+            out / f"{level}-modules", evidence=level, at="modules")
+    if dbg is not None and not args.no_debugmode:
         arms["debugmode"] = dbg
     for ctx in arms.values():  # warm-up: imports (TorchDispatchMode pulls in torch._dynamo), allocator
         for _ in range(2):
@@ -174,12 +181,14 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
             cpu[name].append(time.thread_time() - c)
             faults[name].append(minor_faults() - f)
     records = ours.close()
+    for arm in levels.values():
+        arm.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     base, base_cpu = med["untraced"], med_cpu["untraced"]
     print(f"batch {batch}: optrace records per step: {records / (args.steps + 2):.0f}")
     for k, v in med.items():
-        print(f"  {k:10s} median step {v * 1e3:8.2f} ms   x{v / base:5.2f} of untraced   "
+        print(f"  {k:28s} median step {v * 1e3:8.2f} ms   x{v / base:5.2f} of untraced   "
               f"(CPU time {med_cpu[k] * 1e3:7.2f} ms, x{med_cpu[k] / base_cpu:5.2f})   "
               f"{statistics.median(faults[k]):6.0f} page faults per step")
     floor = med["empty mode"] - base
@@ -195,6 +204,15 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
     load = os.getloadavg()
     print(f"  optrace slowdown x{med['optrace'] / base:.2f} (target < 1.5; issue 33) on {cpu_model()}, "
           f"load average {load[0]:.2f} at the end of this batch")
+    print(f"  evidence levels, batch {batch}, on {cpu_model()}, load average {load[0]:.2f} (ratios of medians "
+          "within this run; wall, then thread CPU time):")
+    for level in ("full", *levels):
+        k = "optrace" if level == "full" else f"optrace {level}"
+        target = "target <= x1.40 (issue 41)" if level.split()[0] in ("sampled", "summary") else (
+            "no worse than before" if level == "full" else "")
+        if level.split()[0] in ("sampled", "summary"):
+            target += ": met" if med_cpu[k] / base_cpu <= 1.4 and med[k] / base <= 1.4 else ": not met"
+        print(f"    --evidence {level:22s} x{med[k] / base:5.2f} wall, x{med_cpu[k] / base_cpu:5.2f} CPU   {target}")
     return med
 
 
@@ -267,6 +285,11 @@ def main() -> None:
     p.add_argument("--batch", type=int, nargs="+", default=[64, 1024])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--levels", nargs="*", default=["sampled", "summary", "metadata"],
+                   help="light evidence levels measured beside full (forensics trace --evidence)")
+    p.add_argument("--module-levels", nargs="*", default=["sampled", "summary", "full"],
+                   help="evidence levels also measured at module boundaries (forensics trace --at modules)")
+    p.add_argument("--no-debugmode", action="store_true", help="leave the DebugMode arm out (a shorter run)")
     p.add_argument("--profile", action="store_true", help="also say where the traced step's time goes (cProfile)")
     p.add_argument("--steady-allocator", action="store_true",
                    help="rerun with glibc keeping what it frees (no page faults after warm-up; docstring)")

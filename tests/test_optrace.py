@@ -61,7 +61,7 @@ def test_records_identity_digests_and_header(tmp_path):
 
     lines = trace(tmp_path, fn)
     header, footer, recs = lines[0], lines[-1], lines[1:-1]
-    assert header["schema"] == "forensics.optrace" and header["version"] == 1 and header["rank"] == 0
+    assert header["schema"] == "forensics.optrace" and header["version"] == 2 and header["rank"] == 0
     assert "torch" in header["versions"] and isinstance(header["env"], dict)
     assert footer["type"] == "footer" and footer["records"] == len(recs) and footer["dropped"] == 0
     ids = [r["id"] for r in recs]

@@ -10,6 +10,7 @@ from forensics.runtime.launch import launch
 from forensics.runtime.output import examples
 
 from forensics.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, BadInput
+from forensics.core.formats.optrace import EVIDENCE_LEVELS, GRANULARITIES
 
 
 class UsageError(ValueError):
@@ -54,7 +55,8 @@ def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
 
 def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str = "all",
                   max_records: int = 2_000_000, chunk_digests: bool = True,
-                  ordered_digests: str = "auto", compiled: str = "compiled") -> tuple[int, Path]:
+                  ordered_digests: str = "auto", compiled: str = "compiled",
+                  evidence: str = "full", at: str = "ops") -> tuple[int, Path]:
     """Run ``command`` through the probe bootstrap with ``optrace`` on; returns (exit code, out dir).
 
     ``out`` must be absent or empty (a capture is never overwritten; a config left by a run that
@@ -62,6 +64,9 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
     else that starts Python processes: every child inherits the bootstrap through PYTHONPATH and
     writes ``out/rank<R>/trace.jsonl``. Signals to this process are passed on to the command; a
     command ended by signal N gives 128+N. A run that traced nothing leaves nothing behind.
+    ``evidence``: the level every tensor entry is recorded at (full, sampled, summary, metadata;
+    docs/trace-format.md, "Evidence levels"); ``at``: what a record is, every ATen op (``ops``) or
+    every nn.Module call (``modules``, no dispatch mode: the light first pass at scale).
     """
     from probes.config import ProbeConfig, bootstrap_env  # noqa: PLC0415
     from probes.window import parse_ranks, parse_steps  # noqa: PLC0415
@@ -75,6 +80,10 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
         raise UsageError(f"--ordered-digests {ordered_digests!r}: one of {', '.join(ORDERED_MODES)}")
     if compiled not in COMPILED_MODES:
         raise UsageError(f"--compiled {compiled!r}: one of {', '.join(COMPILED_MODES)}")
+    if evidence not in EVIDENCE_LEVELS:
+        raise UsageError(f"--evidence {evidence!r}: one of {', '.join(EVIDENCE_LEVELS)}")
+    if at not in GRANULARITIES:
+        raise UsageError(f"--at {at!r}: one of {', '.join(GRANULARITIES)}")
     from forensics.runtime.atomic import claim_dir  # noqa: PLC0415 - one run per --out, even when two start at once
 
     if _only_leftover_config(out):
@@ -85,7 +94,8 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
                          "overwritten (choose another --out)")
     cfg = ProbeConfig(out_dir=str(out.resolve()), probes=["optrace"], steps=steps, ranks=ranks,
                       max_records=max_records, chunk_digests=chunk_digests, nvtx=False,
-                      extra={"command": list(command), "ordered_digests": ordered_digests, "compiled": compiled})
+                      extra={"command": list(command), "ordered_digests": ordered_digests, "compiled": compiled,
+                             "evidence": evidence, "at": at})
     cfg_path = cfg.write(out / CONFIG_NAME)
     try:
         code = run_forwarding_signals(command, bootstrap_env(cfg_path))
@@ -156,6 +166,17 @@ def register(app: typer.Typer) -> None:
                                      help="torch.compile'd code: compiled = runs compiled, as without the tracer (its "
                                           "ATen calls are recorded, its fused kernels are not); eager = falls back to "
                                           "eager so every op is recorded (other kernels than the program's)"),
+        evidence: str = typer.Option("full", "--evidence", metavar="full|sampled|summary|metadata",
+                                     help="what each tensor entry records: full = digests of every element (the "
+                                          "only level whose equal digests prove equality); sampled = a digest of 64 "
+                                          "elements at fixed positions; summary = sum/min/max; metadata = shape and "
+                                          "dtype. A light first pass finds the step and rank; `diff` then proposes "
+                                          "the full rerun of that window"),
+        at: str = typer.Option("ops", "--at", metavar="ops|modules",
+                               help="what a record is: ops = every ATen op (a dispatch mode); modules = every "
+                                    "nn.Module call (no dispatch mode: the cheapest first pass; a difference is a "
+                                    "candidate inside that module, and `diff` proposes the op-level rerun of its "
+                                    "window)"),
     ) -> None:
         command = list(ctx.args)
         if command and command[0] == "--":
@@ -178,7 +199,7 @@ def register(app: typer.Typer) -> None:
         try:
             with contextlib.nullcontext() if free else replacing(out, force=force, flag="--out", what="trace"):
                 code, out_dir = trace_command(command, out, steps, ranks, max_records, not no_chunks, ordered,
-                                              compiled)
+                                              compiled, evidence, at)
         except UsageError as e:
             typer.echo(f"forensics trace: {e}", err=True)
             raise typer.Exit(EXIT_USAGE) from None

@@ -26,7 +26,7 @@ from forensics.core.site import parse_site
 from forensics.tracediff.arms import differences_of
 from forensics.tracediff.comparability import compare_runs, config_differences
 from forensics.tracediff.compare import compare_tensor, compare_tensors  # noqa: F401 (library API)
-from forensics.tracediff.traces import TraceRecord, detect_format, readers
+from forensics.tracediff.traces import EVIDENCE_LEVELS, TraceRecord, detect_format, readers
 from forensics.tracediff.divergence import (  # noqa: F401 (re-exported: the differ's public names)
     AFTER_CONTROL_FLOW,
     COLLECTIVE_KINDS,
@@ -66,6 +66,9 @@ class DiffReport:
     #: what the trace format cannot record (a reader's ``run_info["lacks"]``): a clean rank then reads
     #: "no divergence seen", never a proof of equality
     lacks: list[str] = field(default_factory=list)
+    #: the evidence level each trace was recorded at and the weaker one, which grades every verdict
+    #: (``{"a": ..., "b": ..., "graded_by": ...}``; empty when neither trace says)
+    evidence: dict[str, str] = field(default_factory=dict)
 
     @property
     def diverged(self) -> bool:
@@ -100,6 +103,7 @@ class DiffReport:
             "comparability": self.comparability,
             "warnings": self.warnings,
             "lacks": self.lacks,
+            "evidence": self.evidence,
             "window": self.window,
             "ranks": {str(r): res.to_json() for r, res in sorted(self.ranks.items())},
         }
@@ -215,7 +219,8 @@ def suggest_site(results: dict[int, RankResult]) -> Divergence | None:
 
 
 def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str,
-                 steps: list[int | None] | None = None, differences: Any = None) -> str:
+                 steps: list[int | None] | None = None, differences: Any = None, fmt: str = "native",
+                 candidate: Divergence | None = None) -> str:
     """The command to run next: ``forensics kernel`` on the site (occurrence, rank and the traced
     steps, so occurrences count alike), or a wider trace when no ORIGIN was found.
 
@@ -223,6 +228,13 @@ def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str
     runs becomes arms of the kernel rerun: run A's setting of each differing knob in every arm
     (``--env``), B's as a ``--toggle``, B's command line as an ``--arm-command``."""
     cmd = shlex.join(argv) if argv else "<command>"
+    if origin is None and candidate is not None and fmt == "native":  # an ORIGIN that names no site
+        step = f" --steps {candidate.step}" if isinstance(candidate.step, int) else ""
+        return (f"forensics trace --evidence full{step} --ranks {candidate.rank} --out <dir> -- {cmd}   # the "
+                f"difference is born in {candidate.identity} ({candidate.level} evidence): rerun both runs on this "
+                "window op by op at full evidence and diff them to name and prove the op")
+    if origin is not None and origin.site and origin.evidence != "proven" and origin.level != "full":
+        return _confirm_at_full(origin, cmd, differences, fmt)
     if origin is not None and origin.site and origin.evidence != "proven":
         step = f" --steps {origin.step}" if isinstance(origin.step, int) else ""
         return (f"forensics trace --ordered-digests inputs{step} --ranks {origin.rank} --out <dir> -- {cmd}"
@@ -234,6 +246,52 @@ def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str
         arms = "" if differences is None else "".join(" " + shlex.quote(x) for x in differences.kernel_options())
         return f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{window}{arms} -- {cmd}"
     return f"forensics trace --steps all --ranks all --out <dir> -- {cmd}"
+
+
+def _grade_by_levels(report: DiffReport, run_info_a: dict, run_info_b: dict) -> None:
+    """The traces' evidence levels (header ``evidence``, ``forensics trace --evidence``): the weaker
+    one grades the whole report. Below ``full``, a clean rank is "no divergence seen" (never proven)
+    and the report says so; two different levels digest with different algorithms, so no value is
+    compared at all (shapes, dtypes and control flow only)."""
+    la, lb = run_info_a.get("evidence"), run_info_b.get("evidence")
+    if la not in EVIDENCE_LEVELS and lb not in EVIDENCE_LEVELS:
+        return
+    la, lb = la if la in EVIDENCE_LEVELS else "full", lb if lb in EVIDENCE_LEVELS else "full"
+    weaker = EVIDENCE_LEVELS[max(EVIDENCE_LEVELS.index(la), EVIDENCE_LEVELS.index(lb))]
+    if la != lb:
+        weaker = "metadata"  # digests of two kinds: nothing about the values compares
+    report.evidence = {"a": la, "b": lb, "graded_by": weaker}
+    if weaker == "full":
+        return
+    if la != lb:
+        report.warnings.append(f"evidence levels differ (A {la}, B {lb}): their digests are of different kinds, so "
+                               "no value was compared (shapes, dtypes and control flow only); trace both runs at "
+                               "one level")
+    else:
+        report.warnings.append(f"both traces were recorded at {la} evidence (forensics trace --evidence {la}): "
+                               "a difference it shows is real, equal values are never proven equal, and an "
+                               "ORIGIN is a candidate until its window is rerun at full evidence")
+    what = f"full evidence (graded by {weaker})"
+    if what not in report.lacks:
+        report.lacks.append(what)
+
+
+def _confirm_at_full(origin: Divergence, cmd: str, differences: Any, fmt: str) -> str:
+    """A candidate ORIGIN from light evidence (sampled, summary, metadata): the confirming rerun of
+    just its window (step, rank) at full evidence, or ``kernel`` on its site, whose site probe
+    digests in full. Our own traces rerun with ``forensics trace --evidence full``; another
+    producer's go on to ``kernel`` (its recorder's own full mode is the other way)."""
+    step = f" --steps {origin.step}" if isinstance(origin.step, int) else ""
+    site = f"{origin.site}#{origin.occurrence}" if origin.occurrence else origin.site
+    arms = "" if differences is None else "".join(" " + shlex.quote(x) for x in differences.kernel_options())
+    kernel = f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{step}{arms} -- {cmd}"
+    if fmt == "native":
+        return (f"forensics trace --evidence full{step} --ranks {origin.rank} --out <dir> -- {cmd}   # a candidate "
+                f"ORIGIN from {origin.level} evidence: rerun both runs on this window at full evidence and diff "
+                f"them to prove it, or go on: {kernel} (its site probe digests in full)")
+    where = f"step {origin.step}, rank {origin.rank}" if isinstance(origin.step, int) else f"rank {origin.rank}"
+    return (f"{kernel}   # a candidate ORIGIN from {origin.level} evidence: the site probe digests in full "
+            f"(or rerun the recorder at full evidence on {where} and diff again)")
 
 
 def diff_streams(
@@ -319,7 +377,12 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
     steps = report.ranks[origin.rank].steps if origin is not None else None
     differences = differences_of({"comparability": report.comparability,
                                   "config_differences": report.config_differences}, run_info_a.get("argv"))
-    report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps, differences)
+    candidate = next((res.first_divergence for _, res in sorted(report.ranks.items())
+                      if res.first_divergence is not None and res.first_divergence.verdict == ORIGIN
+                      and not res.first_divergence.site
+                      and (res.first_divergence.kind == "module" or res.first_divergence.level != "full")), None)
+    report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps, differences,
+                                       report.format, candidate)
     if isinstance(world, int) and len(report.ranks) < world and report.pattern in ("none", "only_receivers"):
         report.warnings.append(f"{len(report.ranks)} of {world} ranks compared: a clean result says nothing "
                                "about the ranks not traced")
@@ -329,6 +392,7 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
         note = f"this trace format ({report.format}) lacks {what}"
         if note not in report.warnings:
             report.warnings.append(note)
+    _grade_by_levels(report, run_info_a, run_info_b)
     for side, info in (("A", run_info_a), ("B", run_info_b)):
         for r, n in sorted((info.get("_dropped") or {}).items()):
             report.warnings.append(f"{side} rank {r} dropped {n} record(s) past its record budget: nothing is known "

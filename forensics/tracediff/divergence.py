@@ -23,7 +23,7 @@ from typing import Any
 from forensics.core import ops
 from forensics.core.site import is_gemm_label, site_for_record
 from forensics.tracediff.compare import DIFFER, EQUAL, EXACT_ENTRIES, LAYOUTS_DIFFER, SCREEN, UNOBSERVED, UNPROVEN, ListTest
-from forensics.tracediff.traces import TensorDigest, TraceRecord
+from forensics.tracediff.traces import EVIDENCE_LEVELS, TensorDigest, TraceRecord
 
 from forensics.core.words import (
     AFTER_CONTROL_FLOW,
@@ -86,6 +86,9 @@ class Divergence:
     #: ``generator`` (only a random op's generator state), ``call`` (the two records were called with
     #: arguments of different kinds: likely two different calls); None otherwise
     from_program: str | None = None
+    #: the weakest evidence level (``EVIDENCE_LEVELS``) among the pair's recorded tensors, both
+    #: sides: what the verdict is graded by (an ORIGIN below ``full`` is a candidate, never proven)
+    level: str = "full"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -315,6 +318,19 @@ _INPUT_EVIDENCE = {
 }
 
 
+def pair_level(a: TraceRecord, b: TraceRecord, outputs: list[int] | None = None) -> str:
+    """The weakest evidence level (the weaker side's) among two records' inputs and the outputs a
+    verdict rests on (``outputs``: the differing ones; None: all)."""
+    worst = 0
+    for rec in (a, b):
+        outs = rec.outputs if outputs is None else [rec.outputs[i] for i in outputs if i < len(rec.outputs)]
+        for t in (*rec.inputs, *outs):
+            ev = getattr(t, "evidence", "full")
+            i = EVIDENCE_LEVELS.index(ev) if ev in EVIDENCE_LEVELS else len(EVIDENCE_LEVELS) - 1
+            worst = max(worst, i)
+    return EVIDENCE_LEVELS[worst]
+
+
 def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: ListTest,
           gemm_occurrence: int | None = None) -> Divergence:
     """The verdict of a record whose outputs or inputs differ (the input test, docs/method.md)."""
@@ -412,6 +428,11 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
     if outputs_differ and outputs.how == "summary digest":
         warnings.append("the outputs differ only by a summary digest (e.g. a norm), which can itself vary for "
                         "equal tensors when its reduction order changes")
+    level = pair_level(a, b, outputs.differing if outputs_differ else [])
+    if verdict == ORIGIN and level != "full" and evidence == PROVEN:  # never proven below full evidence
+        evidence = UNPROVEN_EVIDENCE
+        warnings.append(f"unproven: {level} evidence: an ORIGIN is proven only from full digests of its inputs "
+                        "and output")
     site = site_of(a)
     occurrence = None
     if is_gemm_label(site):
@@ -430,7 +451,7 @@ def judge(rank: int, a: TraceRecord, b: TraceRecord, inputs: ListTest, outputs: 
         forward_op=fwd, warnings=warnings, source_a=a.source, source_b=b.source,
         from_program=from_program if verdict == RECEIVER else None,
         outputs_a=[tensor_json(a.outputs[i]) for i in out_bad if i < len(a.outputs)],
-        outputs_b=[tensor_json(b.outputs[i]) for i in out_bad if i < len(b.outputs)],
+        outputs_b=[tensor_json(b.outputs[i]) for i in out_bad if i < len(b.outputs)], level=level,
     )
 
 

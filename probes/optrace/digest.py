@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from forensics.core.formats.optrace import SAMPLES
 from probes.digests import _GOLDEN, _INT_OF_SIZE, holds_elements, ordered_device, plain_real, row_major_pieces  # noqa: F401  (_GOLDEN, ordered_device: part of this module's API)
 
 try:  # order-sensitive digests of CPU tensors; without it CPU tensors carry the XOR digest only
@@ -504,3 +505,149 @@ def _args_key(values: list[Any]) -> tuple | None:
     return tuple(key)
 
 
+
+
+# --------------------------------------------------------------------------- the light evidence levels
+#: the memory offsets (in elements) of a sampled entry's positions, by (shape, strides): shapes repeat
+#: every step, so the positions are worked out once; bounded
+_SAMPLE_AT: dict[tuple, tuple[np.ndarray | None, int, int]] = {}
+_SAMPLE_AT_MAX = 1 << 12
+
+
+def _span(t: torch.Tensor) -> int | None:
+    """Elements from the tensor's first to its last (its memory, read in place), or None when the
+    tensor is not a plain strided CPU tensor whose storage holds them (then the general path)."""
+    if t.__class__ not in _PLAIN or not t.is_cpu or t.layout is not _STRIDED or t.is_neg() or t.is_conj():
+        return None
+    span = t.numel() if t.is_contiguous() else 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    if (t.storage_offset() + span) * t.element_size() > t.untyped_storage().nbytes():
+        return None
+    return span
+
+
+def _sample_at(shape: tuple, stride: tuple, n: int) -> tuple[np.ndarray | None, int]:
+    """(offsets, step): the memory offsets of the row-major positions ``i * step`` (None: the
+    tensor is row-major contiguous and a plain ``[::step]`` reads them)."""
+    key = (shape, stride)
+    hit = _SAMPLE_AT.get(key)
+    if hit is None:
+        step = -(-n // SAMPLES)
+        contiguous = all(st == c for st, c, d in zip(stride, _row_major(shape), shape) if d != 1)
+        offsets = None
+        if not contiguous:
+            idx = np.unravel_index(np.arange(0, n, step), shape)
+            offsets = np.zeros(len(idx[0]), dtype=np.intp)
+            for i, st in zip(idx, stride):
+                offsets += i * st
+        if len(_SAMPLE_AT) >= _SAMPLE_AT_MAX:
+            _SAMPLE_AT.clear()
+        hit = _SAMPLE_AT[key] = (offsets, step, 0)
+    return hit[0], hit[1]
+
+
+def _row_major(shape: tuple) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+_VOID = {size: np.dtype(f"V{size}") for size in (1, 2, 4, 8, 16)}
+_NO_SPAN = -1  # "not worked out yet" (None: worked out, no memory of its own to read in place)
+
+
+def sampled_digest(t: torch.Tensor, span: Any = _NO_SPAN) -> Any:
+    """The ``sampled`` digest (:data:`forensics.core.formats.optrace.SAMPLED`): at most ``SAMPLES``
+    elements at row-major positions ``i * ceil(n / SAMPLES)``; on the CPU xxh3 of their bytes, read
+    where they lie whatever the layout (no copy of the tensor); on another device a position-keyed
+    mix of the same elements, left there (:class:`_Digest`, read at the flush)."""
+    n = t.numel()
+    if span is _NO_SPAN:
+        span = _span(t)
+    if span is not None and _xxh3 is not None:
+        size = t.element_size()
+        offsets, step = (None, -(-n // SAMPLES)) if span == n and t.is_contiguous() else \
+            _sample_at(tuple(t.shape), tuple(t.stride()), n)
+        buf = _BYTES_AT.get(span * size) or _bytes_type(span * size)
+        words = np.frombuffer(buf.from_address(t.data_ptr()), dtype=_VOID.get(size) or f"V{size}")
+        return _xxh3((words[::step] if offsets is None else words[offsets]).tobytes())
+    sample = plain_real(t.detach()).reshape(-1)[::-(-n // SAMPLES)].contiguous()
+    if sample.device.type == "cpu":
+        return ordered_cpu(sample)
+    return _Digest(ordered_device(sample))
+
+
+def summary_digest(t: torch.Tensor, span: Any = _NO_SPAN) -> Any:
+    """The ``summary`` digest (:data:`forensics.core.formats.optrace.SUMMARY`): the sum of the
+    elements' bit patterns as unsigned integers mod 2^64, one reduction over the memory where it
+    lies (numpy on the CPU; on another device the sum stays there, :class:`_Digest`). Exact and
+    independent of the order and the layout, so equal values never give two summaries; like any
+    summary, equal summaries prove nothing."""
+    x = t.detach()
+    size = x.element_size()
+    word = _UINT.get(size)
+    if word is not None and not x.is_complex():
+        if span is _NO_SPAN:
+            span = _span(x)
+        if span is not None:
+            buf = _BYTES_AT.get(span * size) or _bytes_type(span * size)
+            w = np.frombuffer(buf.from_address(x.data_ptr()), dtype=word, count=span)
+            if not x.is_contiguous():  # a strided view of the same memory (no copy)
+                w = np.lib.stride_tricks.as_strided(w, shape=tuple(x.shape),
+                                                    strides=tuple(st * size for st in x.stride()), writeable=False)
+            return f"summary:{int(np.add.reduce(w, axis=None, dtype=np.uint64)):016x}"
+    words = _bits_exact(plain_real(x))
+    if words.device.type == "cpu":
+        return f"summary:{words.sum().item() & _MASK:016x}"
+    return _Digest(words.sum())
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_TORCH_UINT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits_exact(x: torch.Tensor) -> torch.Tensor:
+    """A tensor's elements as int64 words holding their own bit patterns (unsigned for 1-4 bytes)."""
+    size = x.element_size()
+    w = x.contiguous().view(_TORCH_UINT[size]) if x.dtype != _TORCH_UINT[size] else x
+    w = w.to(torch.int64)
+    if size in (2, 4):
+        w = w & ((1 << (8 * size)) - 1)
+    return w
+
+
+def light_entry(level: str) -> Any:
+    """A function with :func:`tensor_entry`'s signature that writes ``level``'s entry (``sampled``,
+    ``summary`` or ``metadata``): shape, dtype, numel, ``ev`` and (but at ``metadata``) the level's
+    digest in ``h``. No order-sensitive, XOR or chunk digest: equal light digests never prove
+    equality (docs/trace-format.md, "Evidence levels"). A digest that fails leaves the entry at
+    ``metadata``; never let a digest break the user's op."""
+    digest = {"sampled": sampled_digest, "summary": summary_digest}.get(level)
+
+    def entry(t: torch.Tensor, chunks: bool = False, ordered: bool = False, xor: bool = False,
+              chunk_digests: bool = True) -> dict[str, Any]:
+        dtype = t.dtype
+        name = _DTYPE_NAME.get(dtype) or _dtype_name(dtype)
+        if t.__class__ not in _PLAIN and isinstance(t, _UNINITIALIZED):
+            return {"s": None, "t": name, "n": None, "ev": "metadata"}
+        numel = t.numel()
+        out: dict[str, Any] = {"s": list(t.shape), "t": name, "n": numel, "ev": level}
+        if digest is None:
+            return out
+        span = _span(t) if t.is_cpu else None
+        if t.is_sparse or t.is_quantized or t.device.type == "meta" or t.__class__ not in _PLAIN \
+                or (numel and span is None and not holds_elements(t)):  # no memory of its own: metadata
+            out["ev"] = "metadata"
+            return out
+        try:
+            h = digest(t, span) if numel else "0" * 16
+        except Exception:  # noqa: BLE001 - never let a digest break the user's op
+            h = None
+        if h is None:  # no digest this tensor could be given (xxhash missing, a failure): what it is
+            out["ev"] = "metadata"
+        else:
+            out["h"] = h
+        return out
+
+    return entry

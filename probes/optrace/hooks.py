@@ -187,6 +187,10 @@ def install(cfg: ProbeConfig, window: StepWindow, out_dir: Path, rank: int) -> _
     """Start tracing this rank: the mode is pushed when the window opens and popped when it closes."""
     tracer = OpTracer(cfg, window, Path(out_dir), rank)
     handles = _hook_optimizer(tracer)  # before activate's window hook: records land in this step
+    if tracer.granularity == "modules":  # module boundaries instead of the dispatch mode
+        from probes.optrace.modules import hook_modules  # noqa: PLC0415
+
+        handles += hook_modules(tracer)
     restore = _wrap_collectives(tracer) + _wrap_backward(tracer) + _wrap_storage_resize(tracer)
     window.on_enter.append(tracer.enter)
     window.on_step.append(tracer.step_ended)

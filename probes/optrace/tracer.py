@@ -16,6 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
+from forensics.core.formats.optrace import EVIDENCE_LEVELS, GRANULARITIES
 from forensics.core.formats.optrace import record as new_record
 from forensics.core.formats.optrace import record_line
 from probes import forks as _forks
@@ -26,6 +27,7 @@ from probes.optrace.digest import (
     _generator_entry,
     args_entry,
     chunk_sums,
+    light_entry,
     tensor_entry,
     view_entry,
 )
@@ -97,6 +99,18 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         #: which tensors of an op get ``o`` (:meth:`_ordered_for`, asked once per op by the handler):
         #: every input (another device's too), every CPU tensor, every output
         self._sides = (mode in ("inputs", "all"), mode != "off", mode == "all")
+        level = extra.get("evidence", "full")
+        #: the evidence level (``forensics trace --evidence``, header ``evidence``): ``full`` digests
+        #: every element; the light levels write :func:`light_entry`'s entries, no chunk digests and no
+        #: view shortcut (:attr:`_entry`: the one function every tensor entry is made by)
+        self.evidence = level = level if level in EVIDENCE_LEVELS else "full"
+        self._entry = tensor_entry if level == "full" else light_entry(level)
+        if level != "full":
+            self.chunk_digests = False  # a light entry has none (the header says so)
+        at = extra.get("at", "ops")
+        #: what a record is (``forensics trace --at``, header ``at``): ``ops``, every ATen op (the
+        #: dispatch mode), or ``modules``, every nn.Module call (:mod:`probes.optrace.modules`; no mode)
+        self.granularity = at if at in GRANULARITIES else "ops"
         compiled = extra.get("compiled", "compiled")
         self.compiled_mode = compiled if compiled in COMPILED_MODES else "compiled"
         type(self)._runs_compiled = self.compiled_mode == "compiled"  # read by ignore_compile_internals
@@ -137,7 +151,7 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
     def _digest(self, t: torch.Tensor, chunks: bool, ordered: bool = False, xor: bool = False) -> dict[str, Any]:
         """The entry of one tensor (:func:`probes.optrace.digest.tensor_entry`) with this config's
         chunk-digest switch."""
-        return tensor_entry(t, chunks, ordered, xor, self.chunk_digests)
+        return self._entry(t, chunks, ordered, xor, self.chunk_digests)
 
     def _view_entry(self, in0: dict[str, Any], x: torch.Tensor, out: torch.Tensor, order_view: bool) -> dict[str, Any] | None:
         """A same-element view's output entry from its input's digests, or None (digest it):
@@ -265,7 +279,7 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         else:
             tensors, others = _split(args, kwargs)
         every, cpu, out_every = self._sides  # _ordered_for(x, "in") and (x, "out"), once per op
-        entry, chunked = tensor_entry, self.chunk_digests  # self._digest, without its frame per tensor
+        entry, chunked = self._entry, self.chunk_digests  # self._digest, without its frame per tensor
         if info.lift:
             inputs = [entry(x, chunks, every or (cpu and x.is_cpu), True, chunked) for x in tensors]
         elif len(tensors) > 1 and (tensors[0] is tensors[1] if len(tensors) == 2 else
@@ -289,7 +303,7 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         if info.collective:
             kind, outputs = "collective", []  # in flight until waited: the semantic record has the result
             meta["async"] = True
-        elif (info.view and isinstance(out, torch.Tensor) and inputs and isinstance(args[0], torch.Tensor)
+        elif (info.view and entry is tensor_entry and isinstance(out, torch.Tensor) and inputs and isinstance(args[0], torch.Tensor)
               and inputs[0].get("s") is not None and out.numel() == args[0].numel() and out.dtype == args[0].dtype
               and (reused := self._view_entry(inputs[0], args[0], out, info.order_view)) is not None):
             outputs = [reused]
@@ -387,6 +401,8 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
 
     # ------------------------------------------------------------------ mode on/off
     def enter(self, _step: int = 0) -> None:
+        if self.granularity == "modules":  # module hooks record; no dispatch mode
+            return
         if not self.entered and not _forks.foreign(self.pid):
             self.__enter__()
             self.entered = True

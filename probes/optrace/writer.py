@@ -102,6 +102,9 @@ class TraceWriting:
             "compiled": self.compiled_mode,
             "generators": GENERATORS_NAME,
             "storage_events": STORAGE_EVENTS,
+            "evidence": self.evidence,
+            "evidence_digests": {"sampled": optrace_format.SAMPLED, "summary": optrace_format.SUMMARY},
+            "at": self.granularity,
         }
 
     def _ordered_info(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The op-trace format (``forensics.optrace``, version 1): one owner for its writer and readers.
+"""The op-trace format (``forensics.optrace``, version 2): one owner for its writer and readers.
 
 The tracer (``probes/optrace/``) writes one file per rank, ``rank<R>/trace.jsonl``: a header line,
 record lines, a footer line (docs/trace-format.md describes every field). The readers
@@ -17,14 +17,40 @@ from typing import Any
 from forensics.core.errors import BadInput
 
 SCHEMA = "forensics.optrace"
-VERSION = 1
+#: 2: the header's ``evidence`` (the level the tracer recorded at, ``forensics trace --evidence``)
+#: and tensor entries at the light levels (``ev`` sampled / summary / metadata, :data:`SAMPLED`,
+#: :data:`SUMMARY`). Version 1 traces (no ``evidence``: every entry full unless it says ``ev``)
+#: are read as they were (:data:`READS`).
+VERSION = 2
+#: the versions this reader reads
+READS = (1, 2)
+#: the evidence levels of a trace and of each tensor entry, strongest first: ``full`` digests every
+#: element (an order-sensitive digest proves equality), ``sampled`` digests :data:`SAMPLES` elements
+#: at fixed row-major positions, ``summary`` records a few statistics, ``metadata`` shape and dtype
+#: only. Only ``full`` can prove equal values equal; the other three prove a difference at most.
+EVIDENCE_LEVELS = ("full", "sampled", "summary", "metadata")
+#: what one record is (header ``at``, ``forensics trace --at``): ``ops``, every ATen op below the
+#: dispatcher (the default; a trace that does not say), or ``modules``, every nn.Module call (kind
+#: ``module``, identity ``module.<class>:<occurrence>``), the light first pass at scale
+GRANULARITIES = ("ops", "modules")
+#: the header's ``evidence`` in a trace that does not say (version 1)
+DEFAULT_EVIDENCE = "full"
+#: elements a ``sampled`` entry digests: at row-major positions ``i * ceil(n / SAMPLES)``
+SAMPLES = 64
+#: what a ``sampled`` entry's ``h`` is (header ``evidence_digests.sampled``)
+SAMPLED = (f"xxh3_64 of the bytes of at most {SAMPLES} elements, at row-major positions i*ceil(n/{SAMPLES}) "
+           "(on other devices: fmix64(bits^position) sum of the same elements, on the device)")
+#: what a ``summary`` entry's ``h`` is (header ``evidence_digests.summary``)
+SUMMARY = ("summary:<16 hex digits>: the sum of the elements' bit patterns as unsigned integers mod 2^64 "
+           "(complex: of its real pairs), exact and independent of order and layout; on other devices the same "
+           "sum, computed there")
 #: one file per rank under ``rank<R>/``; a second process of the same rank writes ``trace.<pid>.jsonl``
 FILE_NAME = "trace.jsonl"
 
 #: the header's keys, in the order they are written (``type``, ``schema``, ``version`` first)
 HEADER_KEYS = ("type", "schema", "version", "rank", "world_size", "argv", "script_argv", "pid", "versions", "env",
                "steps", "ranks", "max_records", "hash", "chunks", "chunked_ops", "ordered", "compiled", "generators",
-               "storage_events", "program", "packages", "switches")
+               "storage_events", "program", "packages", "switches", "evidence", "evidence_digests", "at")
 #: a record's keys, in the order they are written (``meta`` only when it has something)
 RECORD_KEYS = ("seq", "id", "op", "kind", "step", "phase", "in", "out", "meta")
 #: the first two keys of every record line: the columnar reader matches them as text
@@ -110,6 +136,16 @@ def read_header(path: Path, brief: Any = repr) -> dict[str, Any]:
         raise BadInput(path, "first line is not JSON: not a forensics trace", 1) from None
     if not is_header(header):
         raise BadInput(path, f"foreign schema: first line is not a {SCHEMA} header", 1)
-    if header.get("version") != VERSION:
-        raise BadInput(path, f"{SCHEMA} version {brief(header.get('version'))}; this reader reads version {VERSION}", 1)
+    if header.get("version") not in READS:
+        raise BadInput(path, f"{SCHEMA} version {brief(header.get('version'))}; this reader reads versions "
+                             f"{', '.join(map(str, READS))}", 1)
+    level = header.get("evidence", DEFAULT_EVIDENCE)
+    if level not in EVIDENCE_LEVELS:
+        raise BadInput(path, f"header evidence {brief(level)}: one of {', '.join(EVIDENCE_LEVELS)}", 1)
     return header
+
+
+def evidence_of(header: dict[str, Any]) -> str:
+    """The level a trace was recorded at (``full`` for a version 1 trace, which does not say)."""
+    level = header.get("evidence", DEFAULT_EVIDENCE)
+    return level if level in EVIDENCE_LEVELS else DEFAULT_EVIDENCE

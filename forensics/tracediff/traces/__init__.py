@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forensics.core.formats import optrace as optrace_format
+
 #: Evidence strength of a tensor digest. Only "full" can prove bit equality, and only through an
 #: order-sensitive digest (``TensorDigest.ordered``); "sampled" and "summary" can prove a difference
 #: but never equality; "metadata" proves neither (shape/dtype only). docs/method.md, "Evidence".
-EVIDENCE_LEVELS = ("full", "sampled", "summary", "metadata")
+EVIDENCE_LEVELS = optrace_format.EVIDENCE_LEVELS  # ("full", "sampled", "summary", "metadata")
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,11 @@ class Header(msgspec.Struct):
     chunked_ops: list[str] | None = None
     ordered: dict[str, Any] | None = None
     compiled: str | None = None
+    #: version 2: the level the tracer recorded at (``forensics trace --evidence``) and what each
+    #: light level's digest is; absent in version 1 (full)
+    evidence: str | None = None
+    evidence_digests: dict[str, str] | None = None
+    at: str | None = None  # version 2: ops (the default) or modules (one record per nn.Module call)
     generators: str | None = None
     storage_events: list[str] | None = None
     program: dict[str, Any] | None = None
@@ -570,6 +575,7 @@ def run_info(path: Path) -> dict[str, Any]:
     info = {k: v for k, v in first.items() if k not in ("type", "schema", "rank", "pid", "started")}
     info["schema_version"] = first.get("version")
     info.pop("version", None)
+    info["evidence"] = optrace_format.evidence_of(first)  # version 1 traces: full
     info["traced_ranks"] = sorted(files)
     dropped, ends = {}, {}
     packages = dict(first.get("packages") or {})
