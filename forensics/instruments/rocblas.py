@@ -35,7 +35,7 @@ ROCBLAS = Instrument(
     "rocBLAS log (ROCBLAS_LAYER)",
     unit="rocBLAS GEMM calls", names=("problem descriptor (m, n, k, types, layouts, batch)", "bench line"),
     launch_role=tensile_launch_role, confirms="Tensile GEMM kernels only", identity=check_amd_call,
-    library="rocBLAS",
+    library="rocBLAS", algo_columns=("solution_index",),
     line_form=re.compile(rb"^rocblas_\w+,|^-\s*\{\s*rocblas_function:", re.M),
     line_why="text with rocblas_<function>,... trace lines or rocBLAS profile lines",
     switch=Switch(order=26, env=rocblas_env))
@@ -46,7 +46,7 @@ ROCBLAS_BENCH = Instrument(
     "rocBLAS bench lines (ROCBLAS_LAYER=2, ROCBLAS_LOG_BENCH_PATH)",
     unit="rocBLAS GEMM calls", names=("problem descriptor (m, n, k, types, layouts, batch)", "bench line"),
     launch_role=tensile_launch_role, confirms="Tensile GEMM kernels only", identity=check_amd_call,
-    library="rocBLAS",
+    library="rocBLAS", algo_columns=("solution_index",),
     line_form=re.compile(rb"^(?:\S*/)?rocblas-bench ", re.M),
     line_why="text with rocblas-bench lines only (ROCBLAS_LAYER=2: one replayable bench line per call)")
 
