@@ -211,6 +211,10 @@ def read_log(path: str | PathLike[str]) -> RocblasLog:
                         "their bench lines give the calls when ROCBLAS_LAYER includes 2")
     if profile:
         problems.append(f"{profile} profile line(s) (ROCBLAS_LAYER=4): counts per problem, not read as calls")
+    other_bench = {fn: n for fn, n in bench_functions.items() if not GEMM_FUNCTION.search(fn)}
+    if other_bench:
+        problems.append("rocblas-bench line(s) of functions that are not GEMMs, not read as calls: "
+                        + ", ".join(f"{fn} x{n}" for fn, n in other_bench.items()))
     if skipped:
         problems.append(f"{skipped} lines are not rocBLAS log lines (first at line {first_skipped}); skipped")
     if unterminated is not None:

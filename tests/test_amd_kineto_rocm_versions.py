@@ -155,10 +155,11 @@ def test_the_tensile_grid_check_agrees_with_the_problem_pytorch_issued():
 def _synthetic_hipblaslt_log(path: Path) -> None:
     """SYNTHETIC: a hipBLASLt log (HIPBLASLT_LOG_MASK=2) of the seven GEMMs the triton trace's aten::mm
     ops issued, in their order, in the real [Trace][rocblaslt_matmul] line layout of
-    hipblaslt_mask5_level5.log; pid the trace's. No such log was recorded with the trace."""
+    hipblaslt_mask5_level5.log; pid and time the trace's (its HIP calls ran in pid 3182306 at 2026-05-13
+    14:12:59 UTC, which the log prints as its local time). No such log was recorded with the trace."""
     calls = [(2048, 32768, 2048)] * 4 + [(8192, 32768, 2048)] * 2 + [(2048, 32768, 8192)]
     lines = [
-        f"[2026-04-01 21:22:30][HIPBLASLT][3182306][Trace][rocblaslt_matmul] A=0x7f0000000000 Adesc=[type=R_16BF "
+        f"[2026-05-13 14:12:59][HIPBLASLT][3182306][Trace][rocblaslt_matmul] A=0x7f0000000000 Adesc=[type=R_16BF "
         f"rows={k} cols={m} ld={k}] B=0x7f1000000000 Bdesc=[type=R_16BF rows={k} cols={n} ld={k}] C=0x7f2000000000 "
         f"Cdesc=[type=R_16BF rows={m} cols={n} ld={m}] D=0x7f2000000000 Ddesc=[type=R_16BF rows={m} cols={n} ld={m}] "
         "computeDesc=[computeType=COMPUTE_32F scaleType=R_32F transA=OP_T transB=OP_N epilogue=EPILOGUE_DEFAULT "

@@ -69,6 +69,11 @@ def test_beside_its_trace_file_the_bench_half_is_read_not_counted(tmp_path, caps
     cap.mkdir()
     (cap / "rocblas_trace.log").write_text("".join(x + "\n" for x in lines if x.startswith("rocblas_")))
     (cap / "rocblas_bench.log").write_text("".join(x + "\n" for x in lines if "rocblas-bench" in x))
+    # rocBLAS lines carry no pid and no time: the capture's manifest ties the two files to one run, as
+    # forensics kernel's does (without it they are two untied runs, each counted in its own)
+    (cap / "manifest.yaml").write_text("schema: 1\narms:\n  - {name: a1, role: arm}\nfiles:\n"
+                                       "  - {path: rocblas_trace.log, arm: a1, rank: 0}\n"
+                                       "  - {path: rocblas_bench.log, arm: a1, rank: 0}\n")
     rc, out, rep = _analyze(cap, tmp_path, capsys)
     assert sum(r["counts"]["hipblaslt"] for r in rep["verdicts"]) == 2  # not 4
     assert "rocblas_bench.log: 2 call(s) read, not counted for arm a1 rank 0: rocblas is counted" in \

@@ -44,11 +44,23 @@ def _row(i: int, name: str, wg: tuple[int, int, int], workgroups: tuple[int, int
             f"{wg[0]},{wg[1]},{wg[2]},{grid[0]},{grid[1]},{grid[2]}")
 
 
-def _capture(tmp_path: Path, kernels: list[tuple[str, tuple, tuple]]) -> Path:
+def _capture(tmp_path: Path, kernels: list[tuple[str, tuple, tuple]], declared: bool = True) -> Path:
+    """The two files; ``declared``: with a manifest.yaml listing both (its author states that they are
+    one run: the tie the files themselves cannot show, since the trace records no wall-clock time)."""
     rows = [_row(1, ADDITION, (64, 1, 1), (16384, 1, 1))] + [_row(i + 2, *k) for i, k in enumerate(kernels)]
     tmp_path.joinpath(f"{PID}_kernel_trace.csv").write_text("\n".join([HEADER, *rows]) + "\n")
     shutil.copy(AMD / "hipblaslt_mask5_level5.log", tmp_path / f"hipblaslt.{PID}.log")
+    if declared:
+        _declare(tmp_path)
     return tmp_path
+
+
+def _declare(folder: Path) -> None:
+    """A manifest.yaml listing every file of ``folder`` as arm a1, rank 0 (recognised by content)."""
+    entries = "".join(f"  - {{path: {p.name}, arm: a1, rank: 0}}\n" for p in sorted(folder.iterdir())
+                      if p.is_file() and p.name != "manifest.yaml")
+    folder.joinpath("manifest.yaml").write_text("schema: 1\nsynthetic: true\narms:\n  - {name: a1, role: arm}\n"
+                                                "files:\n" + entries)
 
 
 def _verdicts(tmp_path: Path) -> dict[str, object]:
@@ -65,6 +77,17 @@ def test_counts_and_identity_agree_named(tmp_path):
     assert {"library", "precision", "layout", "grid"} <= set(gemm.identity["checked"])
     assert not gemm.identity["conflicts"]
     assert v[ADDITION].verdict == "SINGLE-SOURCE" and v[ADDITION].counts == {"rocprofiler": 1}
+
+
+def test_without_a_tie_the_agreement_is_not_named(tmp_path):
+    """The same two files in a plain folder: they share the pid in their names, but the rocprofv3 trace
+    records no wall-clock time (its timestamps count from boot), so nothing shows the pid is the same
+    process (pids are reused): the counts and identity agree, and the row says so without NAMING."""
+    v = _verdicts(_capture(tmp_path, [(NAMED_NAME, (256, 1, 1), (3, 1, 1))], declared=False))
+    gemm = v[NAMED_NAME]
+    assert gemm.verdict == "AGREE-UNTIED", gemm.reason
+    assert gemm.counts == {"rocprofiler": 1, "hipblaslt": 1}
+    assert f"pid {PID} in both" in gemm.reason and "records no wall-clock time" in gemm.reason, gemm.reason
 
 
 def test_counts_agree_identity_does_not_conflict(tmp_path):
@@ -125,6 +148,7 @@ def test_per_site_occurrence_with_roctx_ranges(tmp_path):
     import json
 
     tmp_path.joinpath("sites.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(site) + "\n")
+    _declare(tmp_path)
     an = analyze(tmp_path)
     assert {f.instrument for f in an.capture.files} >= {"rocprofv3", "hipblaslt", "sites"}
     rows = {(r.scope, r.kernel): r for r in an.verdicts.itertuples()}
@@ -159,17 +183,21 @@ def test_kineto_on_rocm_never_confirms_rocprofv3(tmp_path):
     """One source: the REAL Kineto trace of PyTorch on ROCm (a different program, HTA's MI250 run)
     beside the rocprofv3 trace is the same family; rocprofv3 is counted, the Kineto file is read and
     said not counted, and no verdict counts the family twice."""
-    _capture(tmp_path, [(REAL_FP32, (256, 1, 1), (11, 1, 1))])
+    _capture(tmp_path, [(REAL_FP32, (256, 1, 1), (11, 1, 1))], declared=False)
     (tmp_path / f"hipblaslt.{PID}.log").unlink()
     shutil.copy(AMD / "kineto_rocm6.2_mi250_minitoy_train.json.gz", tmp_path / "worker0.pt.trace.json.gz")
     an = analyze(tmp_path)
     assert {f.instrument for f in an.capture.files} == {"rocprofv3", "kineto_rocm"}
-    v = {r.kernel: r for r in an.verdicts.itertuples()}
-    # the same kernel name in both files: still one family, one count (rocprofv3's), SINGLE-SOURCE
-    assert v[REAL_FP32].verdict == "SINGLE-SOURCE" and v[REAL_FP32].counts == {"rocprofiler": 1}
+    # one family, and nothing ties the two files to one run (the trace's process is not the csv's):
+    # two runs, each judged as an arm of its own, each count from its own file, never summed
+    assert sorted(an.capture.arms) == ["a1-run1", "a1-run2"]
+    v = {(r.arm, r.kernel): r for r in an.verdicts.itertuples()}
+    run_of = {p["path"].rsplit("/", 1)[1]: p["run"] for p in an.provenance}
+    csv_run = run_of[f"{PID}_kernel_trace.csv"]
+    assert run_of["worker0.pt.trace.json.gz"] != csv_run
+    assert v[(csv_run, REAL_FP32)].verdict == "SINGLE-SOURCE" and v[(csv_run, REAL_FP32)].counts == {"rocprofiler": 1}
     assert all(set(r.counts) == {"rocprofiler"} for r in an.verdicts.itertuples())
-    assert any("worker0.pt.trace.json.gz" in n and "not counted" in n and "rocprofv3 is counted" in n
-               for n in an.notes), an.notes
+    assert any("holds 2 different runs" in n for n in an.notes), an.notes
 
 
 def test_two_ranks_files_in_one_arm_folder_count_for_their_ranks(tmp_path):
@@ -183,10 +211,10 @@ def test_two_ranks_files_in_one_arm_folder_count_for_their_ranks(tmp_path):
 
     arm = tmp_path / "a1"
     arm.mkdir()
-    _capture(arm, [(NAMED_NAME, (256, 1, 1), (3, 1, 1))])
+    _capture(arm, [(NAMED_NAME, (256, 1, 1), (3, 1, 1))], declared=False)
     other = tmp_path / "other"
     other.mkdir()
-    _capture(other, [(REAL_FP32, (256, 1, 1), (11, 1, 1))])
+    _capture(other, [(REAL_FP32, (256, 1, 1), (11, 1, 1))], declared=False)
     (other / f"{PID}_kernel_trace.csv").rename(arm / "222_kernel_trace.csv")
     log = (other / f"hipblaslt.{PID}.log").read_text().replace(f"[HIPBLASLT][{PID}]", "[HIPBLASLT][222]")
     (arm / "hipblaslt.222.log").write_text(log)
@@ -201,6 +229,8 @@ def test_two_ranks_files_in_one_arm_folder_count_for_their_ranks(tmp_path):
             "label": "aten.relu.default#1", "external_id": 1, "rank": rank, "pid": pid, "op": "aten.relu.default",
             "in": [{"shape": [8], "dtype": "float32", "numel": 8}], "out": [{"shape": [8], "dtype": "float32",
                                                                                "numel": 8}], "meta": {}}) + "\n")
+    # the capture's manifest, as `forensics kernel` writes one: it ties each arm's files to one run
+    tmp_path.joinpath("manifest.yaml").write_text("schema: 1\nsynthetic: true\narms:\n  - {name: a1, role: arm}\n")
     an = analyze(tmp_path)
     files = {f.path.name: f.pid for f in an.capture.files if f.instrument == "rocprofv3"}
     assert files == {f"{PID}_kernel_trace.csv": PID, "222_kernel_trace.csv": 222}
@@ -218,18 +248,24 @@ def test_a_rocblas_log_names_batched_tensile_launches(tmp_path):
     in, batch 96; 256x64x128, 128x64x256, 256x64x128; no pid in its lines) beside a rocprofv3 trace
     (real header, SYNTHETIC rows) of one Tensile kernel launched 3 times with grid.z = 96: counts
     agree 3 = 3, and layout, precision, grid (4 and 2 workgroups for 64x64 tiles) and batch are
-    checked call by call: NAMED; with grid.z = 95, the batch check conflicts: CONFLICT."""
-    for z, verdict in ((96, "NAMED"), (95, "CONFLICT")):
-        d = tmp_path / str(z)
+    checked call by call: NAMED (the two files declared one run by a manifest.yaml: the log records no
+    process id, so nothing in the files ties them; undeclared, the same agreement reads AGREE-UNTIED);
+    with grid.z = 95, the batch check conflicts: CONFLICT, declared or not."""
+    for z, verdict, declared in ((96, "NAMED", True), (96, "AGREE-UNTIED", False), (95, "CONFLICT", False)):
+        d = tmp_path / f"{z}-{declared}"
         d.mkdir()
         rows = [_row(i, TENSILE_HHS, (256, 1, 1), (wg, 1, z)) for i, wg in ((1, 4), (2, 2), (3, 4))]
         (d / f"{PID}_kernel_trace.csv").write_text("\n".join([HEADER, *rows]) + "\n")
         shutil.copy(AMD / "rocblas_layer3_rocm_libraries3413.log", d / "rocblas_trace.log")
+        if declared:
+            _declare(d)
         an = analyze(d)
         assert {f.instrument for f in an.capture.files} == {"rocprofv3", "rocblas"}
         (row,) = list(an.verdicts.itertuples())
         assert row.verdict == verdict and row.counts == {"rocprofiler": 3, "hipblaslt": 3}, row.reason
-        if verdict == "NAMED":
+        if verdict != "CONFLICT":
             assert {"library", "precision", "layout", "grid", "batch/split-K"} <= set(row.identity["checked"])
-        else:
+        if verdict == "AGREE-UNTIED":
+            assert "rocblas_trace.log (rocblas) records no process id" in row.reason, row.reason
+        elif verdict == "CONFLICT":
             assert any(c.startswith("batch") for c in row.identity["conflicts"]), row.identity

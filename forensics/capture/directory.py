@@ -53,6 +53,9 @@ class InstrumentFile:
     arm: str
     rank: int | None = None
     pid: int | None = None
+    #: The arm it is judged under when a folder without a manifest holds several runs
+    #: (forensics.judge.runs: ``a1-run2``); None: its arm.
+    run: str | None = None
 
 
 @dataclass
@@ -80,7 +83,7 @@ class Capture:
         arms = [a["name"] for a in self.manifest.get("arms", []) if a.get("role", "arm") == "arm"]
         if arms:
             return arms
-        return sorted({f.arm for f in self.files})
+        return sorted({f.run or f.arm for f in self.files})
 
     def arm_of(self, folder: str) -> str:
         """The arm a folder's files count for (a pass folder maps to the arm it was run for)."""

@@ -49,7 +49,10 @@ NAMED = "NAMED"
 CONFLICT = "CONFLICT"
 DISAGREE = "DISAGREE"
 SINGLE_SOURCE = "SINGLE-SOURCE"
-ANALYSIS_VERDICTS = (NAMED, CONFLICT, DISAGREE, SINGLE_SOURCE)
+#: two independent families agree on who ran and how often, but nothing ties their files to one run
+#: of one program (no manifest, no process id in overlapping time): an agreement, never a name
+AGREE_UNTIED = "AGREE-UNTIED"
+ANALYSIS_VERDICTS = (NAMED, AGREE_UNTIED, CONFLICT, DISAGREE, SINGLE_SOURCE)
 
 # --------------------------------------------------------------------------- knob: does an env knob reach the site
 ON_PATH, NOT_ON_PATH, UNKNOWN = "ON PATH", "NOT ON PATH", "UNKNOWN"

@@ -15,7 +15,7 @@ Otherwise the kernel is **DISAGREE** (two families, different counts: both shown
 name a kernel only when the instruments also agree on *who* ran: every descriptor both carry
 (precision, layout, grid and tile against m x n, batch, library; on the CPU the operation and the
 problem size) is consistent, else **CONFLICT** naming the fields that disagree
-(:func:`forensics.judge.verdicts.identity_verdict`, docs/verdicts.md).
+(:func:`forensics.judge.identity.identity_verdict`, docs/verdicts.md).
 """
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ from forensics.core.kernel_names import AUXILIARY, describe_kernel, kernel_keys
 from forensics.core.model import LAUNCH_COLUMNS, conform, empty_frame
 from forensics.core.site import Occurrence, Site, names_gemm, parse_site_or_occurrence, split_label
 from forensics.core.words import ANALYSIS_VERDICTS as VERDICTS
-from forensics.core.words import CONFLICT, DISAGREE, NAMED
+from forensics.core.words import AGREE_UNTIED, CONFLICT, DISAGREE, NAMED
 from forensics.core.words import SINGLE_SOURCE as SINGLE
-from forensics.judge import cpu
-from forensics.judge.verdicts import identity_verdict
+from forensics.judge import cpu, runs
+from forensics.judge.identity import identity_verdict
 WINDOW = "<window>"
 #: Family -> what a user reads (from the instrument registry).
 FAMILY_LABEL = {name: f.label for name, f in reg.FAMILIES.items()}
@@ -67,6 +67,9 @@ class Analysis:
     #: Rank groups analysed in worker processes and merged (0: one pass in this process). A merged
     #: analysis keeps verdicts and counts only: its ``launches``/``calls``/``sites`` frames are empty.
     rank_groups: int = 0
+    #: Where each counted file came from (forensics.judge.runs.Provenance.to_dict): digest, pids, host,
+    #: program, wall-clock window, the run it was judged in, or the file it duplicates.
+    provenance: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def named(self) -> pd.DataFrame:
@@ -91,10 +94,11 @@ class Analysis:
             "notes": self.notes,
             "facts": self.facts,
             "losses": self.losses,
+            "provenance": self.provenance,
             "verdicts": rows(self.verdicts),
             "counts": rows(self.counts),
             "files": [
-                {"instrument": f.instrument, "path": str(f.path), "arm": f.arm, "rank": f.rank, "pid": f.pid,
+                {"instrument": f.instrument, "path": str(f.path), "arm": f.arm, "run": f.run, "rank": f.rank, "pid": f.pid,
                  "recognised_by": self.capture.recognised.get(str(f.path))}
                 for f in self.capture.files
             ],
@@ -203,17 +207,32 @@ def _reader_notes(f: InstrumentFile, df: pd.DataFrame) -> list[str]:
 
 def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
          facts: list[dict[str, Any]] | None = None,
-         losses: list[dict[str, Any]] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+         losses: list[dict[str, Any]] | None = None,
+         provenance: list[runs.Provenance] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Read every instrument file of a capture: (launches, calls, sites); what readers noted goes to
-    ``notes``, what they lost to ``losses``, what they say about library and device to ``facts``."""
+    ``notes``, what they lost to ``losses``, what they say about library and device to ``facts``,
+    where each counted file came from to ``provenance`` (:mod:`forensics.judge.runs`).
+
+    Byte-identical files of one arm and rank are read once. In a folder without a manifest, files
+    of one arm and rank that are different runs are judged as arms of their own (``a1-run2``)."""
     notes = [] if notes is None else notes
     facts = [] if facts is None else facts
     losses = [] if losses is None else losses
+    provenance = [] if provenance is None else provenance
     sites = _sites_of(cap, losses)
     notes.extend(f"{x['file']}: {x['loss']}" for x in losses)
     pid_rank = _pid_ranks(sites)
+    counted = [f for f in cap.files if reg.role_of(f.instrument) in (reg.LAUNCHES, reg.CALLS)]
+    dup_of, dup_notes, digests = runs.duplicates(counted, cap.arm_of)
+    notes.extend(dup_notes)
     launch_frames, call_frames = [], []
     for f in cap.files:
+        if str(f.path) in dup_of:
+            provenance.append(runs.Provenance(str(f.path), f.instrument, reg.family_of(f.instrument), cap.arm_of(f.arm),
+                                              f.rank, sha256=digests.get(str(f.path), (None, None))[0],
+                                              size=digests.get(str(f.path), (None, None))[1],
+                                              duplicate_of=dup_of[str(f.path)]))
+            continue
         rank = file_rank(cap, f, pid_rank, notes)
         try:
             fsites = sites[(sites["folder"] == f.arm) & (sites["rank"] == rank)] if len(sites) else sites
@@ -230,6 +249,8 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
         if inst is None:
             continue
         notes.extend(_reader_notes(f, df))
+        provenance.append(runs.read_provenance(f.path, f.instrument, df, cap.arm_of(f.arm), rank, f.pid,
+                                               digests.get(str(f.path))))
         where = {"arm": cap.arm_of(f.arm), "rank": rank, "instrument": f.instrument, "file": str(f.path)}
         facts.extend({**fact, **where} for fact in df.attrs.get("facts") or [])
         losses.extend({**where, "family": inst.family, "loss": text} for text in df.attrs.get("losses") or [])
@@ -240,6 +261,26 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
             if f.pid is not None or "pid" not in df.columns:
                 df["pid"] = f.pid
             call_frames.append(df)
+    if not runs.manifest_tied(cap):  # a plain folder: files of different runs are arms of their own
+        run_of, run_notes, twice = runs.assign_runs([p for p in provenance if p.duplicate_of is None])
+        notes.extend(run_notes)
+        if twice:
+            launch_frames = [d for d in launch_frames if not len(d) or str(d["file"].iloc[0]) not in twice]
+            call_frames = [d for d in call_frames if not len(d) or str(d["file"].iloc[0]) not in twice]
+        if run_of:
+            launch_frames = [d.assign(arm=run_of.get(str(d["file"].iloc[0]), d["arm"].iloc[0])) if len(d) else d
+                             for d in launch_frames]
+            call_frames = [d.assign(arm=run_of.get(str(d["file"].iloc[0]), d["arm"].iloc[0])) if len(d) else d
+                           for d in call_frames]
+            for x in (*facts, *losses):
+                x["arm"] = run_of.get(str(x.get("file")), x.get("arm"))
+            for f in cap.files:  # a duplicate is judged (not counted) where the file it repeats is
+                run = run_of.get(str(f.path)) or run_of.get(dup_of.get(str(f.path), ""))
+                if run:
+                    f.run = run
+            for p in provenance:
+                if p.duplicate_of and p.duplicate_of in run_of:
+                    p.run = run_of[p.duplicate_of]
     launches = pd.concat([conform(d, LAUNCH_COLUMNS) for d in launch_frames], ignore_index=True) if launch_frames \
         else empty_frame(LAUNCH_COLUMNS)
     if "folder" not in launches:
@@ -570,7 +611,7 @@ def _by_pid(calls: pd.DataFrame, launches: pd.DataFrame):
 
 
 def judge(counts: pd.DataFrame, observed: pd.DataFrame, losses: list[dict[str, Any]] | None = None,
-          identity: dict[str, dict] | None = None) -> pd.DataFrame:
+          identity: dict[str, dict] | None = None, ties: runs.TieBook | None = None) -> pd.DataFrame:
     """Apply the two-instrument rule to every (arm, rank, scope, kernel).
 
     ``counts`` per family: a launch counter's count of the kernel; a call log's count of the
@@ -625,6 +666,16 @@ def judge(counts: pd.DataFrame, observed: pd.DataFrame, losses: list[dict[str, A
             {f: id_launches.get((*here, f), []) for f in by_family if reg.get(sources[f]).role == reg.LAUNCHES},
             {sources[f]: id_pairs.get((*here, sources[f]), []) for f in by_family
              if reg.get(sources[f]).role == reg.CALLS})
+        same_run = None
+        if ties is not None and verdict == NAMED:  # who ran and how often agree: did they see one run?
+            state, why = ties.check(r["arm"], r["rank"], list(by_family))
+            same_run = why
+            if state != runs.TIED:
+                verdict = AGREE_UNTIED
+                reason += (f"; no same-run tie: {why}" if state == runs.UNKNOWN else f"; not one run: {why}") + \
+                    " (a manifest.yaml listing the files states that they belong together: docs/capture-format.md)"
+            elif not ties.by_manifest:
+                reason += f"; same run: {why}"
         for text in lost.get((r["arm"], r["rank"]), []):  # a loss is never silent: every verdict it may touch says it
             reason += f"; loss in this arm/rank: {text}"
         if implementation and verdict == NAMED:
@@ -636,10 +687,10 @@ def judge(counts: pd.DataFrame, observed: pd.DataFrame, losses: list[dict[str, A
             "arm": r["arm"], "rank": r["rank"], "scope": r["scope"], "kernel": r["kernel"], "mangled": r["mangled"],
             "short_name": r["short_name"], "verdict": verdict, "counts": by_family, "sources": sources,
             "cupti_instrument": cupti_src, "kernel_class": describe_kernel(name), "reason": reason,
-            "library": implementation if verdict == NAMED else None, "identity": checked,
+            "library": implementation if verdict == NAMED else None, "identity": checked, "same_run": same_run,
         })
     cols = ["arm", "rank", "scope", "kernel", "mangled", "short_name", "verdict", "counts", "sources",
-            "cupti_instrument", "kernel_class", "reason", "library", "identity"]
+            "cupti_instrument", "kernel_class", "reason", "library", "identity", "same_run"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -815,11 +866,15 @@ def analyze(capture: str | Path | Capture, site: str | Site | Occurrence | None 
     notes: list[str] = []
     facts: list[dict[str, Any]] = []
     losses: list[dict[str, Any]] = []
-    launches, calls, sites = load(cap, keep_going=keep_going, notes=notes, facts=facts, losses=losses)
+    provenance: list[runs.Provenance] = []
+    launches, calls, sites = load(cap, keep_going=keep_going, notes=notes, facts=facts, losses=losses,
+                                  provenance=provenance)
     identity: dict[str, dict] = {}
     counts, observed = count_launches(launches, calls, parsed, identity)
     notes.extend(not_counted_members(launches, calls))
-    verdicts = judge(counts, observed, losses, identity)
+    notes.extend(runs.pid_lines(launches, calls))
+    ties = runs.TieBook(cap, provenance, one_source_per_family(launches), one_source_per_family(calls))
+    verdicts = judge(counts, observed, losses, identity, ties)
     extra = library_rows(launches, calls, observed, parsed)
     if len(extra):  # library calls no verdict row shows are rows too (SINGLE-SOURCE), never dropped
         verdicts = pd.concat([verdicts, extra], ignore_index=True) if len(verdicts) else extra
@@ -834,7 +889,8 @@ def analyze(capture: str | Path | Capture, site: str | Site | Occurrence | None 
     if site and not len(verdicts):
         labels = sorted(set(launches["site_label"].dropna()) | set(sites.get("label", pd.Series(dtype=str)).dropna()))
         missing.append(no_launch_message(site, labels, cap.instruments(), cap.manifest.get("device")))
-    return Analysis(cap, site, launches, calls, sites, counts, verdicts, missing, notes, facts, losses)
+    return Analysis(cap, site, launches, calls, sites, counts, verdicts, missing, notes, facts, losses,
+                    provenance=[p.to_dict() for p in provenance])
 
 
 def site_launches(analysis: Analysis, arm: str, rank: int, label: str) -> pd.DataFrame:
@@ -864,7 +920,8 @@ def site_summary(analysis: Analysis) -> pd.DataFrame:
     for (arm, site, kernel), g in v.groupby(["arm", "site", "kernel"], dropna=False, sort=False):
         verdicts = set(g["verdict"])
         verdict = NAMED if verdicts == {NAMED} else (CONFLICT if CONFLICT in verdicts else (
-            DISAGREE if DISAGREE in verdicts else (SINGLE if verdicts == {SINGLE} else "MIXED")))
+            DISAGREE if DISAGREE in verdicts else (SINGLE if verdicts == {SINGLE} else (
+                AGREE_UNTIED if verdicts == {AGREE_UNTIED} else "MIXED"))))
         out.append({"arm": arm, "site": site, "kernel": kernel, "verdict": verdict,
                     "occurrences": len(g), "named_in": int((g["verdict"] == NAMED).sum())})
     return pd.DataFrame(out)

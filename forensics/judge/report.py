@@ -10,12 +10,12 @@ from rich.markup import escape
 
 from forensics import instruments
 from forensics.runtime.console import make_console, print_fitted_table
-from forensics.core.words import CONFLICT, DISAGREE, NAMED, SINGLE_SOURCE
+from forensics.core.words import AGREE_UNTIED, CONFLICT, DISAGREE, NAMED, SINGLE_SOURCE
 from forensics.judge.analysis import Analysis, describe_call
 
 #: Files listed as "not recognised: why" on the terminal (all of them in analysis.json and report.md).
 MAX_UNREAD_SHOWN = 20
-_STYLE = {NAMED: "bold green", CONFLICT: "bold red", DISAGREE: "bold red", SINGLE_SOURCE: "yellow"}
+_STYLE = {NAMED: "bold green", AGREE_UNTIED: "yellow", CONFLICT: "bold red", DISAGREE: "bold red", SINGLE_SOURCE: "yellow"}
 
 
 def _short(name: object, width: int = 70) -> str:
@@ -60,6 +60,8 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
         ident = r.identity if isinstance(getattr(r, "identity", None), dict) else {}
         console.print(f"[bold red]CONFLICT[/bold red] {r.scope} {_short(r.short_name or r.kernel, 48)}: "
                       + escape("; ".join(ident.get("conflicts") or [])), soft_wrap=True)
+    for line in untied_lines(an):
+        console.print(f"[yellow]{AGREE_UNTIED}[/yellow] {escape(line)}", soft_wrap=True)
     if any(" ~" in x for x in shown):
         console.print("different kernels with one short name are numbered (name ~1, name ~2): their full names "
                       "are in report.md")
@@ -89,6 +91,38 @@ def solution_lines(an: Analysis, limit: int = 20) -> list[str]:
     out = [f"solution: {problem}: {algo} ({n} call(s), {name})" for (name, problem, algo), n in list(seen.items())[:limit]]
     if len(seen) > limit:
         out.append(f"solution: {len(seen) - limit} more (log, problem, solution) in report.md")
+    return out
+
+
+def untied_lines(an: Analysis) -> list[str]:
+    """One line per arm and rank whose agreeing instruments are not tied to one run: how many rows,
+    and the tie that is missing (forensics.judge.runs)."""
+    v = an.verdicts
+    if not len(v) or "same_run" not in v.columns:
+        return []
+    out = []
+    for (arm, rank, why), g in v[v["verdict"] == AGREE_UNTIED].groupby(["arm", "rank", "same_run"], dropna=False,
+                                                                       sort=False):
+        out.append(f"arm {arm} rank {rank}: {len(g)} row(s) where two instruments agree on who ran and how often, "
+                   f"but their files are not shown to be one run: {why}; not NAMED")
+    return out
+
+
+def provenance_lines(an: Analysis) -> list[str]:
+    """Where each counted file came from (report.md's "Provenance" section), one line per file."""
+    out = []
+    for p in an.provenance:
+        name = p.get("path")
+        if p.get("duplicate_of"):
+            out.append(f"`{name}`: duplicate of `{p['duplicate_of']}` (sha256 {str(p.get('sha256'))[:12]}): not counted")
+            continue
+        pids = ", ".join(map(str, (p.get("pids") or [])[:8])) or "none recorded"
+        when = (f"{p.get('first_utc')} .. {p.get('last_utc')} ({'UTC' if p.get('clock') == 'utc' else 'local time'})"
+                if p.get("first_utc") else "no wall-clock time")
+        devices = ", ".join(map(str, p.get("devices") or [])) or "not recorded"
+        out.append(f"`{name}`: {p.get('instrument')}, judged in {p.get('run') or p.get('arm')}, {p.get('rows')} row(s); "
+                   f"pids {pids}; devices {devices}; host {p.get('host') or 'not recorded'}; program {p.get('program') or 'not recorded'}; "
+                   f"{when}; sha256 {str(p.get('sha256'))[:16]}")
     return out
 
 
@@ -227,7 +261,11 @@ def verdict_line(an: Analysis) -> str:
     """The closing ``verdict:`` line of ``analyze`` and ``kernel``."""
     n = distinct_named(an)
     noun = what_is_named(an)[1]
-    return f"verdict: {n} {noun}(s) NAMED" if n else f"verdict: no {noun} NAMED"
+    v = an.verdicts
+    untied = int(v.loc[v["verdict"] == AGREE_UNTIED, "kernel"].nunique()) if len(v) and "verdict" in v else 0
+    tail = (f" ({untied} {noun}(s) {AGREE_UNTIED}: the instruments agree, but their files are not shown to be one run)"
+            if untied else "")
+    return (f"verdict: {n} {noun}(s) NAMED" if n else f"verdict: no {noun} NAMED") + tail
 
 
 def distinct_named(an: Analysis) -> int:
@@ -319,6 +357,10 @@ def render_markdown(an: Analysis) -> str:
         lines += [f"- {'not counted' if u.get('metadata') else 'not recognised'}: `{u['path']}`: {u['why']}"
                   for u in cap.unread]
         lines += [""]
+    if an.provenance:
+        lines += ["## Provenance", "", "Where each file read came from, as the file itself says (forensics.judge.runs): "
+                  "two instruments NAME a kernel only when their files are tied to one run.", ""]
+        lines += [f"- {x}" for x in provenance_lines(an)] + [""]
     ended = [n for n in an.notes if n.startswith("arm ") and (" CRASHED: " in n or " FAILED: " in n or " TIMED OUT: " in n)]
     if ended:
         lines += ["## Arms that did not run to their end", ""] + [f"- {n}" for n in ended] + [""]

@@ -109,6 +109,7 @@ class Part:
     facts: list[dict[str, Any]] = field(default_factory=list)
     losses: list[dict[str, Any]] = field(default_factory=list)
     labels: set[str] = field(default_factory=set)
+    provenance: list[dict[str, Any]] = field(default_factory=list)
 
 
 def analyze_group(root: Path, manifest: dict[str, Any], files: list[InstrumentFile], ranks: list[int | None],
@@ -119,7 +120,7 @@ def analyze_group(root: Path, manifest: dict[str, Any], files: list[InstrumentFi
     labels = set(an.launches["site_label"].dropna()) if "site_label" in an.launches else set()
     if len(an.sites) and "label" in an.sites:
         labels |= set(an.sites["label"].dropna())
-    return Part(ranks, an.counts, an.verdicts, an.notes, an.facts, an.losses, labels)
+    return Part(ranks, an.counts, an.verdicts, an.notes, an.facts, an.losses, labels, an.provenance)
 
 
 # --------------------------------------------------------------------------- merge
@@ -153,7 +154,7 @@ def merge(cap: Capture, parts: list[Part], site: str | None, ranks: list[int | N
     return Analysis(cap, site, empty, empty, empty, counts, verdicts, missing, notes,
                     [x for p in parts for x in p.facts], [x for p in parts for x in p.losses],
                     ranks=None if ranks is None else [r for r in ranks if r is not None],
-                    rank_groups=len(parts))
+                    rank_groups=len(parts), provenance=[x for p in parts for x in p.provenance])
 
 
 # --------------------------------------------------------------------------- entry point
