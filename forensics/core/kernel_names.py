@@ -662,8 +662,8 @@ def _precision_family(p: str | None) -> str | None:
 
 
 def check_amd_call(name: str | None, grid: Any, call: dict, log_library: str = "hipBLASLt") -> list[FieldCheck]:
-    """:func:`check_call` for AMD: a rocprofv3 launch's kernel name and grid (in workgroups, as
-    parsers.rocprofv3 gives it) against one hipBLASLt or rocBLAS call (parsers.hipblaslt_log's
+    """:func:`check_call` for AMD: a rocprofv3 (or Kineto-on-ROCm) launch's kernel name and grid (in
+    workgroups, as parsers.rocprofv3 and parsers.kineto give it: both divide the printed work-items) against one hipBLASLt or rocBLAS call (parsers.hipblaslt_log's
     CALL_COLUMNS: canonical ``precision``, ``transa``/``transb``, ``m``, ``n``, ``batch_count``).
 
     * **library**: a Tensile name is CONSISTENT; a name the table gives to another library that
