@@ -219,7 +219,7 @@ def read_log(path: str | PathLike[str]) -> RocblasLog:
         problems.append(f"{skipped} lines are not rocBLAS log lines (first at line {first_skipped}); skipped")
     if unterminated is not None:
         problems.append(f"line {unterminated}, the last, has no newline at end of file; it is whole by its layout and "
-                        "read (a file cut inside its last value would look the same)")
+                        "read (a file cut just after a whole value would look the same)")
     return RocblasLog(p, call_frame(trace), call_frame(bench), functions, bench_functions, skipped, problems)
 
 

@@ -102,3 +102,22 @@ def test_a_trace_line_without_newline_is_read_when_whole(tmp_path):
     f.write_bytes(LAYER3.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[0])  # ends on the second trace line, unterminated
     calls = rocblas_log.read_calls(f)
     assert len(calls) == 2 and calls["precision"].tolist() == ["fp32", "fp16"]
+
+
+def test_hipblaslt_logs_too_read_a_whole_last_line_without_its_newline(tmp_path):
+    from parsers import hipblaslt_log
+
+    for name, calls in (("hipblaslt_bench_rocm_libraries12243.log", 1), ("hipblaslt_mask5_level5.log", 1)):
+        lines = (AMD / name).read_text().splitlines()
+        last = max(i for i, x in enumerate(lines) if "[HIPBLASLT]" in x or x.startswith("hipblaslt-bench"))
+        f = tmp_path / name
+        f.write_text("\n".join(lines[: last + 1]))  # the log's own lines up to its last hipBLASLt line, unterminated
+        got = hipblaslt_log.read_calls(f)
+        assert len(got) == calls and any("has no newline at end of file" in p for p in got.attrs["problems"]), name
+    bench = (AMD / "hipblaslt_bench_rocm_libraries12243.log").read_text().rstrip("\n")
+    assert bench.endswith(" --cold_iters 0 --iters 0")
+    for cut in (len(" 0"), len("ers 0"), len(" 0 --iters 0")):  # an option left without its value, or cut in its name
+        f = tmp_path / "cut.log"
+        f.write_text(bench[:-cut])
+        with pytest.raises(BadInput, match="cut short"):
+            hipblaslt_log.read_log(f)
