@@ -70,4 +70,5 @@ def test_the_bundle_states_the_solution_index(tmp_path):
         repro = tar.extractfile(next(n for n in names if n.endswith("repro.py"))).read().decode()
     section = report.split("## Problem and algo descriptors", 1)[1].split("## ", 1)[0]
     assert "solution_index" in section and "218160" in section and "index" in section, section
+    assert "From the hipBLASLt/rocBLAS log" in section and "cuBLASLt" not in section
     assert "--solution_index 218160" in repro

@@ -469,6 +469,9 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None, arms_picture
     if cpu:
         out.append("From the library logs (oneDNN verbose, oneMKL verbose), each call attributed to the site by "
                    "its timestamp or file offset (`attributed_by`, docs/cpu-backend.md):\n")
+    elif not b.problems.empty and b.problems[AMD_COLUMNS].notna().any().any():
+        out.append("From the hipBLASLt/rocBLAS log (matmul calls attributed to the site by host order and shape; the "
+                   "solution index is the kernel the library chose):\n")
     else:
         out.append("From the cuBLASLt log (`[Trace]` matmul lines attributed to the site by host order and shape):\n")
     if b.problems.empty:

@@ -6,8 +6,8 @@ older rocprof's ``results.csv`` is read too (``parsers.rocprofv3``).
 
 Family ``rocprofiler``: rocprofv3 and PyTorch's profiler on ROCm both take their launches from AMD's
 runtime tracing (roctracer / ROCprofiler-SDK, as CUPTI, Kineto and nsys share CUPTI), so a
-Kineto trace of a ROCm run is this family's member (``kineto_rocm``, recognised by the AMD device
-its trace declares) and never confirms rocprofv3. The ROCTx marker trace and the HIP API trace
+Kineto trace of a ROCm run is this family's member (``kineto_rocm``, recognised by the trace's own
+ROCm signals wherever they stand: parsers.kineto_vendor) and never confirms rocprofv3. The ROCTx marker trace and the HIP API trace
 beside a kernel trace are context: read with it, they give each launch its launching call's host
 time and its ``SITE#N`` range (the NVTX counterpart), never counted.
 """
