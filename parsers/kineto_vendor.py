@@ -36,7 +36,10 @@ CUDA_CALL = re.compile(r"^cuda(?:LaunchKernel|LaunchKernelExC|GraphLaunch|Memcpy
 _ROCM_KEY = re.compile(rb'"(' + b"|".join(re.escape(k.encode()) for k in ROCM_KEYS) + rb')"\s*:')
 _CUDA_KEY = re.compile(rb'"(' + b"|".join(re.escape(k.encode()) for k in CUDA_KEYS) + rb')"\s*:')
 _AMD_DEVICE = re.compile(rb'"deviceProperties"\s*:\s*\[\s*\{[^\]]*?"name"\s*:\s*"AMD ')
-_OTHER_DEVICE = re.compile(rb'"deviceProperties"\s*:\s*\[\s*\{[^\]]*?"name"\s*:\s*"(?!AMD )[^"]')
+#: NVIDIA's device names as CUDA reports them ("NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB", "GeForce ...");
+#: a name of neither vendor says nothing.
+_NVIDIA_NAME = r"(?:NVIDIA|Tesla|GeForce|Quadro|TITAN)\b"
+_NVIDIA_DEVICE = re.compile(rb'"deviceProperties"\s*:\s*\[\s*\{[^\]]*?"name"\s*:\s*"' + _NVIDIA_NAME.encode())
 _HIP_EVENT = re.compile(rb'"name"\s*:\s*"(hip(?:Ext)?(?:Module)?LaunchKernel|hipGraphLaunch|hipMemcpy\w*)"')
 _CUDA_EVENT = re.compile(rb'"name"\s*:\s*"(cuda(?:LaunchKernel\w*|GraphLaunch|Memcpy\w*)|cuLaunchKernel\w*)"')
 
@@ -62,8 +65,8 @@ def signals(data: bytes) -> tuple[str | None, str]:
     m = _CUDA_EVENT.search(data)
     if m:
         return CUDA, f"CUDA runtime events ({m.group(1).decode()})"
-    if _OTHER_DEVICE.search(data):
-        return CUDA, "a non-AMD device in deviceProperties"
+    if _NVIDIA_DEVICE.search(data):
+        return CUDA, "an NVIDIA device in deviceProperties"
     return None, ""
 
 
@@ -118,6 +121,6 @@ def of_trace(meta: Mapping[str, Any], runtime_names: Iterable[Any]) -> tuple[str
     cuda = next((n for n in runtime if CUDA_CALL.match(n)), None)
     if cuda:
         return CUDA, f"CUDA runtime events ({cuda})"
-    if any(isinstance(n, str) for n in names):
-        return CUDA, "a non-AMD device in deviceProperties"
+    if any(isinstance(n, str) and re.match(_NVIDIA_NAME, n) for n in names):
+        return CUDA, "an NVIDIA device in deviceProperties"
     return None, ""

@@ -95,6 +95,10 @@ def test_the_signals_of_each_vendor():
     assert kineto_vendor.of_trace({"deviceProperties": [{"name": "NVIDIA A100"}]}, ["cudaLaunchKernel"])[0] == "cuda"
     assert kineto_vendor.of_trace({}, ["hipMemcpyWithStream"])[0] == "rocm"
     assert kineto_vendor.of_trace({}, ["aten::mm"]) == (None, "")
+    # a device name of neither vendor says nothing (the file is read on, past its head)
+    assert kineto_vendor.signals(b'"deviceProperties": [{"id": 0, "name": "Device 0"')[0] is None
+    assert kineto_vendor.of_trace({"deviceProperties": [{"name": "gfx942"}]}, []) == (None, "")
+    assert kineto_vendor.of_trace({"deviceProperties": [{"name": "Tesla V100-SXM2-16GB"}]}, [])[0] == "cuda"
 
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "kineto"
