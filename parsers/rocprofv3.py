@@ -14,9 +14,9 @@ a grid, and the work-item sizes are kept as ``grid_size``. ``Agent_Id`` is print
 agent index, not a HIP device ordinal); its number is ``device_id`` and its text ``agent``. The kernel trace has no process id: a file named
 ``<pid>_kernel_trace.csv`` (rocprofv3's default) gives it.
 
-Not read here (docs/amd.md): the ``*_results.db`` SQLite database (rocpd, the default output from
-ROCm 7.0; ``rocpd2csv`` converts it to the CSV read here) and the JSON/Perfetto outputs, for want
-of a real file to test against.
+Read by their own readers, the same family (issue 40): the ``*_results.db`` SQLite database (rocpd, the
+default output from ROCm 7.0: ``parsers.rocprofv3_rocpd``) and the JSON output (``parsers.rocprofv3_json``).
+Not read: the Perfetto (``.pftrace``) and OTF2 outputs.
 """
 from __future__ import annotations
 
@@ -127,8 +127,9 @@ def _check_binary(path: Path) -> None:
     except OSError as e:
         raise BadInput(path, f"cannot read {WHAT}: {e.strerror or e}") from None
     if head.startswith(b"SQLite format 3\x00"):
-        raise BadInput(path, "this is an SQLite database (rocprofv3's rocpd output, the default from ROCm 7?); "
-                             "not read yet: convert it with 'rocpd2csv -i FILE' and read the kernel_trace.csv", line=1)
+        raise BadInput(path, "this is an SQLite database (rocprofv3's rocpd output, the default from ROCm 7?), not a "
+                             "CSV: read it as a database (parsers.rocprofv3_rocpd; forensics analyze recognises it) or convert it "
+                             "with 'rocpd2csv -i FILE'", line=1)
     foreign = sniff_foreign(head)
     if foreign:
         raise BadInput(path, f"this is {foreign}, not a {WHAT}", line=1)

@@ -114,9 +114,10 @@ def test_registry_is_the_one_place():
     assert family["ncu_csv"] == "ncu" and family["cublas"] == "cublaslt"
     assert {family[n] for n in ("cupti", "kineto", "nsys")} == {"cupti"}
     # AMD: rocprofv3 and Kineto on ROCm are one source (AMD's runtime tracing), the two logs one family
-    assert {family[n] for n in ("rocprofv3", "kineto_rocm")} == {"rocprofiler"}
+    # rocprofv3's JSON and rocpd database hold the CSV's records, an .rpd roctracer's or ROCprofiler-SDK's (issue 40)
+    assert {family[n] for n in ("rocprofv3", "kineto_rocm", "rocprofv3_json", "rocprofv3_db", "rpd")} == {"rocprofiler"}
     assert family["hipblaslt"] == family["rocblas"] == "hipblaslt"
-    assert reg.preference("rocprofiler") == ("rocprofv3", "kineto_rocm")
+    assert reg.preference("rocprofiler") == ("rocprofv3", "kineto_rocm", "rocprofv3_json", "rocprofv3_db", "rpd")
     assert reg.preference("hipblaslt") == ("hipblaslt", "rocblas", "rocblas_bench")  # bench lines: the last choice
     assert FILE_PATTERNS == reg.file_patterns()
     assert reg.preference("cupti") == ("cupti", "nsys", "kineto")

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 from forensics.instruments import (context, cublaslt, cupti, hipblaslt, kineto, mkl, ncu, nsys, onednn, rocblas,
                                    rocprofv3, torch_profiler)
+from forensics.instruments import rocprofv3_db, rocprofv3_json, rpd
 from forensics.instruments.base import (  # noqa: F401  (the interface, re-exported)
     CALLS,
     CONTEXT,
@@ -79,6 +80,9 @@ register(*onednn.INSTRUMENTS, family=onednn.FAMILY)
 register(*mkl.INSTRUMENTS, family=mkl.FAMILY)
 # AMD (ROCm): rocprofv3 in CUPTI's part, the hipBLASLt and rocBLAS logs in the cuBLASLt log's (docs/amd.md)
 register(*rocprofv3.INSTRUMENTS, family=rocprofv3.FAMILY)
+register(*rocprofv3_json.INSTRUMENTS)  # rocprofv3's JSON output: the CSV's records, family rocprofiler
+register(*rocprofv3_db.INSTRUMENTS)  # rocprofv3's rocpd database (ROCm 7's default): family rocprofiler
+register(*rpd.INSTRUMENTS)  # rocmProfileData .rpd (roctracer / ROCprofiler-SDK): family rocprofiler
 register(*hipblaslt.INSTRUMENTS, family=hipblaslt.FAMILY)
 register(*rocblas.INSTRUMENTS)
 

@@ -12,7 +12,8 @@ instruments whose content is the same format (a Chrome trace from the CPU probe,
 vs a Kineto trace of a CUDA run) and for our own context files.
 
 :func:`recognise` reads at most :data:`HEAD` bytes of a file (decompressed for gzip), and for SQLite
-the table list; it never reads a whole file. It returns the instrument (a name of
+the table list; it never reads a whole file, but for a gzipped SQLite file (an ``.rpd.gz``), whose table
+list can lie anywhere in it: that is decompressed whole, at most :data:`GZ_SQLITE` bytes. It returns the instrument (a name of
 :mod:`forensics.instruments`) and what was seen, or ``None`` and why the file is not one (said in
 ``forensics analyze`` output and analysis.json as ``not recognised: why``).
 """
@@ -24,18 +25,23 @@ import os
 import re
 import sqlite3
 import stat
+import tempfile
 import zlib
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
 from forensics import instruments as registry
+from forensics.core.errors import ForensicsError
 from forensics.instruments.base import Head
 from forensics.core.formats import optrace as optrace_format
 from forensics.core.formats import sites as sites_format
+from parsers._rocm_db import gunzip_to  # the bounded decompression the AMD database readers use
 
 #: Bytes of a file (after gzip decompression) looked at to recognise it.
 HEAD = 64 << 10
+#: A gzipped SQLite file is decompressed whole (its table list can lie anywhere) up to this many bytes.
+GZ_SQLITE = 1 << 30
 
 #: Files a capture holds that are its own metadata, read by other stages (never instrument output).
 METADATA = {
@@ -99,19 +105,35 @@ def _head(path: Path) -> tuple[bytes, bool]:
     return raw, False
 
 
-def _sqlite(path: Path, head: bytes) -> Recognised:
+def _table_names(db: Path, immutable: bool) -> set[str]:
+    uri = Path(os.path.abspath(db)).as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+    with closing(sqlite3.connect(uri, uri=True)) as c:
+        return {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+
+def _sqlite(path: Path, head: bytes, gz: bool = False) -> Recognised:
     try:
-        uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro&immutable=1"
-        with closing(sqlite3.connect(uri, uri=True)) as c:
-            tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-    except sqlite3.DatabaseError as e:
-        return Recognised(None, f"an SQLite file that does not open ({e}): corrupt or truncated")
-    seen = _content(Head(path.name, head, False, frozenset(tables)))  # nsys's export, by its tables
+        if gz:  # a gzipped database (an .rpd.gz): its schema may sit anywhere, so the whole file, bounded
+            with tempfile.TemporaryDirectory(prefix="forensics-gz-") as tmp:
+                whole = Path(tmp) / "db.sqlite"
+                try:
+                    gunzip_to(path, whole, GZ_SQLITE)
+                except ForensicsError as e:
+                    return Recognised(None, f"a gzipped SQLite file: {getattr(e, 'message', e)}")
+                tables = _table_names(whole, True)
+        else:
+            tables = _table_names(path, True)
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # a damaged schema's message can be bytes, not UTF-8
+        why = e if isinstance(e, sqlite3.DatabaseError) else "its schema does not parse"
+        return Recognised(None, f"an SQLite file{' (gzip)' if gz else ''} that does not open ({why}): corrupt or truncated")
+    seen = _content(Head(path.name, head, gz, frozenset(tables)))  # nsys's export, rocpd, .rpd: by their tables
     if seen is not None:
         return seen
     shown = ", ".join(sorted(tables)[:6]) or "no tables"
-    return Recognised(None, f"an SQLite database without Nsight Systems tables (StringIds, CUPTI_ACTIVITY_KIND_*; "
-                            f"it has {shown}): not an nsys export")
+    return Recognised(None, "an SQLite database without Nsight Systems tables (StringIds, CUPTI_ACTIVITY_KIND_*), "
+                            "rocprofv3's rocpd tables (rocpd_kernel_dispatch, rocpd_info_kernel_symbol) or a "
+                            f"rocmProfileData .rpd's (rocpd_op, rocpd_api, rocpd_kernelapi); it has {shown}: "
+                            "no instrument's database")
 
 
 def _content(head: Head) -> Recognised | None:
@@ -189,7 +211,7 @@ def recognise(path: str | os.PathLike[str]) -> Recognised:
     except OSError as e:
         return Recognised(None, f"cannot be read: {e.strerror}")
     if head.startswith(b"SQLite format 3\x00"):
-        return _sqlite(path, head)
+        return _sqlite(path, head, gz)
     seen = _content(Head(name, head, gz, path=path))  # magic bytes: ncu's NVR, an nsys report's title
     if seen is not None:
         return seen
@@ -198,6 +220,9 @@ def recognise(path: str | os.PathLike[str]) -> Recognised:
     kind = _json_kind(path, head, gz)
     if kind is not None:
         return kind
+    if _name_hint(name, ("*.pftrace", "*.pftrace.gz")):  # Perfetto protobuf: no magic to tell it by
+        return Recognised(None, "a file named as rocprofv3's Perfetto output (.pftrace): not read; its records are in "
+                                "rocprofv3's csv, json or rocpd output (--output-format csv,json,rocpd)", known=True)
     if b"\x00" in head[:4096]:
         if _name_hint(name, ("*.nsys-rep", "*.qdrep")):
             return Recognised("nsys_rep", "a binary file named as an Nsight Systems report; run `nsys export --type sqlite`")

@@ -485,9 +485,12 @@ def one_source_per_family(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep, ignore_index=True)
 
 
-def not_counted_members(launches: pd.DataFrame, calls: pd.DataFrame) -> list[str]:
+def not_counted_members(launches: pd.DataFrame, calls: pd.DataFrame,
+                        provenance: list[runs.Provenance] | None = None) -> list[str]:
     """One note per file read but not counted because another member of its family (or the same
-    instrument in the arm's own folder) is counted for that arm and rank: read, shown, never silent."""
+    instrument in the arm's own folder) is counted for that arm and rank: read, shown, never silent;
+    with ``provenance``, whether anything ties the file to the one counted (forensics.judge.runs)."""
+    prov = {p.path: p for p in provenance or []}
     out = []
     for df, unit in ((launches, "launch(es)"), (calls, "call(s)")):
         if not len(df) or "file" not in df.columns:
@@ -500,8 +503,15 @@ def not_counted_members(launches: pd.DataFrame, calls: pd.DataFrame) -> list[str
             if file in kept_files:
                 continue
             other = counted.get((arm, rank, fam))
+            tie = ""
+            kept_here = [f for f in kept.loc[(kept["arm"] == arm) & (kept["family"] == fam), "file"].unique()]
+            if prov and str(file) in prov and kept_here and str(kept_here[0]) in prov:
+                state, why = runs.tie(prov[str(file)], prov[str(kept_here[0])])
+                tie = (f"; same run: {why}" if state == runs.TIED
+                       else f"; nothing ties it to {Path(str(kept_here[0])).name}: {why}")
             out.append(f"{file}: {len(g)} {unit} read, not counted for arm {arm} rank {rank}: "
-                       f"{other or 'another file'} is counted for the {reg.family_label(fam)} (one source, never two)")
+                       f"{other or 'another file'} is counted for the {reg.family_label(fam)} (one source, never two)"
+                       + tie)
     return out
 
 
@@ -871,7 +881,7 @@ def analyze(capture: str | Path | Capture, site: str | Site | Occurrence | None 
                                   provenance=provenance)
     identity: dict[str, dict] = {}
     counts, observed = count_launches(launches, calls, parsed, identity)
-    notes.extend(not_counted_members(launches, calls))
+    notes.extend(not_counted_members(launches, calls, None if runs.manifest_tied(cap) else provenance))
     notes.extend(runs.pid_lines(launches, calls))
     ties = runs.TieBook(cap, provenance, one_source_per_family(launches), one_source_per_family(calls))
     verdicts = judge(counts, observed, losses, identity, ties)

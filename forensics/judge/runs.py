@@ -20,8 +20,11 @@ a trace whenever the two programs ran the same GEMM. So, before anything is coun
    **unknown**: nothing shows they are one run, nothing shows they are not.
 4. **Runs** (:func:`group_runs`): in a folder without a manifest, the files of one arm and rank
    are grouped into runs: tied files are one run; a group is joined to another only when they
-   hold no instrument family in common (two files of one family from different runs are never
-   summed) and no pair of their files is separate. A folder holding several runs is judged run by
+   hold no instrument in common (one instrument's two files that nothing ties are two runs: never
+   summed), no pair of their files is separate, and no two members of one family name disjoint
+   process ids (different processes: neither stands for the other). Two members of one family in one run (an
+   ``.ncu-rep`` and its CSV export) stay one source: one is counted, the other said not counted,
+   with whether anything ties the two. A folder holding several runs is judged run by
    run: each run is an arm of its own (``a1-run1``, ``a1-run2``).
 5. **NAMED needs a tie** (:class:`TieBook`): two families that agree on a kernel's identity and
    count name it only when every file counted on one side is tied to every file counted on the
@@ -310,11 +313,13 @@ def group_runs(provs: list[Provenance]) -> list[list[Provenance]]:
     groups = sorted(comps.values(), key=lambda g: min(g))
     merged: list[list[int]] = []
     for g in groups:
-        fams = {provs[i].family for i in g}
+        insts = {provs[i].instrument for i in g}
         for m in merged:
-            if fams & {provs[i].family for i in m}:
+            if insts & {provs[i].instrument for i in m}:  # one instrument, two files, no tie: two runs
                 continue
             if any(state.get((min(i, j), max(i, j))) == SEPARATE for i in g for j in m):
+                continue
+            if any(_other_process(provs[i], provs[j]) for i in g for j in m):
                 continue
             m.extend(g)
             break
@@ -335,6 +340,12 @@ def same_source(run: list[Provenance]) -> dict[str, str]:
             if b.path not in out and b.instrument == a.instrument and tie(a, b)[0] == TIED:
                 out[b.path] = a.path
     return out
+
+
+def _other_process(a: Provenance, b: Provenance) -> bool:
+    """Two members of one family whose process ids are known and disjoint: they recorded different
+    processes, so neither can stand for the other as one source."""
+    return a.family == b.family and bool(a.pids) and bool(b.pids) and not set(a.pids) & set(b.pids)
 
 
 def assign_runs(provs: list[Provenance]) -> tuple[dict[str, str], list[str], dict[str, str]]:
