@@ -24,6 +24,7 @@ import pandas as pd
 from forensics.core.errors import BadInput
 from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
 from forensics.core.demangle import canonical_kernel, short_name
+from parsers import kineto_vendor
 from parsers.nsys import attribute
 
 KERNEL_CATS = ("kernel", "Kernel")
@@ -78,7 +79,9 @@ class KinetoIds(msgspec.Struct):
     # mi250_minitoy_train_ROCm6_2 trace, tests/test_amd_kineto.py): kept as no stream id
     stream: _I64 | Annotated[str, msgspec.Meta(pattern=r"^0x[0-9a-fA-F]+$")] | None = None
     cbid: _I64 | None = None
-    bytes: _I64 | None = None
+    # PyTorch on ROCm 6.4 and 7.x prints a HIP memcpy call's byte count as text ("bytes": "256";
+    # AMD-AGI/TraceLens's MI300X traces, tests/test_amd_kineto.py): a decimal string is a count
+    bytes: _I64 | Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,19}$")] | None = None
     external_id: _I64 | None = msgspec.field(default=None, name="External id")
     external_id_2021: _I64 | None = msgspec.field(default=None, name="external id")
     sequence_number: _I64 | None = msgspec.field(default=None, name="Sequence number")
@@ -130,6 +133,9 @@ class KinetoTrace:
     memcpy: pd.DataFrame
     memset: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    #: "cuda" | "rocm" | None, from the trace's own signals (parsers.kineto_vendor.of_trace), and what said so
+    vendor: str | None = None
+    vendor_seen: str = ""
 
 
 def us_to_ns(value) -> int | None:
@@ -208,6 +214,13 @@ def _int(v):
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _count(v):
+    """A byte count: an int, or the decimal text ROCm traces print (``"256"``)."""
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return _int(v)
+
+
 def _tid(v):
     """A thread id: an int, or the decimal string 2021 traces print (``"25738"``); ``"stream 7"`` -> None."""
     if isinstance(v, str) and v.isdigit():
@@ -256,7 +269,7 @@ def read_trace(path: str | PathLike[str]) -> KinetoTrace:
                 annotations.append(base)
             else:
                 row = {**base, "device_id": _int(args.get("device")), "stream_id": _int(args.get("stream")),
-                       "bytes": _int(args.get("bytes")), "args": args}
+                       "bytes": _count(args.get("bytes")), "args": args}
                 (memcpy if cat in MEMCPY_CATS else memset).append(row)
         elif ph in ("s", "f", "t") and (cat in FLOW_CATS or (cat, e.get("name")) == LEGACY_FLOW):
             flows.append({
@@ -275,9 +288,10 @@ def read_trace(path: str | PathLike[str]) -> KinetoTrace:
     common = ("start_ns", "end_ns", "pid", "tid", "correlation_id", "external_id", "event_index")
     runtime_df = _frame(runtime, common + ("cbid",), ("name", "cat"))
     flows_df = _frame(flows, ("id", "ts_ns", "pid", "tid", "event_index"), ("phase", "cat", "name", "bp"))
+    vendor, seen = kineto_vendor.of_trace(meta, (r["name"] for r in runtime))
     trace = KinetoTrace(
         path=path,
-        kernels=_kernels(kernels, runtime, flows, path),
+        kernels=_kernels(kernels, runtime, flows, path, rocm=vendor == kineto_vendor.ROCM),
         runtime=runtime_df,
         cpu_ops=_frame(cpu_ops, common + ("sequence_number", "fwd_thread_id", "record_function_id"), ("name", "cat")),
         annotations=_annotations(annotations, path),
@@ -290,6 +304,8 @@ def read_trace(path: str | PathLike[str]) -> KinetoTrace:
         trace.kernels["op_name"] = _launching_ops(trace.kernels, trace.cpu_ops)
     if len(trace.kernels) and len(trace.annotations):
         trace.kernels = attribute(trace.kernels, trace.annotations)
+    trace.vendor, trace.vendor_seen = vendor, seen
+    trace.kernels.attrs["vendor"] = vendor
     if notes:
         trace.kernels.attrs["problems"] = list(trace.kernels.attrs.get("problems") or []) + notes
     return trace
@@ -316,9 +332,28 @@ def _launches(runtime: list[dict], flows: list[dict]) -> tuple[dict[int, dict], 
     return by_corr, flow_end
 
 
-def _kernels(kernels: list[dict], runtime: list[dict], flows: list[dict], path: Path) -> pd.DataFrame:
+def _grid(grid: Any, block: Any, rocm: bool) -> tuple[str | None, str | None]:
+    """(grid in blocks/workgroups, grid as printed when that was in work-items). CUDA traces print
+    the grid in blocks. PyTorch on ROCm prints it in **work-items** (the HSA dispatch's grid size):
+    a Tensile kernel of macro tile 256x192 for a 32768 x 2048 product, 1368 tiles, is printed with
+    grid [350208, 1, 1] and block [256, 1, 1] (AMD-AGI/TraceLens's MI300X trace,
+    tests/test_amd_kineto.py), so its grid is ceil(grid / block) per dimension, as
+    parsers.rocprofv3 takes ``Grid_Size`` / ``Workgroup_Size``; without a block it is not known."""
+    g = grid if isinstance(grid, list) and len(grid) == 3 else None
+    b = block if isinstance(block, list) and len(block) == 3 else None
+    if g is None:
+        return None, None
+    if not rocm:
+        return dim3(*g), None
+    if b is None or any(w <= 0 for w in b):
+        return None, dim3(*g)
+    return dim3(*(-(-x // w) for x, w in zip(g, b))), dim3(*g)
+
+
+def _kernels(kernels: list[dict], runtime: list[dict], flows: list[dict], path: Path, rocm: bool = False) -> pd.DataFrame:
     """Launch frame: correlation id from args (or the flow ending on the kernel), launch from the
-    runtime/driver event with that correlation (or the flow's start)."""
+    runtime/driver event with that correlation (or the flow's start); on ROCm the grid in
+    workgroups and, as printed (work-items), ``grid_size`` (:func:`_grid`)."""
     if not kernels:
         return conform(empty_frame(LAUNCH_COLUMNS), LAUNCH_COLUMNS)
     by_corr, flow_end = _launches(runtime, flows)
@@ -333,7 +368,8 @@ def _kernels(kernels: list[dict], runtime: list[dict], flows: list[dict], path: 
         name = k["name"]
         mangled = name if isinstance(name, str) and name.startswith("_Z") else None
         kernel = canonical_kernel(mangled, name)
-        grid, block = args.get("grid"), args.get("block")
+        block = args.get("block")
+        grid, grid_size = _grid(args.get("grid"), block, rocm)
         rows.append({
             **k,
             "kernel": kernel,
@@ -342,7 +378,7 @@ def _kernels(kernels: list[dict], runtime: list[dict], flows: list[dict], path: 
             "correlation_id": corr,
             "device_id": _int(args.get("device")),
             "stream_id": _int(args.get("stream")),
-            "grid": dim3(*grid) if isinstance(grid, list) and len(grid) == 3 else None,
+            "grid": grid,
             "block": dim3(*block) if isinstance(block, list) and len(block) == 3 else None,
             "gpu_pid": k["pid"],
             "gpu_tid": k["tid"],
@@ -354,11 +390,12 @@ def _kernels(kernels: list[dict], runtime: list[dict], flows: list[dict], path: 
             "api_name": launch["name"] if launch else None,
             "registers_per_thread": _int(args.get("registers per thread")),
             "shared_memory": _int(args.get("shared memory")),
+            **({"grid_size": grid_size} if rocm else {}),
         })
     df = pd.DataFrame.from_records(rows)
     for c in ("gpu_pid", "gpu_tid", "tid", "registers_per_thread", "shared_memory", "event_index"):
         df[c] = pd.array([_int(v) for v in df[c]], dtype="Int64")
-    for c in ("name", "api_name", "cat"):
+    for c in ("name", "api_name", "cat") + (("grid_size",) if rocm else ()):
         df[c] = df[c].astype("string")
     df["instrument"] = "kineto"
     df["file"] = str(path)

@@ -129,6 +129,35 @@ def _bench_row(path: str, lineno: int, args: str, raw: str) -> tuple[str | None,
     return (fn if isinstance(fn, str) else None), row
 
 
+def _whole(t: re.Match | None, b: re.Match | None) -> bool:
+    """A last line without its newline is whole when its layout is: a trace line of a layout read has
+    all its arguments, an atomics mode spelled whole (a function not read is only counted); a bench
+    line names its function, gives every option a value and ends with a value of its option's kind
+    (an integer, a type). A line cut inside an integer's digits is not told from a whole one."""
+    if t is not None:
+        layout = LAYOUTS.get(t["function"])
+        fields = t["args"].split(",")
+        if layout is None:
+            return True
+        if len(fields) == len(layout) + 1:
+            return fields[-1].strip() in ("atomics_allowed", "atomics_not_allowed")
+        return len(fields) == len(layout) and fields[-1].strip() != ""
+    opts, stray = parse_bench_args((b["args"] or "") if b is not None else "")
+    fn = opts.get("f") or opts.get("function")
+    if not isinstance(fn, str) or stray or any(v is True for v in opts.values()):
+        return False
+    # every GEMM bench line rocBLAS writes holds these (an _ex line ends with --flags): a line cut
+    # between two options is missing one
+    if GEMM_FUNCTION.search(fn) and not ({"m", "n", "k", "lda", "ldb", "ldc"} | ({"flags"} if fn.endswith("_ex") else set())) <= set(opts):
+        return False
+    last_key, last = list(opts.items())[-1]
+    if last_key in _BENCH_INTS or last_key in ("flags", "algo", "i", "j"):
+        return bool(re.fullmatch(r"-?\d+", str(last)))
+    if last_key.endswith("_type") or last_key in ("r", "precision"):
+        return canonical_type(str(last)) != str(last).lower()
+    return True
+
+
 def read_log(path: str | PathLike[str]) -> RocblasLog:
     """Every line of a rocBLAS log; ``BadInput`` (file:line) for a damaged GEMM line or a file with no rocBLAS line."""
     p = str(path)
@@ -138,7 +167,7 @@ def read_log(path: str | PathLike[str]) -> RocblasLog:
     bench_functions: dict[str, int] = {}
     unread: dict[str, int] = {}
     profile = 0
-    skipped, first_skipped = 0, None
+    skipped, first_skipped, unterminated = 0, None, None
     for first, lines, cut_tail in iter_line_chunks(p, WHAT):
         for i, raw in enumerate(lines):
             lineno = first + i
@@ -146,8 +175,10 @@ def read_log(path: str | PathLike[str]) -> RocblasLog:
             t = TRACE.match(text)
             b = None if t else BENCH.match(text)
             if cut_tail and i == len(lines) - 1 and (t or b):
-                raise BadInput(p, f"last line is cut short (no newline at end of file; truncated log?): {preview(raw)}",
-                               line=lineno)
+                if not _whole(t, b):
+                    raise BadInput(p, f"last line is cut short (no newline at end of file; truncated log?): "
+                                      f"{preview(raw)}", line=lineno)
+                unterminated = lineno
             if t:
                 fn = t["function"]
                 functions[fn] = functions.get(fn, 0) + 1
@@ -180,8 +211,15 @@ def read_log(path: str | PathLike[str]) -> RocblasLog:
                         "their bench lines give the calls when ROCBLAS_LAYER includes 2")
     if profile:
         problems.append(f"{profile} profile line(s) (ROCBLAS_LAYER=4): counts per problem, not read as calls")
+    other_bench = {fn: n for fn, n in bench_functions.items() if not GEMM_FUNCTION.search(fn)}
+    if other_bench:
+        problems.append("rocblas-bench line(s) of functions that are not GEMMs, not read as calls: "
+                        + ", ".join(f"{fn} x{n}" for fn, n in other_bench.items()))
     if skipped:
         problems.append(f"{skipped} lines are not rocBLAS log lines (first at line {first_skipped}); skipped")
+    if unterminated is not None:
+        problems.append(f"line {unterminated}, the last, has no newline at end of file; it is whole by its layout and "
+                        "read (a file cut just after a whole value would look the same)")
     return RocblasLog(p, call_frame(trace), call_frame(bench), functions, bench_functions, skipped, problems)
 
 

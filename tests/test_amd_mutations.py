@@ -58,7 +58,7 @@ def _mutations(data: bytes, seed: str) -> list[tuple[str, bytes]]:
 
 
 def test_every_fixture_has_a_reader():
-    assert len(FILES) == 17 and all(_reader(p) for p in FILES)
+    assert len(FILES) == 19 and all(_reader(p) for p in FILES)
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])

@@ -118,7 +118,7 @@ def test_registry_is_the_one_place():
     assert {family[n] for n in ("rocprofv3", "kineto_rocm", "rocprofv3_json", "rocprofv3_db", "rpd")} == {"rocprofiler"}
     assert family["hipblaslt"] == family["rocblas"] == "hipblaslt"
     assert reg.preference("rocprofiler") == ("rocprofv3", "kineto_rocm", "rocprofv3_json", "rocprofv3_db", "rpd")
-    assert reg.preference("hipblaslt") == ("hipblaslt", "rocblas")
+    assert reg.preference("hipblaslt") == ("hipblaslt", "rocblas", "rocblas_bench")  # bench lines: the last choice
     assert FILE_PATTERNS == reg.file_patterns()
     assert reg.preference("cupti") == ("cupti", "nsys", "kineto")
     assert reg.preference("ncu") == ("ncu", "ncu_csv")

@@ -51,6 +51,9 @@ class Tools:
     cuda: bool = False
     cuda_reason: str = "no CUDA device visible"
     other: dict[str, str | None] = field(default_factory=dict)
+    #: An AMD GPU (ROCm) is present (:func:`rocm_gpu_status`; asked only where no CUDA device is).
+    rocm: bool = False
+    rocm_reason: str = "not asked"
 
     def path(self, tool: str) -> str | None:
         """Where ``tool`` is on this machine (None: not found)."""
@@ -139,15 +142,52 @@ def cuda_status(timeout_s: float = 60) -> tuple[bool, str]:
     return False, "no CUDA device visible (nvidia-smi absent or no GPU, torch.cuda.is_available() is False)"
 
 
+def rocm_gpu_status(timeout_s: float = 60) -> tuple[bool, str]:
+    """(an AMD GPU is present, one-line reason), cheaply and without importing torch here: the ROCm
+    kernel driver's nodes first (``/dev/kfd`` and a ``/dev/dri/renderD*`` render node: no node, no
+    AMD GPU, nothing run); then ``rocminfo``/``rocm-smi`` on PATH or under /opt/rocm (a gfx agent, or a
+    GPU line); else torch in a subprocess (``torch.version.hip`` and ``torch.cuda.is_available()``:
+    a ROCm build of PyTorch sees the AMD GPU through its CUDA API)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    if not os.path.exists("/dev/kfd"):
+        return False, "no AMD GPU (no /dev/kfd: the amdgpu kernel driver's compute node is absent)"
+    if not glob.glob("/dev/dri/renderD*"):
+        return False, "no AMD GPU (/dev/kfd but no /dev/dri/renderD* render node)"
+    for tool, args, seen in (("rocminfo", [], re.compile(r"^\s*Name:\s+(gfx\w+)", re.M)),
+                             ("rocm-smi", ["--showproductname"], re.compile(r"^GPU\[\d+\][^\n]*", re.M))):
+        path = find_tool(tool, (f"/opt/rocm/bin/{tool}", f"/opt/rocm-*/bin/{tool}"))
+        if path is None:
+            continue
+        try:
+            r = subprocess.run([path, *args], capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        m = seen.search(r.stdout or "")
+        if r.returncode == 0 and m:
+            return True, f"{tool}: {m.group(m.lastindex or 0).strip()}"
+    code = ("import torch,sys; sys.stdout.write('1' if getattr(torch.version, 'hip', None) "
+            "and torch.cuda.is_available() else '0')")
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError) as e:
+        return False, f"no AMD GPU confirmed (/dev/kfd present; could not ask torch: {type(e).__name__})"
+    if r.stdout.strip() == "1":
+        return True, "torch.version.hip and torch.cuda.is_available()"
+    return False, "no AMD GPU confirmed (/dev/kfd present; no rocminfo/rocm-smi, and no ROCm build of torch sees one)"
+
+
 def resolve_device(device: str | None, tools: Tools, instruments: tuple[str, ...] | list[str] | None = None) -> str:
-    """The backend to run: ``device`` when given (cuda | cpu); else the one device whose instruments were
-    named (``--instruments cupti,cublaslt`` is cuda); else cuda when a CUDA device is present, else cpu."""
+    """The backend to run: ``device`` when given (cuda | rocm | cpu); else the one device whose
+    instruments were named (``--instruments cupti,cublaslt`` is cuda); else cuda when a CUDA device is
+    present, rocm when an AMD GPU is (:func:`rocm_gpu_status`), else cpu."""
     if device is None or str(device).strip() == "":
         if instruments:
             owners = [d for d, known in registry.capture_devices().items() if set(instruments) <= set(known)]
             if len(owners) == 1:
                 return owners[0]
-        return "cuda" if tools.cuda else "cpu"
+        return "cuda" if tools.cuda else "rocm" if tools.rocm else "cpu"
     d = str(device).strip().lower()
     if d not in (known := registry.capture_devices()):
         raise ValueError(f"--device {device!r} must be one of {', '.join(known)}")
@@ -160,11 +200,14 @@ def default_instruments(device: str) -> tuple[str, ...]:
 
 
 def discover_tools() -> Tools:
-    """Look for every own-pass instrument's tool (ncu, nsys) and a CUDA device on this machine."""
+    """Look for every own-pass instrument's tool (ncu, nsys, rocprofv3), a CUDA device on this machine
+    and, where there is none, an AMD GPU."""
     ok, reason = cuda_status()
     found = {p.tool: find_tool(p.tool, p.globs) for i in registry.INSTRUMENTS
              if i.switch is not None and (p := i.switch.own_pass) is not None}
-    return Tools(ncu=found.pop("ncu", None), nsys=found.pop("nsys", None), cuda=ok, cuda_reason=reason, other=found)
+    rocm, rocm_reason = rocm_gpu_status() if not ok else (False, "not asked: a CUDA device is present")
+    return Tools(ncu=found.pop("ncu", None), nsys=found.pop("nsys", None), cuda=ok, cuda_reason=reason, other=found,
+                 rocm=rocm, rocm_reason=rocm_reason)
 
 
 # --------------------------------------------------------------------------- argv builders

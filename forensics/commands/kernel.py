@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         steps: Optional[str] = typer.Option(None, "--steps", help="step window: N, A-B, A-, A-B:K, all (default 1-2)"),
         ranks: Optional[str] = typer.Option(None, "--ranks", help="ranks to capture: all or 0,3,8-15 (default all)"),
         arms: Optional[int] = typer.Option(None, "--arms", help="identical arms to run (default 2)"),
-        device: Optional[str] = typer.Option(None, "--device", help="cuda, rocm or cpu backend (default: cuda when a CUDA device is present, else cpu; rocm only when asked)"),
+        device: Optional[str] = typer.Option(None, "--device", help="cuda, rocm or cpu backend (default: cuda when a CUDA device is present, rocm when an AMD GPU is, else cpu)"),
         instruments: Optional[List[str]] = typer.Option(None, "--instruments", help="cuda: cupti,cublaslt,ncu,nsys; rocm: hipblaslt,rocblas,rocprofv3; cpu: torch_profiler,onednn,mkl (default: all of the device's)"),
         toggle: Optional[List[str]] = typer.Option(None, "--toggle", help="NAME=VALUE: one more arm with that env var set (repeatable)"),
         env: Optional[List[str]] = typer.Option(None, "--env", help="NAME=VALUE set in every arm and pass (a --toggle of "

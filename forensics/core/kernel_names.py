@@ -237,6 +237,14 @@ def _fields_of(g: Grammar, m: re.Match, text: str) -> dict[str, Any]:
         out["operation"] = gd["kind"].lower()
     if g.name == "cublas_splitk_reduce":
         hints.append("splitK")
+    if g.name == "ck":  # the kernel function CK instantiated (kernel_gemm_xdl..., kernel_grouped_conv_fwd...)
+        m2 = re.search(r"(?:::|\d)(kernel_\w+?)(?:<|I|$)", text)
+        fn = m2.group(1).lower() if m2 else ""
+        out["operation"] = "convolution" if "conv" in fn else "gemm" if "gemm" in fn else "other"
+        if fn:
+            out["fields"] = {**out["fields"], "function": fn}
+    if g.name == "rocblas_kernel" and "gemv" in (gd.get("fn") or ""):
+        out["operation"] = "gemv"
     if g.name == "tensile":  # AMD: the fields live in the AMD block at the end of this module
         fields = tensile_fields(text)
         out.update({k: v for k, v in fields.items() if k != "hints"})
@@ -293,9 +301,19 @@ def describe_kernel(name: str | None) -> str:
         if c.role == PRIMARY:
             return f"cuBLAS {c.operation.upper() if c.operation in ('gemm', 'gemv', 'dot') else 'GEMM'}"
         return f"cuBLAS GEMM auxiliary ({c.family})"
+    words = _LIBRARY_WORDS.get(c.library)
+    if words is not None:  # AMD's libraries, Triton, NCCL/RCCL: their own words, never "not a cuBLAS name"
+        op = {"gemm": "GEMM", "gemv": "GEMV", "split-K reduce": "GEMM split-K reduction"}.get(c.operation, c.operation)
+        return f"{words} {op}" if op not in ("other", "triton") else f"{words} kernel"
     if c.gemm:
         return "GEMM, not a cuBLAS name" + (f" ({c.library})" if c.library != "unknown" else "")
     return ""
+
+
+#: Libraries whose kernels describe_kernel names in their own words (AMD's, and those of both vendors).
+_LIBRARY_WORDS = {"Tensile (hipBLASLt/rocBLAS)": "Tensile (hipBLASLt/rocBLAS)", "MIOpen": "MIOpen",
+                  "composable_kernel (CK)": "composable_kernel (CK)", "rocBLAS": "rocBLAS", "Triton": "Triton",
+                  "NCCL": "NCCL/RCCL"}
 
 
 # --------------------------------------------------------------------------- identity: name vs library log
@@ -550,6 +568,29 @@ TENSILE_POSTGSU_ROW = _g("tensile_postgsu", r"(?<![A-Za-z])Cijk_\w*?_PostGSU", T
                          AUXILIARY, "Cijk_SS_BiasS_HAS_ScaleAlphaVec_PostGSU16_VW1")
 GRAMMARS = GRAMMARS + (TENSILE_POSTGSU_ROW, TENSILE_ROW)  # no earlier row matches a Cijk_ name (tests/test_amd_kernel_names.py)
 
+# The other AMD libraries' kernels, as real ROCm traces name them (tests/test_amd_kernel_names.py gives
+# each name's source). MIOpen (AMD's cuDNN): its implicit-GEMM convolutions (``igemm_{fwd,bwd,wrw}_gtc*``),
+# the layout transposes and tensor ops its solvers launch, its OpenCL/HIP kernels named ``MIOpen*`` and
+# its naive reference convolutions; composable_kernel (CK, the template library under MIOpen, hipBLASLt
+# and aiter: ``ck::tensor_operation::device::kernel_*``, ``ck_tile::kentry<...>``, mangled ``_ZN2ck``/
+# ``_ZN7ck_tile``); rocBLAS's own (non-Tensile) kernels (``rocblas_gemvn_kernel<...>``). NCCL's names are
+# RCCL's too (``ncclDevKernel_Generic`` on an MI300X): the ``nccl`` row above reads both.
+MIOPEN_LIBRARY, CK_LIBRARY = "MIOpen", "composable_kernel (CK)"
+AMD_GRAMMARS: tuple[Grammar, ...] = (
+    _g("miopen_igemm", r"(?<![A-Za-z])igemm_(?:fwd|bwd|wrw)_gtc", MIOPEN_LIBRARY, "convolution", None,
+       "igemm_fwd_gtcx2_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2_ta1x8x2x1_1x4x1x64_tb1x8x2x1_1x4x1x64_gkgs"),
+    _g("miopen_naive_conv", r"(?<![A-Za-z])naive_conv_(?:(?:non)?packed_)?(?:fwd|bwd|wrw)_", MIOPEN_LIBRARY,
+       "convolution", None, "naive_conv_fwd_nchw_half_double_half"),
+    _g("miopen", r"^(?:void )?(?:MIOpen\w+|miopen\w+|SubTensorOp\w+|batched_transpose_\w+|"
+       r"transpose_(?:NCHW2CNHW|CNHW2NCHW)\w*|gcnAsmConv\w+|Im2Col\w*)", MIOPEN_LIBRARY, "other", None,
+       "MIOpenBatchNormFwdTrainSpatial, SubTensorOpWithScalar1d, batched_transpose_16x64_pack_1x4_ediv_1x2_half"),
+    _g("ck", r"^(?:void )?ck(?:_tile)?::|^_ZN2ck\d|^_ZN7ck_tile\d", CK_LIBRARY, "other", None,
+       "void ck::tensor_operation::device::(anonymous namespace)::kernel_grouped_conv_fwd_xdl_cshuffle_v3<...>(...)"),
+    _g("rocblas_kernel", r"^(?:void )?rocblas_(?P<fn>\w+?)_kernel", "rocBLAS", "other", None,
+       "void rocblas_gemvn_kernel<...>(...)"),
+)
+GRAMMARS = GRAMMARS + AMD_GRAMMARS
+
 
 def tensile_launch_role(name: str | None) -> str | None:
     """PRIMARY for a Tensile GEMM kernel (it starts a hipBLASLt/rocBLAS call's launches), AUXILIARY for
@@ -621,8 +662,8 @@ def _precision_family(p: str | None) -> str | None:
 
 
 def check_amd_call(name: str | None, grid: Any, call: dict, log_library: str = "hipBLASLt") -> list[FieldCheck]:
-    """:func:`check_call` for AMD: a rocprofv3 launch's kernel name and grid (in workgroups, as
-    parsers.rocprofv3 gives it) against one hipBLASLt or rocBLAS call (parsers.hipblaslt_log's
+    """:func:`check_call` for AMD: a rocprofv3 (or Kineto-on-ROCm) launch's kernel name and grid (in
+    workgroups, as parsers.rocprofv3 and parsers.kineto give it: both divide the printed work-items) against one hipBLASLt or rocBLAS call (parsers.hipblaslt_log's
     CALL_COLUMNS: canonical ``precision``, ``transa``/``transb``, ``m``, ``n``, ``batch_count``).
 
     * **library**: a Tensile name is CONSISTENT; a name the table gives to another library that

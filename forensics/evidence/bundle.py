@@ -59,6 +59,9 @@ PROBLEM_COLUMNS = ["m", "n", "k", "layout", "a_type", "b_type", "c_type", "d_typ
                    "beta"]
 #: The cuBLASLt algo descriptor, all of it (forensics.instruments.cublaslt: the one definition).
 ALGO_COLUMNS = list(_CUBLASLT_ALGO)
+#: hipBLASLt/rocBLAS: the kernel the library chose (solution index; hipBLASLt's algo method) and the scalars
+#: (beta is a problem column already); empty for NVIDIA's and the CPU's logs.
+AMD_COLUMNS = ["solution_index", "algo_method", "alpha"]
 #: The CPU backend's library-call descriptors (oneMKL routine/CNR/threads, oneDNN primitive) and attribution.
 CPU_COLUMNS = ["transa", "transb", "routine", "cnr", "nthr", "primitive", "implementation", "prop_kind",
                "attributes", "problem_desc", "attributed_by"]
@@ -223,9 +226,9 @@ def _kernels_and_problems(ev: Evidence, site: str | None) -> tuple[pd.DataFrame,
         for cr in ev.call_rows(r["arm"], r["rank"], r["label"]):
             problems.append({"arm": r["arm"], "rank": r["rank"], "label": r["label"],
                              **{c: _whole(cr.get(c)) if c in INTEGER_COLUMNS else cr.get(c)
-                                for c in PROBLEM_COLUMNS + ALGO_COLUMNS + CPU_COLUMNS}})
+                                for c in PROBLEM_COLUMNS + ALGO_COLUMNS + CPU_COLUMNS + AMD_COLUMNS}})
     kcols = ["arm", "mangled", "demangled", "family", "grid", "block", "instrument", "launches"]
-    pcols = ["arm", "rank", "label", *PROBLEM_COLUMNS, *ALGO_COLUMNS, *CPU_COLUMNS]
+    pcols = ["arm", "rank", "label", *PROBLEM_COLUMNS, *ALGO_COLUMNS, *CPU_COLUMNS, *AMD_COLUMNS]
     return pd.DataFrame(list(kernels.values()), columns=kcols), pd.DataFrame(problems, columns=pcols, dtype=object)
 
 
@@ -466,6 +469,9 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None, arms_picture
     if cpu:
         out.append("From the library logs (oneDNN verbose, oneMKL verbose), each call attributed to the site by "
                    "its timestamp or file offset (`attributed_by`, docs/cpu-backend.md):\n")
+    elif not b.problems.empty and b.problems[AMD_COLUMNS].notna().any().any():
+        out.append("From the hipBLASLt/rocBLAS log (matmul calls attributed to the site by host order and shape; the "
+                   "solution index is the kernel the library chose):\n")
     else:
         out.append("From the cuBLASLt log (`[Trace]` matmul lines attributed to the site by host order and shape):\n")
     if b.problems.empty:
@@ -474,6 +480,8 @@ def render_report(b: Bundle, plot_note: str, plot_name: str | None, arms_picture
                    "the algo descriptor is unknown; repro.py falls back to the site digests.\n")
     if cpu:
         out.append(_md_table(b.problems[["arm", "rank", "label", "m", "n", "k", "a_type", *CPU_COLUMNS]]))
+    elif b.problems[AMD_COLUMNS].notna().any().any():  # hipBLASLt/rocBLAS calls: their solution index, no cuBLASLt algo
+        out.append(_md_table(b.problems[["arm", "rank", "label", *PROBLEM_COLUMNS, *AMD_COLUMNS]]))
     else:
         out.append(_md_table(b.problems[["arm", "rank", "label", *PROBLEM_COLUMNS, *ALGO_COLUMNS]]))
 

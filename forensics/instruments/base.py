@@ -94,6 +94,9 @@ class Head:
     data: bytes
     gz: bool = False
     tables: frozenset[str] | None = None
+    #: The file itself, for a form that must look past the first bytes (a Kineto trace whose vendor
+    #: signals stand after its events: parsers.kineto_vendor.scan); None where only bytes are given.
+    path: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ HIPBLASLT = Instrument(
     "hipBLASLt log (HIPBLASLT_LOG_MASK)", unit="hipBLASLt matmul calls",
     names=("problem descriptor (m, n, k, types, layouts, batch)", "solution index and bench line (mask 32)"),
     launch_role=tensile_launch_role, confirms="Tensile GEMM kernels only", identity=check_amd_call,
-    library="hipBLASLt",
+    library="hipBLASLt", algo_columns=("solution_index", "algo_method"),
     line_form=re.compile(rb"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\]\[HIPBLASLT\]|^(?:\S*/)?hipblaslt-bench ", re.M),
     line_why="text with [date][HIPBLASLT] log lines or hipblaslt-bench lines",
     switch=Switch(order=25, env=hipblaslt_env))

@@ -212,7 +212,7 @@ def recognise(path: str | os.PathLike[str]) -> Recognised:
         return Recognised(None, f"cannot be read: {e.strerror}")
     if head.startswith(b"SQLite format 3\x00"):
         return _sqlite(path, head, gz)
-    seen = _content(Head(name, head, gz))  # magic bytes: ncu's NVR, an nsys report's title
+    seen = _content(Head(name, head, gz, path=path))  # magic bytes: ncu's NVR, an nsys report's title
     if seen is not None:
         return seen
     if gz and not head:

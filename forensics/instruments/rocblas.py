@@ -4,8 +4,10 @@ GEMM calls launch Tensile kernels, checked call by call as hipBLASLt's are.
 
 rocBLAS writes trace and bench lines to two paths (``ROCBLAS_LOG_TRACE_PATH``,
 ``ROCBLAS_LOG_BENCH_PATH``) and documents no ``%i`` in them: processes sharing one environment
-share one file. The trace file is counted; a file of bench lines only is kept and shown
-(``rocblas_bench``), never counted: each of its lines repeats a trace line's call."""
+share one file. A file of bench lines only (``rocblas_bench``: ``ROCBLAS_LAYER=2``, or the bench
+half of layer 3) is a call log too, each bench line one call with its whole problem: it is the
+family's last choice, counted only where no hipBLASLt log and no rocBLAS trace file stand beside
+it (there each of its lines repeats a trace line's call, and it is read and said "not counted")."""
 from __future__ import annotations
 
 import re
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.core.kernel_names import check_amd_call, tensile_launch_role
-from forensics.instruments.base import CALLS, CONTEXT, ROCM, Instrument, Switch
+from forensics.instruments.base import CALLS, ROCM, Instrument, Switch
 
 
 def rocblas_env(folder: Path) -> dict[str, str]:
@@ -33,14 +35,19 @@ ROCBLAS = Instrument(
     "rocBLAS log (ROCBLAS_LAYER)",
     unit="rocBLAS GEMM calls", names=("problem descriptor (m, n, k, types, layouts, batch)", "bench line"),
     launch_role=tensile_launch_role, confirms="Tensile GEMM kernels only", identity=check_amd_call,
-    library="rocBLAS",
+    library="rocBLAS", algo_columns=("solution_index",),
     line_form=re.compile(rb"^rocblas_\w+,|^-\s*\{\s*rocblas_function:", re.M),
     line_why="text with rocblas_<function>,... trace lines or rocBLAS profile lines",
     switch=Switch(order=26, env=rocblas_env))
-#: ROCBLAS_LOG_BENCH_PATH's file: bench lines only (a trace file, or a combined log, is ROCBLAS's).
+#: ROCBLAS_LOG_BENCH_PATH's file, or a ROCBLAS_LAYER=2 log: bench lines only (a trace file, or a combined
+#: log, is ROCBLAS's). After ROCBLAS in the registry: the family counts it only where no trace file is read.
 ROCBLAS_BENCH = Instrument(
-    "rocblas_bench", CONTEXT, ("rocblas_bench*.log",), label="rocBLAS bench lines (ROCBLAS_LOG_BENCH_PATH)",
+    "rocblas_bench", CALLS, ("rocblas_bench*.log",), ROCM, "hipblaslt", read_calls,
+    "rocBLAS bench lines (ROCBLAS_LAYER=2, ROCBLAS_LOG_BENCH_PATH)",
+    unit="rocBLAS GEMM calls", names=("problem descriptor (m, n, k, types, layouts, batch)", "bench line"),
+    launch_role=tensile_launch_role, confirms="Tensile GEMM kernels only", identity=check_amd_call,
+    library="rocBLAS", algo_columns=("solution_index",),
     line_form=re.compile(rb"^(?:\S*/)?rocblas-bench ", re.M),
-    line_why="text with rocblas-bench lines only (the bench half of a rocBLAS log; its calls are the trace file's)")
+    line_why="text with rocblas-bench lines only (ROCBLAS_LAYER=2: one replayable bench line per call)")
 
 INSTRUMENTS = (ROCBLAS, ROCBLAS_BENCH)

@@ -6,8 +6,8 @@ older rocprof's ``results.csv`` is read too (``parsers.rocprofv3``).
 
 Family ``rocprofiler``: rocprofv3 and PyTorch's profiler on ROCm both take their launches from AMD's
 runtime tracing (roctracer / ROCprofiler-SDK, as CUPTI, Kineto and nsys share CUPTI), so a
-Kineto trace of a ROCm run is this family's member (``kineto_rocm``, recognised by the AMD device
-its trace declares) and never confirms rocprofv3. The ROCTx marker trace and the HIP API trace
+Kineto trace of a ROCm run is this family's member (``kineto_rocm``, recognised by the trace's own
+ROCm signals wherever they stand: parsers.kineto_vendor) and never confirms rocprofv3. The ROCTx marker trace and the HIP API trace
 beside a kernel trace are context: read with it, they give each launch its launching call's host
 time and its ``SITE#N`` range (the NVTX counterpart), never counted.
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.instruments.base import CONTEXT, LAUNCHES, ROCM, Family, Head, Instrument, OwnPass, Switch
+from parsers import kineto_vendor  # light: no pandas
 
 FAMILY = Family("rocprofiler", "ROCprofiler family (rocprofv3/Kineto on ROCm)", "ROCprofiler family", ROCM,
                 "no rocprofv3 kernel trace (rocprofv3 --kernel-trace): no launch counted from AMD's runtime tracing")
@@ -98,21 +99,18 @@ def read_kineto(path: Any) -> Any:
     return read(path)
 
 
-_AMD_DEVICE = re.compile(rb'"deviceProperties"\s*:\s*\[\s*\{[^\]]*?"name"\s*:\s*"AMD ')
-_HIP_EVENT = re.compile(rb'"name"\s*:\s*"hip(?:Ext)?(?:Module)?LaunchKernel"')
-
-
 def kineto_on_rocm(head: Head) -> str | None:
-    """A PyTorch profiler trace of a ROCm run: Chrome trace JSON whose devices are AMD's, or whose
-    first events are HIP runtime launches (what CUPTI's cudaLaunchKernel is on NVIDIA)."""
+    """A PyTorch profiler trace of a ROCm run: Chrome trace JSON whose own signals say ROCm
+    (parsers.kineto_vendor: a roctracer/HIP version key, AMD devices, HIP runtime events), in its
+    first bytes or, when those say neither vendor, anywhere in the file (a re-saved trace may hold
+    ``deviceProperties`` and the version keys after its events)."""
     text = head.data.lstrip()
     if head.tables is not None or not text.startswith(b"{") or b'"traceEvents"' not in text:
         return None
-    if _AMD_DEVICE.search(text):
-        seen = "an AMD device in deviceProperties"
-    elif _HIP_EVENT.search(text):
-        seen = "HIP runtime launch events"
-    else:
+    vendor, seen = kineto_vendor.signals(text)
+    if vendor is None and head.path is not None:
+        vendor, seen = kineto_vendor.scan(head.path)
+    if vendor != kineto_vendor.ROCM:
         return None
     gz = " (gzip)" if head.gz else ""
     return f"Chrome trace JSON{gz} with {seen}: a PyTorch profiler (Kineto) trace of a ROCm run"

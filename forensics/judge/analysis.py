@@ -766,6 +766,8 @@ def describe_call(row: dict[str, Any], instrument: str) -> tuple[str, str]:
         for c, label in (("a_order", "Aorder"), ("b_order", "Border"), ("c_order", "Corder"), ("d_order", "Dorder")):
             if val(c) not in (None, "ORDER_COL"):
                 text += f" {label}={val(c)}"
+        if inst is not None and inst.device == reg.ROCM:  # hipBLASLt/rocBLAS print the scalars: part of the problem
+            text += "".join(f" {c}={val(c)}" for c in ("alpha", "beta") if val(c) is not None)
     algo = " ".join(f"{c}={val(c)}" for c in (inst.algo_columns if inst else ())
                     if val(c) is not None and c not in ("primitive", "implementation", "prop_kind", "dtypes", "routine"))
     return text, algo

@@ -85,7 +85,8 @@ _SLIM = {"instrument", "folder", "file", "line", "arm", "rank", "pid", "site_lab
          "transa", "transb", "layout", "a_type", "b_type", "c_type", "d_type", "compute_type", "scale_type",
          "epilogue", "beta", "raw", "lda", "ldb", "ldc", "ldd", "algo_id", "tile", "stages", "custom_option",
          "num_splits_k", "reduction_scheme", "cta_swizzling", "cluster_shape", "scheduling_mode", "inner_shape",
-         "tid", "input_dims", "problem_desc", "attributed_by", *ALGO_COLUMNS}
+         "tid", "input_dims", "problem_desc", "attributed_by", *ALGO_COLUMNS,
+         "alpha", "bench"}  # hipBLASLt/rocBLAS: the scalars, and the bench line that replays the call (repro.py)
 
 
 def missing(v: Any) -> bool:

@@ -4,13 +4,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 
 from forensics import instruments
 from forensics.runtime.console import make_console, print_fitted_table
 from forensics.core.words import AGREE_UNTIED, CONFLICT, DISAGREE, NAMED, SINGLE_SOURCE
-from forensics.judge.analysis import Analysis
+from forensics.judge.analysis import Analysis, describe_call
 
 #: Files listed as "not recognised: why" on the terminal (all of them in analysis.json and report.md).
 MAX_UNREAD_SHOWN = 20
@@ -64,9 +65,33 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
     if any(" ~" in x for x in shown):
         console.print("different kernels with one short name are numbered (name ~1, name ~2): their full names "
                       "are in report.md")
+    for line in solution_lines(an):
+        console.print(escape(line), markup=False)
     named = an.named
     console.print(f"[bold]{len(named)} of {len(an.verdicts)} (scope, {noun[1]}) pairs NAMED[/bold] "
                   f"({distinct_named(an)} distinct {noun[1]}s)")
+
+
+def solution_lines(an: Analysis, limit: int = 20) -> list[str]:
+    """One line per (log, problem, solution) of the hipBLASLt/rocBLAS calls read: the kernel the library
+    chose, as its log states it (hipBLASLt's bench line: ``--solution_index``; rocBLAS's: 0 is its
+    default choice), with the scalars. The table's rows are problems; this says which solution ran each."""
+    calls = an.calls
+    if calls is None or not len(calls) or "solution_index" not in calls.columns or "instrument" not in calls.columns:
+        return []
+    seen: dict[tuple[str, str, str], int] = {}
+    for rec in calls.to_dict("records"):
+        inst = instruments.get(rec.get("instrument"))
+        sol = rec.get("solution_index")
+        if inst is None or inst.device != instruments.ROCM or sol is None or pd.isna(sol):
+            continue
+        problem, algo = describe_call(rec, inst.name)
+        key = (inst.name, problem, algo)
+        seen[key] = seen.get(key, 0) + 1
+    out = [f"solution: {problem}: {algo} ({n} call(s), {name})" for (name, problem, algo), n in list(seen.items())[:limit]]
+    if len(seen) > limit:
+        out.append(f"solution: {len(seen) - limit} more (log, problem, solution) in report.md")
+    return out
 
 
 def untied_lines(an: Analysis) -> list[str]:
@@ -347,6 +372,11 @@ def render_markdown(an: Analysis) -> str:
         c = r.counts
         lines.append(f"| {r.arm} | {r.rank} | `{r.scope}` | `{label}` | "
                      + " | ".join(str(c.get(f, "-")) for f in fams) + f" | **{r.verdict}** | {r.reason} |")
+    solutions = solution_lines(an, limit=10_000)
+    if solutions:
+        lines += ["", "## Library solutions (hipBLASLt/rocBLAS)", "",
+                  "The kernel each library call chose, as its log states it (0: rocBLAS's default choice):", ""]
+        lines += [f"- {x.removeprefix('solution: ')}" for x in solutions]
     named = an.verdicts[an.verdicts["verdict"] == NAMED]
     if len(named):
         lines += ["", f"## Named {noun}s (mangled)", ""]
