@@ -201,13 +201,16 @@ def test_ex_gpu_nsys_with_each_ncu_form_names_5_of_5(corpus, tmp_path, ncu_file,
 
 
 def test_ex_gpu_discovered_from_file_names(corpus, tmp_path):
-    """The same pair found by file-name discovery (no file list): the raw CSV export classifies as ncu_csv."""
+    """The same pair found by file-name discovery (no file list): the raw CSV export classifies as ncu_csv.
+    With no manifest nothing ties the two files to one run (ncu's replay is its own process: pid 872075
+    against nsys's 868881; the export records no wall-clock time): the 5 kernels agree, AGREE-UNTIED."""
     arm = tmp_path / "a1"
     arm.mkdir()
     (arm / "window.sqlite").symlink_to(corpus / "nsys" / "extrap_ex-gpu.s10.sqlite")
     (arm / "ncu_raw.csv").symlink_to(corpus / "ncu" / "ncu_extrap_ex-gpu.s10_raw_by_ncu2022.3.csv")
     an = analyze(tmp_path)
-    assert len(an.named) == 5
+    assert len(an.named) == 0 and (an.verdicts["verdict"] == "AGREE-UNTIED").sum() == 5
+    assert {s["ncu"] for s in an.verdicts["sources"]} == {"ncu_csv"}
 
 
 def test_ncu_rep_preferred_over_its_csv_export(corpus, tmp_path):
