@@ -1,0 +1,138 @@
+"""The trail (issue 43): every step says what comes next, on one line a terminal paste gives whole.
+
+``kernel`` -> ``compare`` when an arm's bits differ, ``compare`` -> ``knob`` / ``bundle``; a command
+to copy is written without a line break at any terminal width (80 columns, a pty); one overwrite
+rule (``compare --force`` replaces its ``--json``) and ``--json -`` on ``analyze`` and ``kernel``.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from forensics.cli import main
+from forensics.runtime.console import echo_plain
+
+REPO = Path(__file__).resolve().parents[1]
+CAPTURE = REPO / "tests" / "fixtures" / "cpu" / "conv1d-threads"
+TRACES = REPO / "tests" / "fixtures" / "traces-cpu-divergence"
+NEXT = ("next: forensics kernel --site 'gemm:NT:acc0:grad1#1' --ranks 0 --steps 0 "
+        "--arm-command 'python train.py --threads 2' -- python train.py --threads 1")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("NO_COLOR", None)
+    env["COLUMNS"], env["TERM"] = "80", "xterm"
+    return env
+
+
+def run_in_pty(argv: list[str], cols: int = 80) -> tuple[int, str]:
+    """Run ``argv`` with stdout and stderr on a pseudo-terminal ``cols`` wide: what a user's terminal gets."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, cols, 0, 0))
+    p = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=_env(), cwd=REPO, close_fds=True)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(timeout=120)
+    os.close(master)
+    text = out.decode("utf-8", "replace").replace("\r\n", "\n")
+    import re
+
+    return p.returncode, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # colour codes out
+
+
+def test_a_command_to_copy_is_one_line_on_an_80_column_terminal():
+    buf = StringIO()
+    console = Console(file=buf, width=80, force_terminal=True, no_color=True)
+    echo_plain(console, "site: gemm:NT:acc0:grad1#1 (rank 0, step 0)\n" + NEXT + "\nthen: forensics bundle cap -o b.tgz")
+    lines = buf.getvalue().splitlines()
+    assert NEXT in lines and "then: forensics bundle cap -o b.tgz" in lines
+    assert all(len(line) <= 80 for line in lines if line != NEXT)
+    # other text still wraps between words at the width
+    buf = StringIO()
+    echo_plain(Console(file=buf, width=40, force_terminal=True, no_color=True), "word " * 20)
+    assert all(len(line) <= 40 for line in buf.getvalue().splitlines()) and len(buf.getvalue().splitlines()) > 1
+
+
+def test_diffs_next_line_pastes_whole_from_an_80_column_pty():
+    code, out = run_in_pty([sys.executable, "-m", "forensics", "diff", str(TRACES / "a.jsonl"),
+                            str(TRACES / "origin.jsonl")])
+    assert code == 1, out
+    nxt = [line for line in out.splitlines() if line.startswith("next: ")]
+    assert len(nxt) == 1 and nxt[0].endswith("-- python train.py --threads 1"), out
+    assert len(nxt[0]) > 80  # longer than the terminal, and still not broken
+    assert all(len(line) <= 80 for line in out.splitlines() if not line.startswith("next: ")), out
+
+
+def test_kernel_dry_run_argv_lines_are_whole_on_an_80_column_pty():
+    code, out = run_in_pty([sys.executable, "-m", "forensics", "kernel", "--site", "aten.mm.default", "--device",
+                            "cpu", "--dry-run", "--", "python", "examples/cpu-divergence/train.py", "--threads", "1"])
+    assert code == 0, out
+    argv = [line for line in out.splitlines() if line.strip().startswith("argv: ")]
+    assert argv and all(line.rstrip().endswith("--threads 1") for line in argv), out
+
+
+def test_compare_points_on_to_knob_then_bundle(capsys):
+    code = main(["compare", str(CAPTURE)])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert out[-2:] == ["next: forensics knob OMP_NUM_THREADS --site aten.convolution.default",
+                        f"then: forensics bundle {CAPTURE} -o bundle.tar.gz"]
+
+
+def test_compare_force_replaces_its_json_and_incomparable_is_its_own_flag(tmp_path, capsys):
+    target = tmp_path / "c.json"
+    target.write_text("{}\n")
+    assert main(["compare", str(CAPTURE), "--json", str(target)]) == 3  # refused without --force
+    assert target.read_text() == "{}\n"
+    assert main(["compare", str(CAPTURE), "--json", str(target), "--force"]) == 1
+    assert json.loads(target.read_text())["schema"] == "forensics.compare"
+    capsys.readouterr()
+    assert main(["compare", str(CAPTURE), "--incomparable"]) == 1
+
+
+def test_kernel_says_which_arm_differs_and_points_on_to_compare():
+    from forensics.commands.kernel import arm_lines
+    from forensics.judge.analysis import analyze
+
+    lines = arm_lines(analyze(CAPTURE), CAPTURE)
+    assert any(line.startswith("arms: t1-omp_num_threads (toggle OMP_NUM_THREADS=2) vs a1: its output bits differ "
+                               "at aten.convolution.default#1") for line in lines), lines
+    assert not any(line.startswith("arms: a2") for line in lines)  # the replica does not differ
+    assert lines[-1] == f"next: forensics compare {CAPTURE}"
+
+
+def test_analyze_json_dash_prints_the_report_alone(tmp_path, capsys):
+    code = main(["analyze", str(CAPTURE), "--json", "-", "--out", str(tmp_path / "a")])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["schema"] == "forensics.analysis"
+    target = tmp_path / "r.json"
+    assert main(["analyze", str(CAPTURE), "-q", "--json", str(target), "--out", str(tmp_path / "b")]) == 0
+    assert json.loads(target.read_text())["schema"] == "forensics.analysis"
+    assert main(["analyze", str(CAPTURE), "-q", "--json", str(target), "--out", str(tmp_path / "c")]) == 3
+
+
+def test_kernel_has_json_dash_and_refuses_it_with_another_as(capsys):
+    code = main(["kernel", "--site", "aten.mm.default", "--device", "cpu", "--json", "-", "--as", "csv", "--",
+                 "python", "x.py"])
+    assert code == 2
