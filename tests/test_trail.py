@@ -136,3 +136,66 @@ def test_kernel_has_json_dash_and_refuses_it_with_another_as(capsys):
     code = main(["kernel", "--site", "aten.mm.default", "--device", "cpu", "--json", "-", "--as", "csv", "--",
                  "python", "x.py"])
     assert code == 2
+
+
+def _scaled(an, ranks: int, odd: dict[tuple[int, str], str]):
+    """The real analysis's verdict rows repeated for ``ranks`` ranks (rendering only: the counts are the
+    real capture's), with the verdict of (rank, scope) pairs in ``odd`` replaced."""
+    import dataclasses
+
+    import pandas as pd
+
+    rows = []
+    for r in range(ranks):
+        v = an.verdicts.copy()
+        v["rank"] = r
+        for (rank, scope), word in odd.items():
+            if rank == r:
+                v.loc[(v["scope"] == scope) & (v["arm"] == "a2"), "verdict"] = word
+        rows.append(v)
+    return dataclasses.replace(an, verdicts=pd.concat(rows, ignore_index=True))
+
+
+def test_analyze_at_96_ranks_prints_the_summary_and_every_exception_first():
+    from forensics.judge.analysis import analyze
+    from forensics.judge.report import print_table
+
+    odd = {(5, "aten.convolution.default#1"): "SINGLE-SOURCE", (5, "aten.convolution.default#2"): "SINGLE-SOURCE",
+           (40, "aten.convolution.default#1"): "SINGLE-SOURCE", (40, "aten.convolution.default#2"): "SINGLE-SOURCE",
+           (77, "aten.convolution.default#2"): "SINGLE-SOURCE", (90, "aten.convolution.default#2"): "SINGLE-SOURCE"}
+    an = _scaled(analyze(CAPTURE), 96, odd)
+    buf = StringIO()
+    print_table(an, Console(file=buf, width=200, no_color=True, force_terminal=False))
+    lines = buf.getvalue().splitlines()
+    assert lines[2] == "summary: 576 (scope, implementation) pairs over 3 arm(s) x 96 rank(s): 570 NAMED, 6 SINGLE-SOURCE"
+    single = [line for line in lines if "SINGLE-SOURCE" in line and "│" in line]
+    assert len(single) == 6 and all(any(f"│ {r} " in line for line in single) for r in (5, 40, 77, 90))
+    assert len(lines) < 40, "\n".join(lines)  # a screenful: the NAMED rows folded, not 570 of them
+    folded = [line for line in lines if line.startswith("NAMED, folded:")]
+    assert len(folded) == 2 and all("rank(s) 0-95" in line for line in folded)  # one line per implementation
+    assert sum(int(line.split(": ", 2)[1].split()[0]) for line in folded) == 570
+    assert lines[-1].startswith("570 of 576 (scope, implementation) pairs NAMED")
+
+
+def test_a_small_capture_keeps_its_whole_table():
+    from forensics.judge.analysis import analyze
+    from forensics.judge.report import print_table
+
+    buf = StringIO()
+    print_table(analyze(CAPTURE), Console(file=buf, width=100, no_color=True, force_terminal=False))
+    text = buf.getvalue()
+    assert "summary:" not in text and "NAMED, folded" not in text and text.count("│ a2 ") + text.count("a2  scope") >= 2
+
+
+def test_a_folder_of_several_captures_is_refused_with_the_list(tmp_path):
+    import shutil
+
+    from tests._helpers import assert_bad_input
+
+    for name in ("job1/cap", "job2/cap"):
+        shutil.copytree(CAPTURE, tmp_path / "runs" / name, ignore=shutil.ignore_patterns("analysis*"))
+    r = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(tmp_path / "runs")], capture_output=True,
+                       text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    line = assert_bad_input(r.returncode, r.stderr, file=tmp_path / "runs", out=r.stdout)
+    assert "2 capture(s)" in line and "job1/cap, job2/cap" in line
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["job1", "job2"]  # nothing written into it
