@@ -199,3 +199,11 @@ def test_a_folder_of_several_captures_is_refused_with_the_list(tmp_path):
     line = assert_bad_input(r.returncode, r.stderr, file=tmp_path / "runs", out=r.stdout)
     assert "2 capture(s)" in line and "job1/cap, job2/cap" in line
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["job1", "job2"]  # nothing written into it
+
+
+def test_scheduler_without_dask_is_unavailable_in_one_line(monkeypatch, capsys):
+    """``--scheduler`` where dask is not installed: exit 4, one line naming the extra (no traceback)."""
+    monkeypatch.setitem(sys.modules, "dask.distributed", None)  # import fails as when it is absent
+    assert main(["analyze", str(CAPTURE), "--scheduler", "tcp://127.0.0.1:8786", "-q"]) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "dask.distributed is not installed" in err[0] and ".[dask]" in err[0], err

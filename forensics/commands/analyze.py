@@ -35,6 +35,10 @@ def register(app: typer.Typer) -> None:
         merge: Optional[Path] = typer.Option(None, "--merge", help="merge the shards' analysis.json files found in "
                                              "this folder (or its subfolders) instead of reading instrument files"),
         as_: str = typer.Option("text", "--as", metavar="text|json|csv|markdown", callback=check_as, help=AS_HELP),
+        scheduler: Optional[str] = typer.Option(None, "--scheduler", help="place the rank groups on a Dask cluster: "
+                                                "its scheduler's address (tcp://host:8786, e.g. "
+                                                "\"$DASK_SCHEDULER_ADDRESS\") or scheduler file; the workers must see "
+                                                "the inputs (the dask extra; docs/scale.md)"),
         json_out: Optional[Path] = typer.Option(None, "--json", help="also write the JSON report here ('-': to stdout, "
                                                 "instead of the text, as --as json); an existing file is refused "
                                                 "unless --force"),
@@ -65,7 +69,8 @@ def register(app: typer.Typer) -> None:
                 if merge is not None:
                     an = merge_shards(capture_dir, merge, site=site)
                 else:
-                    an = analyze_ranks(capture_dir, site=site, keep_going=keep_going, jobs=jobs, ranks=ranks, shard=shard)
+                    an = analyze_ranks(capture_dir, site=site, keep_going=keep_going, jobs=jobs, ranks=ranks, shard=shard,
+                                       scheduler=scheduler)
             # --as json|csv|markdown: the JSON report or the verdict rows alone on stdout, the rest on stderr
             console = make_console(stderr=as_ != "text")
             if as_ != "text":
