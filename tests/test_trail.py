@@ -119,7 +119,7 @@ def test_kernel_says_which_arm_differs_and_points_on_to_compare():
     assert any(line.startswith("arms: t1-omp_num_threads (toggle OMP_NUM_THREADS=2) vs a1: its output bits differ "
                                "at aten.convolution.default#1") for line in lines), lines
     assert not any(line.startswith("arms: a2") for line in lines)  # the replica does not differ
-    assert lines[-1] == f"next: forensics compare {CAPTURE}"
+    assert lines[-1] == f"next: forensics compare {os.path.relpath(CAPTURE)}"  # as typed, below the working folder
 
 
 def test_analyze_json_dash_prints_the_report_alone(tmp_path, capsys):
@@ -207,3 +207,55 @@ def test_scheduler_without_dask_is_unavailable_in_one_line(monkeypatch, capsys):
     assert main(["analyze", str(CAPTURE), "--scheduler", "tcp://127.0.0.1:8786", "-q"]) == 4
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "dask.distributed is not installed" in err[0] and ".[dask]" in err[0], err
+
+
+@pytest.mark.slow
+def test_the_readme_flow_pasted_from_an_80_column_terminal_ends_in_a_bundle(tmp_path):
+    """trace twice, diff, then paste each printed ``next:`` as a user would from an 80-column terminal:
+    kernel -> compare -> bundle, and the bundle names the implementation and the setting."""
+    import re
+    import shutil
+    import tarfile
+
+    shutil.copytree(REPO / "examples" / "cpu-divergence", tmp_path / "examples" / "cpu-divergence")
+    env = _env()
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    for run, threads in (("runA", "1"), ("runB", "2")):
+        r = subprocess.run(["forensics", "trace", "--out", run, "--", "python", "examples/cpu-divergence/train.py",
+                            "--threads", threads], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+
+    def step(command: str) -> tuple[int, str, str]:
+        """Run a pasted command in an 80-column pty; (exit, output, the next: command it printed)."""
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))
+        p = subprocess.Popen(["bash", "-c", command], stdin=slave, stdout=slave, stderr=slave, env=env,
+                             cwd=tmp_path, close_fds=True)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        p.wait(timeout=600)
+        os.close(master)
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode("utf-8", "replace").replace("\r\n", "\n"))
+        nxt = [line[len("next: "):] for line in text.splitlines() if line.startswith("next: ")]
+        return p.returncode, text, (nxt[0] if nxt else "")
+
+    code, out, kernel = step("forensics diff runA runB")
+    assert code == 1 and kernel.startswith("forensics kernel --site 'gemm:NT:acc0:grad1#") and \
+        kernel.endswith("-- python examples/cpu-divergence/train.py --threads 1"), out
+    code, out, compare = step(kernel)
+    assert code == 0 and "its output bits differ" in out and compare == "forensics compare forensics-capture", out
+    code, out, bundle = step(compare)
+    assert code == 1 and bundle == "forensics bundle forensics-capture -o bundle.tar.gz", out
+    code, out, _ = step(bundle)
+    assert code == 0, out
+    with tarfile.open(tmp_path / "bundle.tar.gz") as tar:
+        report = next(tar.extractfile(m).read().decode() for m in tar.getmembers() if m.name.endswith("/report.md"))
+    assert "aten::mm -> oneMKL SGEMM" in report and "--threads 2" in report and "nthr=2" in report

@@ -290,7 +290,18 @@ def arm_lines(an, capture_dir: Path) -> list[str]:  # noqa: ANN001
         if comparison.pairs:
             lines.append(f"arms: no divergence from {comparison.baseline} at the occurrences compared")
         return lines
-    return lines + [f"next: forensics compare {shlex.quote(str(capture_dir))}"]
+    return lines + [f"next: forensics compare {shlex.quote(_as_typed(capture_dir))}"]
+
+
+def _as_typed(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it (as a user would type it)."""
+    import os
+
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive
+        return str(path)
+    return rel if not rel.startswith("..") else str(path)
 
 
 def _device_absent(device: str) -> str | None:
