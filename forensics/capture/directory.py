@@ -446,6 +446,38 @@ def _list_passes(cap: Capture, folder: Path) -> None:
             cap.unread.append({"path": str(p), "why": "stdout/stderr of a pass of forensics kernel", "metadata": True})
 
 
+#: Captures named in the refusal of a folder holding several (the rest are counted).
+MAX_NESTED_SHOWN = 12
+#: Folders looked into for a nested capture (two levels down), at most.
+MAX_NESTED_LOOKED = 4096
+
+
+def nested_captures(root: Path) -> list[Path]:
+    """Capture directories (a ``manifest.yaml``) one or two levels below ``root``, which has none:
+    a folder of several captures, each analysed on its own. Sorted; at most :data:`MAX_NESTED_LOOKED`
+    folders are looked into."""
+    found: list[Path] = []
+    looked = 0
+    level = [root]
+    for _ in range(2):
+        below: list[Path] = []
+        for d in level:
+            try:
+                subs = sorted(p for p in d.iterdir() if p.is_dir() and not p.is_symlink())
+            except OSError:
+                continue
+            for p in subs:
+                looked += 1
+                if looked > MAX_NESTED_LOOKED:
+                    return sorted(found)
+                if (p / MANIFEST).is_file():
+                    found.append(p)
+                else:
+                    below.append(p)
+        level = below
+    return sorted(found)
+
+
 def not_a_capture(root: Path, quick: bool = False) -> str | None:
     """What a directory without manifest.yaml is, and which command reads it (one line).
 
@@ -478,6 +510,12 @@ def not_a_capture(root: Path, quick: bool = False) -> str | None:
     if markers:
         return (f"not a capture: it looks like a source tree or home directory (it has {', '.join(markers[:3])}); "
                 "give the capture directory, a folder of instrument files, or one file (docs/capture-format.md)")
+    held = nested_captures(root)
+    if held:  # never merged into one capture (their arms and ranks would mix) nor written into
+        shown = ", ".join(str(p.relative_to(root)) for p in held[:MAX_NESTED_SHOWN])
+        more = f" and {len(held) - MAX_NESTED_SHOWN} more" if len(held) > MAX_NESTED_SHOWN else ""
+        return (f"a folder holding {len(held)} capture(s) (a manifest.yaml in each), not one capture: analyse each "
+                f"on its own (`forensics analyze {held[0]}`): {shown}{more}")
     if not names:
         return ("an empty directory, not a capture (no manifest.yaml): capture one with `forensics kernel`, "
                 "or see docs/capture-format.md")

@@ -35,6 +35,13 @@ def register(app: typer.Typer) -> None:
         merge: Optional[Path] = typer.Option(None, "--merge", help="merge the shards' analysis.json files found in "
                                              "this folder (or its subfolders) instead of reading instrument files"),
         as_: str = typer.Option("text", "--as", metavar="text|json|csv|markdown", callback=check_as, help=AS_HELP),
+        scheduler: Optional[str] = typer.Option(None, "--scheduler", help="place the rank groups on a Dask cluster: "
+                                                "its scheduler's address (tcp://host:8786, e.g. "
+                                                "\"$DASK_SCHEDULER_ADDRESS\") or scheduler file; the workers must see "
+                                                "the inputs (the dask extra; docs/scale.md)"),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="also write the JSON report here ('-': to stdout, "
+                                                "instead of the text, as --as json); an existing file is refused "
+                                                "unless --force"),
     ) -> None:
         """Count launches per instrument and NAME kernels that two independent instruments agree on.
 
@@ -53,14 +60,17 @@ def register(app: typer.Typer) -> None:
             from forensics.commands.suggest import check_site_in_capture
 
             check_site_in_capture(capture_dir, site)
-        from forensics.runtime.output import replacing
+        from forensics.runtime.output import check_output, is_stdout, json_as, replacing, write_json
 
+        as_ = json_as(json_out, as_)
+        check_output(json_out, force=force, flag="--json", what="--json report")  # before any file is read
         with replacing(out, force=force, flag="--out", what="analysis folder"):  # refused before any file is read
             with doing(f"analysing the capture {capture_dir}"):
                 if merge is not None:
                     an = merge_shards(capture_dir, merge, site=site)
                 else:
-                    an = analyze_ranks(capture_dir, site=site, keep_going=keep_going, jobs=jobs, ranks=ranks, shard=shard)
+                    an = analyze_ranks(capture_dir, site=site, keep_going=keep_going, jobs=jobs, ranks=ranks, shard=shard,
+                                       scheduler=scheduler)
             # --as json|csv|markdown: the JSON report or the verdict rows alone on stdout, the rest on stderr
             console = make_console(stderr=as_ != "text")
             if as_ != "text":
@@ -84,5 +94,8 @@ def register(app: typer.Typer) -> None:
                                   "(a default location is never overwritten; --out DIR --force replaces one)",
                                   markup=False)
                 console.print(f"wrote {', '.join(str(p) for p in written)}", markup=False)
+            if json_out is not None and not is_stdout(json_out):  # '-': printed above, as --as json
+                write_json(json_out, analysis_json(an), force=force)
+                console.print(f"report: {json_out}", markup=False)
         console.print(verdict, markup=False)
         raise typer.Exit(EXIT_OK if n else EXIT_NOT_NAMED)

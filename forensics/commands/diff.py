@@ -58,6 +58,10 @@ def register(app: typer.Typer) -> None:
         merge: Path | None = typer.Option(None, "--merge", help="merge the shards' --json reports found in this "
                                           "folder (or its subfolders) instead of reading the traces' records"),
         as_: str = typer.Option("text", "--as", metavar="text|json|csv|markdown", callback=check_as, help=AS_HELP),
+        scheduler: str | None = typer.Option(None, "--scheduler", help="place the rank groups on a Dask cluster: "
+                                                "its scheduler's address (tcp://host:8786, e.g. "
+                                                "\"$DASK_SCHEDULER_ADDRESS\") or scheduler file; the workers must see "
+                                                "the inputs (the dask extra; docs/scale.md)"),
     ) -> None:
         from forensics.runtime.output import check_output, emit_as, is_stdout, write_json  # noqa: PLC0415
 
@@ -70,7 +74,8 @@ def register(app: typer.Typer) -> None:
         elif rank is not None:
             report = diff_paths(run_a, run_b, fmt=fmt, rank=rank, window=window)
         else:
-            report = diff_ranks(run_a, run_b, fmt=fmt, window=window, jobs=jobs, ranks=ranks, shard=shard)
+            report = diff_ranks(run_a, run_b, fmt=fmt, window=window, jobs=jobs, ranks=ranks, shard=shard,
+                                scheduler=scheduler)
         if as_ != "text":  # the JSON report or its rank rows alone on stdout
             payload = report.to_json()
             emit_as(as_, payload, *diff_rows(payload))

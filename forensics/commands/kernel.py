@@ -57,6 +57,9 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display, no table"),
         as_: str = typer.Option("text", "--as", metavar="text|json|csv|markdown", callback=check_as,
                                 help=AS_HELP + "; the passes and the verdict go to stderr"),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="also write the analysis's JSON report here "
+                                                "('-': to stdout, instead of the text, as --as json); an existing "
+                                                "file is refused unless --force"),
         rows: Optional[str] = typer.Option(
             None, "--rows", help="batch-invariance sweep: keep the site's inputs at its first occurrence and replay "
                                  "the op on the first m rows for each m (1,2,3,8 or auto), each in a fresh process "
@@ -102,8 +105,12 @@ def register(app: typer.Typer) -> None:
             "arm_commands": arm_commands}, cfg)
         from forensics.runtime.output import check_output, replacing
 
+        from forensics.runtime.output import json_as
+
+        as_ = json_as(json_out, as_)
         named_out = opts["out"]  # named by --out or the config's out: refused when it exists, unless --force
         check_output(named_out, force=force, flag="--out", what="capture", directory=True)  # before anything runs
+        check_output(json_out, force=force, flag="--json", what="--json report")
         if not opts["site"]:
             _usage("--site is required (or site: in --config), e.g. --site gemm:NT:acc0:grad1")
         parsed = parse_site_or_occurrence(str(opts["site"]))  # the one parse; BadSite: one line, exit 2 (forensics.cli)
@@ -162,7 +169,7 @@ def register(app: typer.Typer) -> None:
                 result = analyse(lib.capture_kernel(opts, progress=not quiet, tools=tools))
         except ValueError as e:
             _usage(str(e))
-        raise typer.Exit(_report(result, quiet, as_))
+        raise typer.Exit(_report(result, quiet, as_, json_out=json_out, force=force))
 
 
 def _usage(message: str) -> None:
@@ -194,7 +201,8 @@ def _names(assignments: Optional[List[str]]) -> set[str]:
     return {a.split("=", 1)[0] for a in assignments or []}
 
 
-def _report(result, quiet: bool, as_: str = "text") -> int:  # noqa: ANN001
+def _report(result, quiet: bool, as_: str = "text", json_out: Optional[Path] = None,  # noqa: ANN001
+            force: bool = False) -> int:
     """Print the passes, the verdict and the capture directory; return the exit code. ``as_``
     json/csv/markdown: the analysis's JSON or verdict rows alone on stdout, the rest on stderr."""
     from forensics.runtime.console import make_console
@@ -233,12 +241,67 @@ def _report(result, quiet: bool, as_: str = "text") -> int:  # noqa: ANN001
     except Exception as e:  # noqa: BLE001  (the capture is complete; only the report files are missing)
         console.print(f"note: analysis outputs not written ({type(e).__name__}: {e}); "
                       f"`forensics analyze {result.capture_dir}` writes them", soft_wrap=True)
+    from forensics.runtime.output import is_stdout, write_json
+
+    if json_out is not None and not is_stdout(json_out):
+        from forensics.judge.report import analysis_json
+
+        write_json(json_out, analysis_json(an), force=force)
+        console.print(f"report: {json_out}", soft_wrap=True)
     if no_gpu:
         console.print(_no_gpu_verdict(no_gpu, result.device), soft_wrap=True)
         return EXIT_UNAVAILABLE
     n = an.named["kernel"].nunique() if an.any_named() else 0
     console.print(verdict_line(an), soft_wrap=True)
+    for line in arm_lines(an, result.capture_dir):
+        console.print(line, markup=False, highlight=False, soft_wrap=True, crop=False)
     return EXIT_OK if n else EXIT_NOT_NAMED
+
+
+def arm_lines(an, capture_dir: Path) -> list[str]:  # noqa: ANN001
+    """What the arms say at the site's occurrences, and the next step: one ``arms:`` line per arm whose
+    bits (or kernel) differ from the baseline's, then ``next: forensics compare CAPTURE`` (on one line:
+    a command to copy). Nothing when the capture has no site records to compare by."""
+    import shlex
+
+    from forensics.core.errors import BadInput
+    from forensics.judge.verdicts import compare_arms, toggle_text
+
+    sites = getattr(an, "sites", None)
+    if sites is None or not len(sites):
+        return []
+    try:
+        comparison = compare_arms(an)
+    except BadInput as e:  # the verdict above stands; the arms are compared by `forensics compare`
+        return [f"arms: not compared here ({e}); `forensics compare {shlex.quote(str(capture_dir))}` says why"]
+    lines = []
+    for p in comparison.pairs:
+        kind = "toggle " + toggle_text(p.toggle) if p.toggle else "replica"
+        if not p.comparable:
+            lines.append(f"arms: {p.arm} ({kind}) NOT COMPARABLE with {p.baseline}: {'; '.join(p.reasons)}")
+            continue
+        if p.crash:
+            lines.append(f"arms: {p.arm} ({kind}) {p.crash_word}: {p.crash}")
+        for rank, fd in sorted(p.first_divergence.items()):
+            what = "its output bits differ" if fd.get("bits_differ") else str(fd.get("classification"))
+            lines.append(f"arms: {p.arm} ({kind}) vs {p.baseline}: {what} at {fd['label']} (rank {rank}, "
+                         f"{fd['classification']}, {fd['role']})")
+    if not lines:
+        if comparison.pairs:
+            lines.append(f"arms: no divergence from {comparison.baseline} at the occurrences compared")
+        return lines
+    return lines + [f"next: forensics compare {shlex.quote(_as_typed(capture_dir))}"]
+
+
+def _as_typed(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it (as a user would type it)."""
+    import os
+
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive
+        return str(path)
+    return rel if not rel.startswith("..") else str(path)
 
 
 def _device_absent(device: str) -> str | None:

@@ -1,6 +1,7 @@
 """Rendering an :class:`~forensics.judge.analysis.Analysis`: terminal table, report.md, analysis.json."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
     cap = an.capture
     console.print(f"[bold]capture[/bold] {escape(str(cap.manifest.get('single_file') or cap.root))}")  # a path: its own line
     console.print(f"arms: {', '.join(cap.arms) or '-'}  instruments: {', '.join(sorted(cap.instruments())) or '-'}")
+    if folds(an, max_rows):  # at scale the counts per verdict come first, before notes and tables
+        console.print(summary_line(an), markup=False)
     for line in an.missing:
         console.print(f"[yellow]missing:[/yellow] {escape(str(line))}")
     for line in an.notes:  # a log's own words carry brackets ([Error][cublasLtMatmul...]): never markup
@@ -48,6 +51,9 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
         return
     v = an.verdicts
     many = v["arm"].nunique() > 1 or v["rank"].nunique() > 1
+    if folds(an, max_rows):  # at scale: the summary (above), the exceptions, the NAMED rows folded
+        _print_folded(an, console, noun, max_rows)
+        return
     cols, rows = verdict_rows(an, max_rows=max_rows, styled=True, all_columns=False)
     shown = display_names(v, 100 if noun[1] != "kernel" else 48)
     # never a token split at the terminal's width: constant columns said once, else key: value lines
@@ -124,6 +130,83 @@ def provenance_lines(an: Analysis) -> list[str]:
                    f"pids {pids}; devices {devices}; host {p.get('host') or 'not recorded'}; program {p.get('program') or 'not recorded'}; "
                    f"{when}; sha256 {str(p.get('sha256'))[:16]}")
     return out
+
+
+#: Above this many ranks (or more rows than the table shows) ``print_table`` prints the summary
+#: first: counts per verdict, every row that is not NAMED, the NAMED rows folded to one line per
+#: implementation (as ``diff`` folds its clean ranks; analysis.json and report.md have every row).
+FOLD_RANKS = 16
+
+
+def rank_ranges(ranks: object) -> str:
+    """Ranks as compact ranges: ``0-3,7,9-95``."""
+    rs = sorted({int(r) for r in ranks})  # type: ignore[union-attr]
+    out: list[str] = []
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def folds(an: Analysis, max_rows: int = 60) -> bool:
+    """Whether ``print_table`` prints the summary first and folds the NAMED rows (many ranks or rows)."""
+    v = an.verdicts
+    return bool(len(v)) and (v["rank"].nunique() > FOLD_RANKS or len(v) > max_rows)
+
+
+def summary_line(an: Analysis) -> str:
+    """``summary: 384 (scope, implementation) pairs over 2 arm(s) x 96 rank(s): 378 NAMED, 6 SINGLE-SOURCE``."""
+    v = an.verdicts
+    counts = v["verdict"].value_counts()
+    order = [NAMED, AGREE_UNTIED, SINGLE_SOURCE, DISAGREE, CONFLICT]
+    words = [w for w in order if w in counts.index] + sorted(w for w in counts.index if w not in order)
+    return (f"summary: {len(v)} (scope, {what_is_named(an)[1]}) pairs over {v['arm'].nunique()} arm(s) x "
+            f"{v['rank'].nunique()} rank(s): " + ", ".join(f"{int(counts[w])} {w}" for w in words))
+
+
+def _print_folded(an: Analysis, console: Console, noun: tuple[str, str], max_rows: int) -> None:
+    """The verdicts at scale: one ``summary:`` line (counts per verdict), the exceptions (every row
+    not NAMED, in a fitted table; past ``max_rows`` the rest are counted and in analysis.json), then
+    the NAMED rows folded to one line per implementation with their arms, ranks and scopes."""
+    v = an.verdicts
+    odd = v[v["verdict"] != NAMED]
+    if len(odd):
+        sub = dataclasses.replace(an, verdicts=odd.reset_index(drop=True))  # its verdict rows: the exceptions
+        cols, rows = verdict_rows(sub, max_rows=max_rows, styled=True, all_columns=False)
+        if "arm" not in cols:  # one arm and one rank among the exceptions: still say which
+            cols = ["arm", "rank"] + cols
+            rows = [[str(a), str(r)] + row for a, r, row in zip(sub.verdicts["arm"], sub.verdicts["rank"], rows)]
+        print_fitted_table(console, f"exceptions: {len(odd)} pair(s) not NAMED ({noun[0]} counted per instrument "
+                           "family and the two-instrument rule)", cols, rows)
+        if len(odd) > max_rows:
+            console.print(f"... {len(odd) - max_rows} more exception rows in analysis.json")
+        for r in odd[odd["verdict"] == CONFLICT].itertuples(index=False):
+            ident = r.identity if isinstance(getattr(r, "identity", None), dict) else {}
+            console.print(f"[bold red]CONFLICT[/bold red] {r.scope} {_short(r.short_name or r.kernel, 48)}: "
+                          + escape("; ".join(ident.get("conflicts") or [])), soft_wrap=True)
+        for line in untied_lines(an):
+            console.print(f"[yellow]{AGREE_UNTIED}[/yellow] {escape(line)}", soft_wrap=True)
+    else:
+        console.print("exceptions: none: every pair NAMED", markup=False)
+    named = v[v["verdict"] == NAMED]
+    if len(named):
+        shown = display_names(named.reset_index(drop=True), 100 if noun[1] != "kernel" else 48)
+        groups: dict[str, list[int]] = {}
+        for i, label in enumerate(shown):
+            groups.setdefault(label, []).append(i)
+        for label, idx in groups.items():
+            g = named.iloc[idx]
+            scopes = sorted({str(x) for x in g["scope"]})
+            console.print(f"NAMED, folded: {len(g)} pair(s): {label} on arm(s) {', '.join(sorted(map(str, set(g['arm']))))}, "
+                          f"rank(s) {rank_ranges(g['rank'])}, scope(s) {', '.join(scopes[:4])}"
+                          + (f" and {len(scopes) - 4} more" if len(scopes) > 4 else "")
+                          + " (every row: analysis.json, report.md, --as csv)", markup=False)
+    console.print(f"[bold]{len(named)} of {len(v)} (scope, {noun[1]}) pairs NAMED[/bold] "
+                  f"({distinct_named(an)} distinct {noun[1]}s)")
 
 
 #: The JSON report of an analysis (analysis.json, ``analyze --as json``): its name and version

@@ -160,9 +160,10 @@ def merge(cap: Capture, parts: list[Part], site: str | None, ranks: list[int | N
 # --------------------------------------------------------------------------- entry point
 def analyze_ranks(capture: str | Path | Capture, site: str | None = None, keep_going: bool = False,
                   jobs: int | None = None, ranks: str | None = None, shard: str | None = None,
-                  progress: bool = True) -> Analysis:
+                  progress: bool = True, scheduler: str | None = None) -> Analysis:
     """``forensics analyze``: every rank (or the chosen ones), in worker processes when there are
-    more ranks than one task takes and more than one core (``jobs``: None = every core, 1 = here)."""
+    more ranks than one task takes and more than one core (``jobs``: None = every core, 1 = here).
+    ``scheduler``: a Dask scheduler's address or file: the rank groups run on that cluster's workers."""
     cap = capture if isinstance(capture, Capture) else load_capture(capture)
     notes: list[str] = []
     by_rank = files_by_rank(cap, notes)
@@ -173,6 +174,14 @@ def analyze_ranks(capture: str | Path | Capture, site: str | None = None, keep_g
                                  f"(ranks here: {rank_span(list(by_rank))})")
     groups = [chosen[i:i + RANKS_PER_TASK] for i in range(0, len(chosen), RANKS_PER_TASK)]
     workers = workers_for(len(groups), jobs)
+    if scheduler:
+        sub_cap = Capture(cap.root, cap.manifest, [f for r in chosen for f in by_rank[r]], list(cap.missing),
+                          cap.unread, cap.recognised)
+        tasks = [(cap.root, cap.manifest, [f for r in g for f in by_rank[r]], g, site, keep_going) for g in groups]
+        with doing(f"analysing {len(chosen)} ranks of {cap.root} on the Dask cluster {scheduler}"):
+            parts = run_groups(analyze_group, tasks, [len(g) for g in groups], workers, "forensics analyze",
+                               progress=progress, scheduler=scheduler)
+        return merge(sub_cap if subset else cap, parts, site, chosen if subset else None, notes)
     if workers <= 1 and not subset:
         return analyze(cap, site=site, keep_going=keep_going)  # one process, every frame kept
     if workers <= 1:

@@ -198,7 +198,33 @@ def print_fitted_table(console: Console, title: str, columns: list[str], rows: l
     return "vertical"
 
 
+def is_command_line(line: str) -> bool:
+    """A command to copy (``next: forensics kernel ...``, a dry run's ``argv:``): printed on one line."""
+    return bool(_WHOLE.match(line))
+
+
 def echo_plain(console: Console, text: str) -> None:
     """Print plain text (no markup, no highlighting): on a terminal wrapped between words, never
-    inside one (a path, ``--``, ``aten.convolution.default#1``); off one, each line whole."""
-    console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=False)
+    inside one (a path, ``--``, ``aten.convolution.default#1``); off one, each line whole.
+
+    A command to copy (:func:`is_command_line`) is written as one line at any terminal width: the
+    terminal folds it on screen, but no line break is written into it, so a triple-click or a
+    paste gives the whole command (a broken one pasted would run its first line alone)."""
+    if not console.is_terminal or not any(is_command_line(line) for line in text.split("\n")):
+        console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=False)
+        return
+    chunk: list[str] = []
+    for line in text.split("\n") + [None]:  # type: ignore[list-item]
+        if line is not None and not is_command_line(line):
+            chunk.append(line)
+            continue
+        if chunk:
+            console.print("\n".join(chunk), markup=False, highlight=False, emoji=False, soft_wrap=False)
+            chunk = []
+        if line is not None:
+            echo_command(console, line)
+
+
+def echo_command(console: Console, line: str) -> None:
+    """Print a command to copy whole, on one line, at any width (on a terminal the screen folds it)."""
+    console.print(line, markup=False, highlight=False, emoji=False, soft_wrap=True, crop=False)

@@ -131,6 +131,16 @@ AS_HELP = ("print the report as text (default), json (the JSON report, as --json
            "or markdown; nothing else goes to stdout (docs/formats/)")
 
 
+def json_as(json_out: str | os.PathLike[str] | None, as_: str) -> str:
+    """``--json -`` is ``--as json`` (the JSON report alone on stdout); with another ``--as`` than text
+    or json it is a usage error (exit 2): stdout holds one of them."""
+    if not is_stdout(json_out):
+        return as_
+    if as_ not in ("text", "json"):
+        raise typer.BadParameter(f"--json - and --as {as_} both print to stdout; choose one", param_hint="--json")
+    return "json"
+
+
 def check_as(value: str) -> str:
     """``--as`` validated before anything runs: exit 2 naming the choices (typer's usage error)."""
     if value not in AS_FORMATS:

@@ -6,6 +6,11 @@ returned in task order, progress on stderr (:mod:`forensics.runtime.progress`). 
 :class:`~forensics.core.errors.ForensicsError` raised in a worker (bad input naming a file and line)
 is raised again here as the same one-line error; any other exception is an internal error whose
 worker traceback is kept as its cause.
+
+Past one machine the same tasks go to a Dask cluster (:func:`run_on_dask`, the optional ``dask``
+extra): given a scheduler's address (``tcp://host:8786``, as ``DASK_SCHEDULER_ADDRESS`` holds it) or
+its scheduler file (the JSON ``dask scheduler --scheduler-file`` writes), as NVIDIA's nsys recipes
+take them. The workers must see the input paths (a shared file system) and import forensics.
 """
 from __future__ import annotations
 
@@ -63,10 +68,14 @@ def _call(fn: Callable[..., Any], args: tuple) -> Any:
 
 
 def run_groups(fn: Callable[..., Any], tasks: Sequence[tuple], sizes: Sequence[int], jobs: int, what: str,
-               unit: str = "ranks", progress: bool = True) -> list[Any]:
+               unit: str = "ranks", progress: bool = True, scheduler: str | None = None) -> list[Any]:
     """``[fn(*task) for task in tasks]`` in ``jobs`` worker processes (``fn`` importable at module
-    level); ``sizes`` (ranks per task) drive the progress line. Results in task order."""
+    level); ``sizes`` (ranks per task) drive the progress line. Results in task order.
+    ``scheduler``: a Dask scheduler's address or file instead: the tasks run on its workers."""
     from forensics.runtime.progress import Progress  # noqa: PLC0415
+
+    if scheduler:
+        return run_on_dask(fn, tasks, sizes, scheduler, what, unit=unit, progress=progress)
 
     results: list[Any] = [None] * len(tasks)
     ctx = multiprocessing.get_context("spawn")
@@ -86,6 +95,69 @@ def run_groups(fn: Callable[..., Any], tasks: Sequence[tuple], sizes: Sequence[i
                 fut.cancel()
             raise
     return results
+
+
+#: How long a Dask client waits for its scheduler before the command gives up (exit 4).
+CONNECT_TIMEOUT = "30s"
+
+
+def dask_client(scheduler: str) -> Any:
+    """A ``dask.distributed.Client`` of the cluster ``scheduler`` names: an existing file is a
+    scheduler file, anything else an address. Unavailable (exit 4) without dask or when the
+    scheduler cannot be reached; BadInput (exit 3) for a scheduler file that is not one."""
+    from forensics.core.errors import Unavailable  # noqa: PLC0415
+
+    try:
+        from dask.distributed import Client  # noqa: PLC0415 (the optional dask extra, only when asked)
+    except ImportError as e:
+        raise Unavailable(f"--scheduler {scheduler}: dask.distributed is not installed ({e}); install the "
+                          "extra: pip install -e '.[dask]'") from e
+    path = Path(scheduler)
+    try:
+        if path.is_file():
+            import json  # noqa: PLC0415
+
+            try:
+                json.loads(path.read_text(encoding="utf-8"))["address"]
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+                raise BadInput(path, "not a Dask scheduler file (a JSON object with an 'address', as "
+                                     "`dask scheduler --scheduler-file F` writes it)") from e
+            return Client(scheduler_file=str(path), timeout=CONNECT_TIMEOUT)
+        return Client(scheduler, timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError) as e:
+        raise Unavailable(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({type(e).__name__}: {e})") from e
+
+
+def run_on_dask(fn: Callable[..., Any], tasks: Sequence[tuple], sizes: Sequence[int], scheduler: str | Any,
+                what: str, unit: str = "ranks", progress: bool = True) -> list[Any]:
+    """``[fn(*task) for task in tasks]`` on a Dask cluster (``scheduler``: its address, its scheduler
+    file, or a ``Client``), one future per task; results in task order, errors as :func:`run_groups`."""
+    from forensics.runtime.progress import Progress  # noqa: PLC0415
+
+    own = isinstance(scheduler, str)
+    client = dask_client(scheduler) if own else scheduler
+    try:
+        from dask.distributed import as_completed as dask_completed  # noqa: PLC0415
+
+        results: list[Any] = [None] * len(tasks)
+        with Progress(what, total=sum(sizes), unit=unit, every=10.0 if progress else float("inf")) as bar:
+            futures = [client.submit(_call, fn, task, pure=False) for task in tasks]
+            index = {f.key: i for i, f in enumerate(futures)}
+            try:
+                for fut in dask_completed(futures):
+                    i = index[fut.key]
+                    out = fut.result()
+                    if isinstance(out, _Failure):
+                        out.raise_again()
+                    results[i] = out
+                    bar.advance(sizes[i])
+            except BaseException:
+                client.cancel(futures)
+                raise
+        return results
+    finally:
+        if own:
+            client.close()
 
 
 def rank_span(ranks: Sequence[int | None]) -> str:

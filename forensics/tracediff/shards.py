@@ -71,7 +71,8 @@ def walk_group(fmt: str, path_a: Path | dict[int, Path], path_b: Path | dict[int
 
 
 def diff_ranks(path_a: Path, path_b: Path, fmt: str = "auto", window: int = WINDOW, jobs: int | None = None,
-               ranks: str | None = None, shard: str | None = None, progress: bool = True) -> DiffReport:
+               ranks: str | None = None, shard: str | None = None, progress: bool = True,
+               scheduler: str | None = None) -> DiffReport:
     """``forensics diff`` over every rank (or the chosen ones), in worker processes when there are
     more ranks than one task takes and more than one core (``jobs`` 1: in this process)."""
     from forensics.judge.shards import select_ranks  # noqa: PLC0415 (pandas, and the analysis it runs)
@@ -92,7 +93,7 @@ def diff_ranks(path_a: Path, path_b: Path, fmt: str = "auto", window: int = WIND
     for r in chosen:
         if r not in common:
             report.warnings.append(f"rank {r} traced only in {'B' if r not in ranks_a else 'A'}: not compared")
-    if workers <= 1:
+    if workers <= 1 and not scheduler:
         for g in groups:
             report.ranks.update(walk_group(fmt, path_a, path_b, g, window, use_ordered))
     else:
@@ -101,9 +102,10 @@ def diff_ranks(path_a: Path, path_b: Path, fmt: str = "auto", window: int = WIND
             tasks = [(fmt, {r: fa[r] for r in g}, {r: fb[r] for r in g}, g, window, use_ordered) for g in groups]
         else:
             tasks = [(fmt, path_a, path_b, g, window, use_ordered) for g in groups]
-        with doing(f"diffing {len(common)} ranks in {workers} worker processes"):
+        where = f"on the Dask cluster {scheduler}" if scheduler else f"in {workers} worker processes"
+        with doing(f"diffing {len(common)} ranks {where}"):
             for part in run_groups(walk_group, tasks, [len(g) for g in groups], workers, "forensics diff",
-                                   progress=progress):
+                                   progress=progress, scheduler=scheduler):
                 report.ranks.update(part)
     report.ranks = dict(sorted(report.ranks.items()))
     report = finish_report(report, info_a, info_b)
