@@ -223,7 +223,9 @@ def load(cap: Capture, keep_going: bool = False, notes: list[str] | None = None,
     notes.extend(f"{x['file']}: {x['loss']}" for x in losses)
     pid_rank = _pid_ranks(sites)
     counted = [f for f in cap.files if reg.role_of(f.instrument) in (reg.LAUNCHES, reg.CALLS)]
-    dup_of, dup_notes, digests = runs.duplicates(counted, cap.arm_of)
+    # across arms and ranks only where no manifest states what each holds (a sharded analysis of a
+    # capture sees some ranks at a time: its notes must not depend on the shard)
+    dup_of, dup_notes, digests = runs.duplicates(counted, cap.arm_of, across=not runs.manifest_tied(cap))
     notes.extend(dup_notes)
     launch_frames, call_frames = [], []
     for f in cap.files:

@@ -55,6 +55,8 @@ LOCAL_TOLERANCE_NS = 14 * 3600 * 1_000_000_000
 SLACK_NS = 120 * 1_000_000_000
 #: Epoch ns after 2001-09-09: a Kineto timestamp this large is wall-clock time (pre-2023 traces).
 EPOCH_NS_FLOOR = 1_000_000_000 * 1_000_000_000
+#: Notes on byte-identical files across arms or ranks (the rest counted in one line).
+MAX_ACROSS_NOTES = 8
 #: Most process ids listed per file in reports (all of them count in ties).
 MAX_PIDS_SHOWN = 8
 _CHUNK = 8 << 20
@@ -221,11 +223,13 @@ def read_provenance(path: Path, instrument: str, df: pd.DataFrame | None, arm: s
 
 
 # --------------------------------------------------------------------------- duplicates
-def duplicates(files: list[Any], arm_of: Any) -> tuple[dict[str, str], list[str], dict[str, tuple[str, int]]]:
+def duplicates(files: list[Any], arm_of: Any, across: bool = True) -> tuple[dict[str, str], list[str],
+                                                                            dict[str, tuple[str, int]]]:
     """Byte-identical files: ``(skip, notes, digests)``. ``skip`` maps a duplicate's path to the first
-    file of the same arm and rank with its bytes (read once, counted once); a copy in another arm is a
-    note only (two arms that hold one file cannot be two runs). ``digests``: path -> (sha256, size)
-    of every file hashed (files with a size no other file has are not hashed here)."""
+    file of the same arm and rank with its bytes (read once, counted once); with ``across``, a copy in
+    another arm or rank is a note (two arms or ranks that hold one file are not two runs; at most
+    :data:`MAX_ACROSS_NOTES` such notes, then a count). ``digests``: path -> (sha256, size) of every
+    file hashed (files with a size no other file has are not hashed here)."""
     sizes: dict[int, list[Any]] = {}
     for f in files:
         try:
@@ -235,6 +239,7 @@ def duplicates(files: list[Any], arm_of: Any) -> tuple[dict[str, str], list[str]
     skip: dict[str, str] = {}
     notes: list[str] = []
     digests: dict[str, tuple[str, int]] = {}
+    crossed = 0
     for size, group in sizes.items():
         if len(group) < 2 or size == 0:
             continue
@@ -252,9 +257,14 @@ def duplicates(files: list[Any], arm_of: Any) -> tuple[dict[str, str], list[str]
                 skip[str(f.path)] = str(orig.path)
                 notes.append(f"{f.path}: byte-identical to {orig.path} (sha256 {sha[:12]}, {n} bytes): a duplicate, "
                              "read once and counted once")
-            else:
-                notes.append(f"{f.path}: byte-identical to {orig.path} of arm {arm_of(orig.arm)} (sha256 {sha[:12]}): "
-                             "two arms holding one file are not two runs")
+            elif across:
+                crossed += 1
+                if crossed <= MAX_ACROSS_NOTES:
+                    notes.append(f"{f.path}: byte-identical to {orig.path} of arm {arm_of(orig.arm)} rank {orig.rank} "
+                                 f"(sha256 {sha[:12]}): two arms or ranks holding one file are not two runs")
+    if crossed > MAX_ACROSS_NOTES:
+        notes.append(f"{crossed - MAX_ACROSS_NOTES} more files byte-identical to a file of another arm or rank "
+                     "(analysis.json: provenance[].sha256)")
     return skip, notes, digests
 
 
