@@ -96,7 +96,7 @@ def main() -> None:
     print(f"plain run of train.py --steps 1 --batch {a.batch}: {', '.join(f'{x:.2f}' for x in plain)} s")
     print(f"forensics kernel --rows {a.rows} ({n_sizes} sizes + the full batch): "
           f"{', '.join(f'{x:.2f}' for x in sweep)} s (keep run / replay process: "
-          f"{', '.join(f'{s.get('keep')}/{s.get('replay')}' for s in splits)} s)")
+          f"{', '.join(str(s.get('keep')) + '/' + str(s.get('replay')) for s in splits)} s)")
     if repeat:
         print(f"forensics kernel --repeat {a.repeat}: {', '.join(f'{x:.2f}' for x in repeat)} s")
     print(f"ratio sweep / plain run (medians of {a.rounds}): {out['ratio']}x (the issue's budget: 3x)")
