@@ -112,3 +112,30 @@ def test_words_keep_determinism_apart_from_batch_invariance():
     assert parse_repeat(None) == 1 and parse_repeat(5) == 5
     with pytest.raises(ValueError, match="--repeat: 0"):
         parse_repeat(0)
+
+
+def test_repeat_verdicts_from_synthetic_results():
+    """SYNTHETIC replay results (the JSON forensics.sweep.replay writes), no instruments (kres None): the
+    three determinism words and what each line may claim."""
+    from forensics.sweep.run import whole_plan
+    from forensics.sweep.table import repeat_verdict
+
+    plan = whole_plan("aten.index_put_.default")
+
+    def result(differing, ohash=7):
+        return {"sizes": [{"rows": 0, "occurrences": [1, 2, 3, 4], "repeats": 4, "repeats_equal": not differing,
+                           "differing_repeats": differing, "equal": True,
+                           "outputs": [{"output": 0, "equal": True, "ohash_sliced": ohash, "ohash_full_rows": ohash}]}]}
+
+    program = {"label": "aten.index_put_.default#1", "outputs": [{"ohash": 7}]}
+    r = repeat_verdict(plan, "base", result([2, 4]), None, program)
+    assert r.verdict == "NONDETERMINISTIC" and "repeats 2, 4 of 4 differ from the first" in r.verdict_line
+    # nothing NAMED: the line must not claim a fixed choice
+    assert "at a fixed choice" not in r.verdict_line and "show no choice" in r.verdict_line
+    r = repeat_verdict(plan, "base", result([]), None, program)
+    assert r.verdict == "DETERMINISTIC" and "equal the program's own call's" in r.verdict_line
+    r = repeat_verdict(plan, "base", result([], ohash=8), None, program)
+    assert r.verdict == "PROCESS-DEPENDENT" and "not a race" in r.verdict_line
+    r = repeat_verdict(plan, "base", result([]), None, None)
+    assert r.verdict == "DETERMINISTIC" and "compared within this process only" in r.verdict_line
+    assert repeat_verdict(plan, "base", None, None, program).verdict == "NOT CHECKED"

@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +205,17 @@ def _plan_json(plan: RowPlan, info: dict[str, Any]) -> dict[str, Any]:
                              "device": next((d for d in devices if d != "cpu"), "cpu")}
 
 
+def _warm_imports() -> None:
+    """Import what the plan, the replay's capture and its analysis need (torch, judge, pandas): heavy, and
+    independent of the keep run, which waits on a child process meanwhile."""
+    try:
+        import torch  # noqa: F401, PLC0415
+        import forensics.pipeline  # noqa: F401, PLC0415
+        import forensics.sweep.table  # noqa: F401, PLC0415
+    except Exception:  # noqa: BLE001  (the import is retried, and fails loudly, where it is used)
+        pass
+
+
 def whole_plan(op: str) -> RowPlan:
     """``--repeat`` without ``--rows``: the kept call as it ran, nothing sliced (``full_rows`` 0)."""
     return RowPlan(op, 0, [], "the whole call (nothing sliced)", 0, [])
@@ -222,8 +234,6 @@ def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "aut
     the site never ran, its inputs are over the budget).
     """
     from forensics.capture.directory import fresh_dir  # noqa: PLC0415
-    from forensics.pipeline import run_kernel  # noqa: PLC0415 - judge and pandas, only when a sweep runs
-    from forensics.sweep import table as tbl  # noqa: PLC0415
 
     repeat = parse_repeat(repeat)
     if rows is not None:
@@ -236,9 +246,15 @@ def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "aut
     sweep_dir = fresh_dir(Path(out or DEFAULT_OUT)).resolve()
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
+    warm = threading.Thread(target=_warm_imports, name="forensics-sweep-imports", daemon=True)
+    warm.start()  # torch, the judge and pandas load while the keep run runs
     info, rank_dir = keep_inputs(site, command, sweep_dir / "keep", steps=steps, ranks=ranks,
                                  budget_bytes=budget_bytes, timeout_s=timeout_s)
     seconds["keep"] = round(time.monotonic() - t0, 2)
+    warm.join()
+    from forensics.pipeline import run_kernel  # noqa: PLC0415 - judge and pandas, only when a sweep runs
+    from forensics.sweep import table as tbl  # noqa: PLC0415
+
     plan = make_plan(info, rank_dir) if rows is not None else whole_plan(info["op"])
     full = plan.full_rows
     skipped: list[str] = []
