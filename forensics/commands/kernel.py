@@ -59,8 +59,9 @@ def register(app: typer.Typer) -> None:
                                 help=AS_HELP + "; the passes and the verdict go to stderr"),
         rows: Optional[str] = typer.Option(
             None, "--rows", help="batch-invariance sweep: keep the site's inputs at its first occurrence and replay "
-                                 "the op on the first m rows for each m (1,2,3,8 or auto), each in a fresh process "
-                                 "under the instruments; table and verdict (docs/batch-invariance.md)"),
+                                 "the op on the first m rows for each m (1,2,3,8 or auto: every size to 32, then 8 "
+                                 "per doubling), all in one fresh process under the instruments; table and verdict "
+                                 "(docs/batch-invariance.md)"),
         repeat: Optional[int] = typer.Option(
             None, "--repeat", help="replay the kept call N times in one process under the instruments: do the bits "
                                    "stay equal (DETERMINISTIC), differ in one process (NONDETERMINISTIC: racy at a "
