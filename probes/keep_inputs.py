@@ -108,6 +108,12 @@ class InputKeeper:
                                 "dtype": str(leaf.dtype).replace("torch.", ""), "device": str(leaf.device),
                                 "bytes": nbytes})
         info["tensors"] = tensors
+        counter = iter(range(len(tensors)))
+        # the call's structure with each tensor as {"tensor": i} (its entry in "tensors") and every other
+        # argument as itself (a str where JSON has no form): the sweep plans its rows from it without torch
+        info["skeleton"] = tree_map(lambda x: {"tensor": next(counter)} if isinstance(x, torch.Tensor) else
+                                    (x if isinstance(x, (int, float, bool, str, type(None))) else str(x)),
+                                    [list(args), dict(kwargs)])
         info["bytes"] = total
         info["budget_bytes"] = self.budget
         if total > self.budget:

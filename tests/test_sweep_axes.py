@@ -22,8 +22,9 @@ def test_ranges_only_join_consecutive_sizes():
 def test_boundaries_are_between_neighbours_and_say_untried_gaps():
     from forensics.sweep.table import boundaries
 
-    assert boundaries([(8, True), (9, False)]) == ["between 8 (equal) and 9 (differs)"]
-    assert boundaries([(3, False), (8, True)]) == ["between 3 (differs) and 8 (equal) (sizes 4-7 not tried)"]
+    assert boundaries([(8, True), (9, False)]) == ["between 8 and 9 (8 equal, 9 differs)"]
+    assert boundaries([(3, False), (8, True)]) == ["between 3 and 8 (3 differs, 8 equal; sizes 4-7 not tried)"]
+    assert boundaries([(3, False), (5, True)]) == ["between 3 and 5 (3 differs, 5 equal; size 4 not tried)"]
     assert boundaries([(1, False), (2, False)]) == []
 
 
@@ -44,15 +45,15 @@ def test_verdict_names_only_the_tried_sizes():
     line = t.verdict_line
     assert "of the 6 size(s) tried (1-3, 8, 17, 64; full call 256 rows)" in line
     assert "differ from the full call's at 1-3 and are equal at 8, 17, 64" in line
-    assert "between 3 (differs) and 8 (equal) (sizes 4-7 not tried)" in line
+    assert "between 3 and 8 (3 differs, 8 equal; sizes 4-7 not tried)" in line
     assert "every size" not in line and "sizes not tried were not checked" in line
     # a non-monotonic pattern, every size tried: each flip named between neighbours
     pattern = {m: m in (4, 8) or m >= 12 for m in range(1, 17)}
     line = _table(pattern, 32).verdict_line
     assert "differ from the full call's at 1-3, 5-7, 9-11 and are equal at 4, 8, 12-16" in line
     for a, b in ((3, 4), (4, 5), (7, 8), (8, 9), (11, 12)):
-        assert f"between {a} (" in line and f") and {b} (" in line
-    assert "between 16 (equal) and 32 (equal)" not in line
+        assert f"between {a} and {b} (" in line, (a, b, line)
+    assert "between 16 and 32" not in line
     t = _table({1: True, 2: True}, 8)
     assert t.verdict == "BATCH-INVARIANT" and "at the 2 size(s) tried (1, 2; full call 8 rows)" in t.verdict_line
 
@@ -139,3 +140,37 @@ def test_repeat_verdicts_from_synthetic_results():
     r = repeat_verdict(plan, "base", result([]), None, None)
     assert r.verdict == "DETERMINISTIC" and "compared within this process only" in r.verdict_line
     assert repeat_verdict(plan, "base", None, None, program).verdict == "NOT CHECKED"
+
+
+def test_plan_from_the_kept_description_equals_the_plan_from_the_tensors(tmp_path):
+    """The sweep plans from site-inputs.json (shapes, strides, other arguments) without torch in its own
+    process: the same plan as from the kept tensors, for each kind of row rule."""
+    import json
+
+    torch = pytest.importorskip("torch")
+    from probes.keep_inputs import INPUTS_JSON, InputKeeper
+    from forensics.sweep.rows import from_skeleton, plan_rows
+
+    w = torch.randn(5, 4)
+    calls = [("aten.addmm.default", torch.ops.aten.addmm.default, (torch.randn(5), torch.randn(6, 4), w.t()), {}),
+             ("aten.mm.default", torch.ops.aten.mm.default, (torch.randn(6, 5).t(), torch.randn(6, 4)), {}),
+             ("aten._softmax.default", torch.ops.aten._softmax.default, (torch.randn(3, 4), 1, False), {}),
+             ("aten.native_layer_norm.default", torch.ops.aten.native_layer_norm.default,
+              (torch.randn(7, 4), [4], None, None, 1e-5), {}),
+             ("aten.add.Tensor", torch.ops.aten.add.Tensor, (torch.randn(6, 4), torch.randn(4)), {"alpha": 2}),
+             ("aten.embedding.default", torch.ops.aten.embedding.default,
+              (torch.randn(10, 3), torch.tensor([[1, 2], [3, 4]])), {})]
+    for i, (op, func, args, kwargs) in enumerate(calls):
+        k = InputKeeper(tmp_path / str(i), 1 << 20)
+        k.keep(f"{op}#1", func, args, kwargs, {"grad": 1} if "mm.default" == op[5:] else {})
+        info = json.loads((tmp_path / str(i) / INPUTS_JSON).read_text())
+        meta = dict(info["meta"])
+        try:
+            want = plan_rows(op, args, kwargs, meta, info["label"]).to_json()
+        except ValueError as e:
+            want = str(e)
+        try:
+            got = plan_rows(info["op"], *from_skeleton(info["skeleton"], info["tensors"]), meta, info["label"]).to_json()
+        except ValueError as e:
+            got = str(e)
+        assert got == want, (op, got, want)

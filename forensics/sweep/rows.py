@@ -100,6 +100,40 @@ def refuse_site(site: str) -> str | None:
     return None
 
 
+class TensorMeta:
+    """A kept tensor as its description says (shape, strides): what :func:`plan_rows` reads of a tensor,
+    so the sweep plans without loading the tensors (nor importing torch) in its own process."""
+
+    def __init__(self, shape: list[int], strides: list[int]):
+        self.shape = tuple(int(x) for x in shape)
+        self._strides = tuple(int(x) for x in strides)
+
+    def stride(self, dim: int | None = None) -> Any:
+        return self._strides if dim is None else self._strides[dim]
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+
+def from_skeleton(skeleton: Any, tensors: list[dict[str, Any]]) -> tuple[tuple, dict[str, Any]]:
+    """(args, kwargs) of a kept call from its description (``site-inputs.json``), tensors as :class:`TensorMeta`."""
+    def build(x: Any) -> Any:
+        if isinstance(x, dict) and set(x) == {"tensor"}:
+            t = tensors[int(x["tensor"])]
+            return TensorMeta(t["shape"], t["strides"])
+        if isinstance(x, list):
+            return [build(v) for v in x]
+        if isinstance(x, dict):
+            return {k: build(v) for k, v in x.items()}
+        return x
+
+    args, kwargs = skeleton
+    return tuple(build(a) for a in args), {k: build(v) for k, v in kwargs.items()}
+
+
 def _is_tensor(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "stride")
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.runtime.launch import Interrupted, launch, signal_name
-from forensics.sweep.rows import NotBatchable, RowPlan, plan_rows, refuse_by_name
+from forensics.sweep.rows import NotBatchable, RowPlan, from_skeleton, plan_rows, refuse_by_name
 from probes.keep_inputs import OUTPUT_JSON
 
 DEFAULT_BUDGET = 256 << 20
@@ -191,11 +191,15 @@ def _max_step(folder: Path) -> int | None:
 
 
 def make_plan(info: dict[str, Any], rank_dir: Path) -> RowPlan:
-    """Load the kept call and plan its rows (NotBatchable when it has none)."""
+    """Plan the kept call's rows (NotBatchable when it has none) from its description (shapes, strides and
+    every other argument: ``site-inputs.json``); a description without them (an older keep) loads the tensors."""
+    meta = dict(info.get("meta") or {})
+    if info.get("skeleton") is not None:
+        args, kwargs = from_skeleton(info["skeleton"], info.get("tensors", []))
+        return plan_rows(info["op"], args, kwargs, meta, info.get("label"))
     import torch  # noqa: PLC0415
 
     kept = torch.load(rank_dir / "site-inputs.pt", weights_only=True)
-    meta = dict(info.get("meta") or {})
     return plan_rows(kept["op"], tuple(kept["args"]), dict(kept["kwargs"]), meta, info.get("label"))
 
 
@@ -206,10 +210,10 @@ def _plan_json(plan: RowPlan, info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _warm_imports() -> None:
-    """Import what the plan, the replay's capture and its analysis need (torch, judge, pandas): heavy, and
-    independent of the keep run, which waits on a child process meanwhile."""
+    """Import what the replay's capture and its analysis need (the judge, pandas): heavy, and independent of
+    the keep run, which waits on a child process meanwhile. (torch is not needed here: the plan is made
+    from the kept call's description.)"""
     try:
-        import torch  # noqa: F401, PLC0415
         import forensics.pipeline  # noqa: F401, PLC0415
         import forensics.sweep.table  # noqa: F401, PLC0415
     except Exception:  # noqa: BLE001  (the import is retried, and fails loudly, where it is used)
@@ -247,7 +251,7 @@ def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "aut
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
     warm = threading.Thread(target=_warm_imports, name="forensics-sweep-imports", daemon=True)
-    warm.start()  # torch, the judge and pandas load while the keep run runs
+    warm.start()  # the judge and pandas load while the keep run runs
     info, rank_dir = keep_inputs(site, command, sweep_dir / "keep", steps=steps, ranks=ranks,
                                  budget_bytes=budget_bytes, timeout_s=timeout_s)
     seconds["keep"] = round(time.monotonic() - t0, 2)

@@ -210,16 +210,17 @@ def ranges(values: list[int]) -> str:
 
 
 def boundaries(checked: list[tuple[int, bool]]) -> list[str]:
-    """Where the bits flip between two neighbouring tried sizes: ``between 8 and 9``; when sizes
+    """Where the bits flip between two neighbouring tried sizes: ``between 8 and 9 (8 equal, 9 differs)``; when sizes
     between the two were not tried, it says so (the flip is somewhere in there, or more than one)."""
     out = []
     pts = sorted(checked)
     for (a, ea), (b, eb) in zip(pts, pts[1:]):
         if ea == eb:
             continue
-        what = f"between {a} ({'equal' if ea else 'differs'}) and {b} ({'equal' if eb else 'differs'})"
+        what = f"between {a} and {b} ({a} {'equal' if ea else 'differs'}, {b} {'equal' if eb else 'differs'}"
         if b - a > 1:
-            what += f" (sizes {a + 1}-{b - 1} not tried)" if b - a > 2 else f" (size {a + 1} not tried)"
+            what += f"; sizes {a + 1}-{b - 1} not tried" if b - a > 2 else f"; size {a + 1} not tried"
+        what += ")"
         out.append(what)
     return out
 
