@@ -405,7 +405,9 @@ def repeat_verdict(plan: Any, arm: str, result: dict[str, Any] | None, kres: Any
         line = (f"{PROCESS_DEPENDENT}: {n} repeats at {sizes_txt} in one process gave the same bits, but the full "
                 f"call's differ from the program's own call on the same inputs (digests {_hexes(mine)} here, "
                 f"{_hexes(theirs)} in the program): a choice made per process changed between the two (thread "
-                "count, a heuristic, the environment, memory alignment), not a race inside one")
+                "count, a heuristic, the environment, memory alignment), not a race inside one"
+                + (f"; this setting's environment ({setting}) is not the program's, the first suspect"
+                   if setting != "as run" else ""))
         return Repeats(plan.op, setting, n, PROCESS_DEPENDENT, line, per_size, ev)
     prog = ("; the full call's bits equal the program's own call's (order-sensitive digest)" if program and theirs
             else "; the program's own output was not described (no site-output.json): compared within this process "
