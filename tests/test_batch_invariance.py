@@ -354,3 +354,34 @@ def test_repeat_tells_a_racy_accumulate_from_a_stable_one(tmp_path):
     assert got["index_add_"][:2] == ("DETERMINISTIC", 0), got
     # the stable one's bits equal the program's own call's (the keep run's digest of its output)
     assert "the full call's bits equal the program's own call's" in got["index_add_"][2]
+
+
+FULL_BITS = r"""
+import hashlib, sys, torch
+torch.manual_seed(0)  # what examples/batch-invariance/train.py builds, in its order
+model = torch.nn.Sequential(torch.nn.Linear(4096, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 16))
+x = torch.randn(int(sys.argv[1]), 4096)
+print(hashlib.sha256(torch.nn.functional.linear(x, model[0].weight, model[0].bias).detach().numpy().tobytes()).hexdigest())
+"""
+
+
+@pytest.mark.slow
+def test_knob_repeat_tells_a_setting_that_changes_the_programs_bits(tmp_path):
+    """`knob MKL_CBWR --rows --repeat`: under a value the replay's repeats agree with each other; the line reads
+    PROCESS-DEPENDENT exactly when plain torch under that value gives the full call other bits than without it."""
+    batch = 16
+    proc = _forensics(["knob", "MKL_CBWR", "--site", "gemm:TN:acc0:grad0#1", "--steps", "0", "--device", "cpu",
+                       "--rows", "8", "--repeat", "3", "--values", "COMPATIBLE", "--out", str(tmp_path / "k"), "--",
+                       sys.executable, str(SCRIPT), "--steps", "1", "--batch", str(batch)], tmp_path)
+    assert proc.returncode in (0, 4), proc.stdout[-3000:] + proc.stderr[-3000:]
+    reps = json.loads((tmp_path / "k" / "replay" / "sweep" / "sweep.json").read_text())["repeats"]
+    digests = {}
+    for name, env in (("base", {}), ("v1", {"MKL_CBWR": "COMPATIBLE"})):
+        plain = subprocess.run([sys.executable, "-c", FULL_BITS, str(batch)], capture_output=True, text=True,
+                               timeout=600, env={**_env(), **env})
+        assert plain.returncode == 0, plain.stderr[-2000:]
+        digests[name] = plain.stdout.strip()
+    assert reps["base"]["verdict"] == "DETERMINISTIC", reps["base"]
+    want = "PROCESS-DEPENDENT" if digests["v1"] != digests["base"] else "DETERMINISTIC"
+    assert reps["v1"]["verdict"] == want, (reps["v1"], digests)
+    assert f"MKL_CBWR=COMPATIBLE: repeats {want} with it, DETERMINISTIC as run" in proc.stdout
