@@ -174,3 +174,20 @@ def test_plan_from_the_kept_description_equals_the_plan_from_the_tensors(tmp_pat
         except ValueError as e:
             got = str(e)
         assert got == want, (op, got, want)
+
+
+def test_batch_verdict_not_checked_when_the_full_call_is_not_deterministic():
+    """SYNTHETIC replay result: the full size's two calls differ in one process, so a differing shared row says
+    nothing about the batch: NOT CHECKED, pointing at the repeat verdict (never VARIANT)."""
+    from forensics.sweep.rows import RowPlan
+    from forensics.sweep.table import build
+
+    plan = RowPlan("aten.mm.default", 8, [(0, 0)], "rows")
+    out = [{"output": 0, "shape": [1, 4], "equal": False, "differing_elements": 1, "max_abs_diff": 1e-7}]
+    result = {"sizes": [
+        {"rows": 1, "occurrences": [1], "repeats": 1, "repeats_equal": True, "differing_repeats": [], "equal": False,
+         "outputs": out},
+        {"rows": 8, "occurrences": [2, 3], "repeats": 2, "repeats_equal": False, "differing_repeats": [2],
+         "equal": True, "outputs": [{"output": 0, "equal": True, "ohash_sliced": 1, "ohash_full_rows": 1}]}]}
+    t = build(plan, "base", result, None, sizes=[1, 8])
+    assert t.verdict == "NOT CHECKED" and "not deterministic at the full size" in t.verdict_line

@@ -61,8 +61,10 @@ def knob_lines(name: str, res: Any) -> list[str]:
         lines.append(f"{head}: {state(t)} with it, {state(base)} as run; varying sizes {varying} with it, "
                      f"{base_varying} as run")
         if s.name in res.repeats:
+            base_rep = res.repeats.get(BASE)
             lines.append(f"{name}={value}: repeats {res.repeats[s.name].verdict} with it, "
-                         f"{res.repeats[BASE].verdict} as run (a separate question: same call, same bits)")
+                         f"{base_rep.verdict if base_rep is not None else 'not repeated'} as run (a separate question: "
+                         "same call, same bits)")
     return lines
 
 

@@ -294,7 +294,8 @@ def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "aut
         result = json.loads(res_path.read_text()) if res_path.is_file() else None
         if rows is not None:
             tables[s.name] = tbl.build(plan, s.name, result, kres, setting=s.label(), sizes=row_list)
-        if repeat > 1 or rows is None:
+        racy = result is not None and not all(e.get("repeats_equal", True) for e in result.get("sizes", []))
+        if repeat > 1 or rows is None or racy:  # (the full size's two calls differing: the repeat verdict says so)
             reps[s.name] = tbl.repeat_verdict(plan, s.name, result, kres, program, setting=s.label())
     res = SweepResult(sweep_dir, plan, row_list, skipped, settings, kres, tables, info, seconds, reps, repeat, auto)
     write_outputs(res)
