@@ -362,6 +362,9 @@ def repeat_verdict(plan: Any, arm: str, result: dict[str, Any] | None, kres: Any
     whole = "the whole call" if not plan.full_rows else None
     if result is None:
         return Repeats(plan.op, setting, 0, UNCHECKED, f"{UNCHECKED}: the replay wrote no result", [], ev)
+    if not any(e.get("outputs") for e in result.get("sizes", [])):
+        return Repeats(plan.op, setting, 0, UNCHECKED, f"{UNCHECKED}: {plan.op} returned no tensor: no bits to compare",
+                       [], ev)
     per_size, racy = [], []
     for e in result.get("sizes", []):
         occ = e.get("occurrences", [])
