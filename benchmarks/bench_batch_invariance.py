@@ -1,24 +1,33 @@
-"""Wall time of a batch-invariance sweep (``forensics kernel --rows``) against plain runs of the site's op.
+"""Wall time of a batch-invariance sweep (``forensics kernel --rows``) against one plain run of the program.
 
-The sweep of ``examples/batch-invariance/train.py``'s first linear layer (``gemm:TN:acc0:grad0#1``,
-``aten.addmm``, ``--batch`` rows of 4096 into 1024) at ``--rows`` (default ``auto``), through the
-library (:func:`forensics.sweep.run.run_sweep`, CPU backend, no progress display), split into its
-keep run and its replay arms (each a fresh process under torch.profiler and the oneMKL/oneDNN logs),
-against, per row count:
+The program is a real small training script, ``examples/batch-invariance/train.py`` (``--steps 1``,
+``--batch 256``: two linear layers, SGD), and the site its first layer's fprop
+(``gemm:TN:acc0:grad0#1``, an ``aten.addmm`` oneMKL serves as an SGEMM). Timed, alternating so
+that a change of load hits both alike:
 
-* ``op``: the op alone on the kept inputs' first m rows, in this process, best of ``--repeats``;
-* ``process``: a fresh ``python -c`` that imports torch, loads the kept inputs and runs the op once
-  (what a hand-made anchor-row experiment costs per size without any instrument).
+* ``plain``: ``python train.py`` alone;
+* ``sweep``: the whole ``python -m forensics kernel --device cpu --rows SIZES -q`` command (CLI start,
+  the keep run, the one replay process under torch.profiler and the oneMKL/oneDNN logs, the analysis,
+  the table), at 6 sizes by default (``1,2,3,8,17,64``: 7 replays with the full batch's);
+* ``repeat`` (``--repeat N``, optional): ``kernel --repeat N`` on the same site.
 
-    flock /work/.heavy.lock python benchmarks/bench_batch_invariance.py [--batch 32] [--rows auto] [--json out.json]
+Each is measured in wall seconds and in CPU seconds (user + system of the command and every process
+it waited for, from ``getrusage(RUSAGE_CHILDREN)``): on a loaded machine wall time mostly measures
+the queue for the cores, CPU time what the command itself costs.
 
-The load average is printed with the figures: on a shared machine only ratios taken in one run mean much.
+The issue's budget: 6 sizes within 3x one plain run. The ratio is printed with the CPU model, its
+vector ISA, the core count and the load average before and after: on a shared machine (this project's
+has 2 cores and several developers) a ratio taken in one run means more than either time alone.
+
+    python benchmarks/bench_batch_invariance.py [--rows 1,2,3,8,17,64] [--rounds 2] [--repeat 8] [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -27,72 +36,91 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+SCRIPT = REPO / "examples" / "batch-invariance" / "train.py"
 
-PLAIN = r"""
-import sys, torch
-kept = torch.load(sys.argv[1], weights_only=True)
-m = int(sys.argv[2])
-a = list(kept["args"])
-a[1] = a[1].narrow(0, 0, m)
-torch.ops.aten.addmm.default(*a, **kept["kwargs"])
-"""
+
+def cpu_model() -> str:
+    """The CPU's model name and widest x86 vector ISA, from /proc/cpuinfo (the platform's name elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{name} ({isa})"
+
+
+CPU_S: list[float] = []  # CPU seconds (user + system, the command and every process it waited for) per timed()
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
+    """Wall seconds of ``cmd``; its CPU seconds (children's rusage delta) are appended to CPU_S."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    wall = time.monotonic() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU_S.append((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
+    return wall, proc
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--rows", default="auto")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rows", default="1,2,3,8,17,64")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=0, help="also time kernel --repeat N (0: not)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-    from forensics.sweep.run import run_sweep
-
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO)] + ([os.environ["PYTHONPATH"]]
+                                                                      if os.environ.get("PYTHONPATH") else [])))
     tmp = Path(tempfile.mkdtemp(prefix="bench_sweep_"))
-    load0 = os.getloadavg()[0]
-    t0 = time.monotonic()
-    res = run_sweep("gemm:TN:acc0:grad0#1", [sys.executable, str(REPO / "examples" / "batch-invariance" / "train.py"),
-                                             "--steps", "1", "--batch", str(a.batch)], a.rows, steps="0",
-                    out=tmp / "sweep", device="cpu")
-    sweep_s = time.monotonic() - t0
-    inputs = res.kernel.capture_dir / "sweep" / "site-inputs.pt"
-    arm_s = {p.name: p.seconds for p in res.kernel.passes}
-
-    import torch
-
-    kept = torch.load(inputs, weights_only=True)
-    rows_out = []
-    for m in res.rows:
-        args = list(kept["args"])
-        args[1] = args[1].narrow(0, 0, m)
-        times = []
-        for _ in range(a.repeats):
-            t = time.perf_counter()
-            torch.ops.aten.addmm.default(*args, **kept["kwargs"])
-            times.append(time.perf_counter() - t)
-        t = time.monotonic()
-        subprocess.run([sys.executable, "-c", PLAIN, str(inputs), str(m)], check=True)
-        proc_s = time.monotonic() - t
-        rows_out.append({"rows": m, "op_ms": round(min(times) * 1e3, 3), "process_s": round(proc_s, 2),
-                         "replay_arm_s": arm_s.get(f"r{m}")})
-    table = res.tables["base"]
-    out = {"batch": a.batch, "rows": res.rows, "verdict": table.verdict_line, "sweep_s": round(sweep_s, 2),
-           "keep_s": res.seconds.get("keep"), "replay_s": res.seconds.get("replay"), "per_size": rows_out,
-           "plain_process_total_s": round(sum(r["process_s"] for r in rows_out), 2),
-           "plain_op_total_ms": round(sum(r["op_ms"] for r in rows_out), 3),
-           "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
-    print(f"sweep of {len(res.rows)} row counts ({', '.join(map(str, res.rows))}) of a {a.batch}x4096 @ 4096x1024 addmm: "
-          f"{out['sweep_s']} s (keep run {out['keep_s']} s, replay arms {out['replay_s']} s)")
-    print(f"{'rows':>6} {'op alone (ms)':>14} {'plain process (s)':>18} {'replay arm (s)':>15}")
-    for r in rows_out:
-        print(f"{r['rows']:>6} {r['op_ms']:>14} {r['process_s']:>18} {r['replay_arm_s']!s:>15}")
-    print(f"per size: replay arm median {statistics.median(arm_s.values()):.2f} s vs plain process median "
-          f"{statistics.median(r['process_s'] for r in rows_out):.2f} s vs op alone median "
-          f"{statistics.median(r['op_ms'] for r in rows_out):.2f} ms; "
-          f"whole sweep / sum of plain processes = {out['sweep_s'] / out['plain_process_total_s']:.1f}x")
-    print(f"load average {out['load_before']} -> {out['load_after']} on {out['cpus']} CPUs")
-    print(f"verdict: {table.verdict_line}")
+    plain_cmd = [sys.executable, str(SCRIPT), "--steps", "1", "--batch", str(a.batch)]
+    site = ["--device", "cpu", "--site", "gemm:TN:acc0:grad0#1", "--steps", "0", "-q"]
+    load0 = os.getloadavg()
+    plain, sweep, repeat, splits, plain_cpu, sweep_cpu = [], [], [], [], [], []
+    for i in range(a.rounds):
+        s, p = timed(plain_cmd, env, tmp)
+        assert p.returncode == 0, p.stderr[-2000:]
+        plain.append(s)
+        plain_cpu.append(CPU_S[-1])
+        out = tmp / f"sw{i}"
+        s, p = timed([sys.executable, "-m", "forensics", "kernel", *site, "--rows", a.rows, "--out", str(out), "--",
+                      *plain_cmd], env, tmp)
+        assert p.returncode in (0, 1), p.stdout[-2000:] + p.stderr[-2000:]
+        sweep.append(s)
+        sweep_cpu.append(CPU_S[-1])
+        data = json.loads((out / "replay" / "sweep" / "sweep.json").read_text())
+        splits.append(data["seconds"])
+        verdict = data["tables"]["base"]["verdict_line"]
+        if a.repeat:
+            s, p = timed([sys.executable, "-m", "forensics", "kernel", *site, "--repeat", str(a.repeat), "--out",
+                          str(tmp / f"rep{i}"), "--", *plain_cmd], env, tmp)
+            assert p.returncode in (0, 1), p.stdout[-2000:] + p.stderr[-2000:]
+            repeat.append(s)
+    load1 = os.getloadavg()
+    n_sizes = len([x for x in a.rows.split(",") if x.strip()])
+    out = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+           "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in load1],
+           "rows": a.rows, "sizes": n_sizes, "batch": a.batch, "plain_s": [round(x, 2) for x in plain],
+           "sweep_s": [round(x, 2) for x in sweep], "sweep_split_s": splits, "repeat_s": [round(x, 2) for x in repeat],
+           "plain_cpu_s": [round(x, 2) for x in plain_cpu], "sweep_cpu_s": [round(x, 2) for x in sweep_cpu],
+           "ratio": round(statistics.median(sweep) / statistics.median(plain), 2),
+           "cpu_ratio": round(statistics.median(sweep_cpu) / statistics.median(plain_cpu), 2), "verdict": verdict}
+    print(f"cpu: {out['cpu']}, {out['cores']} cores; load average (1, 5, 15 min) {out['load_before']} before, "
+          f"{out['load_after']} after")
+    print(f"plain run of train.py --steps 1 --batch {a.batch}: {', '.join(f'{x:.2f}' for x in plain)} s")
+    print(f"forensics kernel --rows {a.rows} ({n_sizes} sizes + the full batch): "
+          f"{', '.join(f'{x:.2f}' for x in sweep)} s (keep run / replay process: "
+          f"{', '.join(str(s.get('keep')) + '/' + str(s.get('replay')) for s in splits)} s)")
+    if repeat:
+        print(f"forensics kernel --repeat {a.repeat}: {', '.join(f'{x:.2f}' for x in repeat)} s")
+    print(f"CPU seconds (user + system of every process): plain {', '.join(f'{x:.2f}' for x in plain_cpu)}, "
+          f"sweep {', '.join(f'{x:.2f}' for x in sweep_cpu)}")
+    print(f"ratio sweep / plain run (medians of {a.rounds}): {out['ratio']}x wall, {out['cpu_ratio']}x CPU time "
+          "(the issue's budget: 3x; on a loaded machine the CPU-time ratio moves less with the load)")
+    print(f"verdict: {verdict}")
     if a.json:
         a.json.write_text(json.dumps(out, indent=1) + "\n")
 

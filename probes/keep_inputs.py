@@ -8,7 +8,9 @@ writes, into the rank folder:
   count, every argument tensor's shape, strides and dtype, and either ``"kept": "site-inputs.pt"``
   or ``"refused"``: the size of the inputs and the budget they exceed (nothing is kept then);
 * ``site-inputs.pt``: ``{"op", "args", "kwargs"}`` with every tensor cloned to the CPU before the
-  call ran (strides kept where they are dense), ``torch.save`` format.
+  call ran (strides kept where they are dense), ``torch.save`` format;
+* ``site-output.json``: once the call returned, the shape, dtype and order-sensitive digest of each
+  of its tensor outputs (what ``--repeat`` compares its replays with: the program's own bits).
 
 Both files are created exclusively (never overwritten). A failure is written into the JSON as
 ``"error"``; it never reaches the program.
@@ -22,6 +24,7 @@ from typing import Any
 
 INPUTS_JSON = "site-inputs.json"
 INPUTS_PT = "site-inputs.pt"
+OUTPUT_JSON = "site-output.json"
 
 
 def human_bytes(n: int) -> str:
@@ -38,6 +41,7 @@ class InputKeeper:
         self.folder = Path(folder)
         self.budget = int(budget_bytes)
         self.done = False
+        self.pending: str | None = None  # the label kept at this call, until its output is described
 
     def refuse(self, label: str, op: str, why: str, meta: dict[str, Any]) -> None:
         """The first occurrence cannot be kept (a call that is no aten op): say so in the JSON."""
@@ -66,6 +70,27 @@ class InputKeeper:
         except Exception as e:  # noqa: BLE001  (a probe never breaks the program it observes)
             info["error"] = f"{type(e).__name__}: {e}"[:300]
         self._write(info)
+        if info.get("kept"):
+            self.pending = label
+
+    def finish(self, out: Any) -> None:
+        """After the kept call: its outputs' order-sensitive digests into ``site-output.json``."""
+        label, self.pending = self.pending, None
+        if label is None:
+            return
+        try:
+            from probes.digests import ordered_device  # noqa: PLC0415
+
+            items = out if isinstance(out, (list, tuple)) else [out]
+            outs = [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "device": str(t.device),
+                     "ohash": int(ordered_device(t).item()) % (1 << 64) if t.numel() else 0}
+                    for t in items if hasattr(t, "shape") and hasattr(t, "stride")]
+            with open(self.folder / OUTPUT_JSON, "x") as f:
+                f.write(json.dumps({"label": label, "outputs": outs}) + "\n")
+        except Exception as e:  # noqa: BLE001  (a probe never breaks the program it observes)
+            import sys  # noqa: PLC0415
+
+            sys.stderr.write(f"forensics: site output not described: {type(e).__name__}: {e}\n")
 
     def _keep(self, info: dict[str, Any], func: Any, args: tuple, kwargs: dict) -> None:
         import torch  # noqa: PLC0415
@@ -83,6 +108,12 @@ class InputKeeper:
                                 "dtype": str(leaf.dtype).replace("torch.", ""), "device": str(leaf.device),
                                 "bytes": nbytes})
         info["tensors"] = tensors
+        counter = iter(range(len(tensors)))
+        # the call's structure with each tensor as {"tensor": i} (its entry in "tensors") and every other
+        # argument as itself (a str where JSON has no form): the sweep plans its rows from it without torch
+        info["skeleton"] = tree_map(lambda x: {"tensor": next(counter)} if isinstance(x, torch.Tensor) else
+                                    (x if isinstance(x, (int, float, bool, str, type(None))) else str(x)),
+                                    [list(args), dict(kwargs)])
         info["bytes"] = total
         info["budget_bytes"] = self.budget
         if total > self.budget:

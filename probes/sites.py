@@ -245,6 +245,8 @@ class SiteProbe:
             self._range_end(rng)
         # every tensor output: an op with several (layer norm's backward: grad_input, grad_weight,
         # grad_bias) can differ in any of them, and "bits unchanged" must cover them all
+        if self.keeper is not None and self.keeper.pending is not None:
+            self.keeper.finish(out)
         outs = [stage(t) if digests else describe(t)
                 for t in (out if isinstance(out, (list, tuple)) else [out]) if _tensorish(t)]
         rec = {"event": sites_format.SITE, "arm": self.cfg.arm, "iteration": self.window.step, "site": site, "occurrence": occ,

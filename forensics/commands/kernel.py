@@ -62,9 +62,15 @@ def register(app: typer.Typer) -> None:
                                                 "file is refused unless --force"),
         rows: Optional[str] = typer.Option(
             None, "--rows", help="batch-invariance sweep: keep the site's inputs at its first occurrence and replay "
-                                 "the op on the first m rows for each m (1,2,3,8 or auto), each in a fresh process "
-                                 "under the instruments; table and verdict (docs/batch-invariance.md)"),
-        keep_budget: Optional[int] = typer.Option(None, "--keep-budget", help="with --rows: the most bytes of "
+                                 "the op on the first m rows for each m (1,2,3,8 or auto: every size to 32, then 8 "
+                                 "per doubling), all in one fresh process under the instruments; table and verdict "
+                                 "(docs/batch-invariance.md)"),
+        repeat: Optional[int] = typer.Option(
+            None, "--repeat", help="replay the kept call N times in one process under the instruments: do the bits "
+                                   "stay equal (DETERMINISTIC), differ in one process (NONDETERMINISTIC: racy at a "
+                                   "fixed choice, or the choice changed), or differ only from the program's own call "
+                                   "(PROCESS-DEPENDENT)? with --rows: N calls per size (docs/batch-invariance.md)"),
+        keep_budget: Optional[int] = typer.Option(None, "--keep-budget", help="with --rows or --repeat: the most bytes of "
                                                   "input tensors kept (default 268435456); over it: refused"),
         from_report: Optional[Path] = typer.Option(
             None, "--from", help="take the site from a `forensics diff --json` or Megatron compare_traces.py report "
@@ -131,20 +137,22 @@ def register(app: typer.Typer) -> None:
                            "(a real capture of the CPU backend)", err=True)
                 raise typer.Exit(EXIT_UNAVAILABLE)
             opts["command"] = lib.default_command(dev)
-        if rows is not None and as_ != "text":
-            _usage("--as prints the capture's verdict table; the --rows sweep writes its table (table.md, sweep.json)")
-        if rows is not None and not dry_run:  # the batch-invariance sweep (forensics.sweep)
+        swept = rows is not None or repeat is not None
+        if swept and as_ != "text":
+            _usage("--as prints the capture's verdict table; the --rows/--repeat sweep writes its table (table.md, "
+                   "sweep.json)")
+        if swept and not dry_run:  # the batch-invariance sweep and the repeat axis (forensics.sweep)
             from forensics.sweep.cli import run_and_print
 
             if opts["toggles"] or from_report is not None:
-                _usage("--rows replays one site per row count: --toggle and --from do not apply "
+                _usage("--rows/--repeat replay one site's kept inputs: --toggle and --from do not apply "
                        "(a knob's effect on batch invariance: forensics knob NAME --site SITE --rows ... --values V -- CMD)")
 
             with replacing(named_out, force=force, flag="--out", what="capture"):
                 code = run_and_print("forensics kernel", str(parsed), opts["command"], rows, quiet=quiet,
                                      steps=opts["steps"], ranks=ranks or cfg.get("ranks", "0"), device=dev,
                                      instruments=opts["instruments"], out=opts["out"],
-                                     timeout_s=opts["timeout_s"], tools=tools,
+                                     timeout_s=opts["timeout_s"], tools=tools, repeat=repeat,
                                      **({"budget_bytes": keep_budget} if keep_budget else {}))
             raise typer.Exit(code)
         if dry_run:

@@ -53,6 +53,8 @@ def register(app: typer.Typer) -> None:
         rows: str | None = typer.Option(None, "--rows", help="with --values and '-- CMD': does the knob make the site "
                                         "batch-invariant? the forensics kernel --rows sweep (1,2,3,8 or auto) as run "
                                         "and under each value (docs/batch-invariance.md)"),
+        repeat: int | None = typer.Option(None, "--repeat", help="with --rows: N calls per size in each setting's "
+                                          "replay process; a determinism verdict per value next to batch invariance"),
         as_: str = typer.Option("text", "--as", metavar="text|json|csv|markdown", callback=check_as, help=AS_HELP),
     ) -> None:
         from forensics.knobs import check_knob_name, scan  # noqa: PLC0415
@@ -109,11 +111,11 @@ def register(app: typer.Typer) -> None:
             render(report)
             with replacing(out, force=force, flag="--out", what="capture"):
                 code = run_and_print(name, str(parsed_site), value_list, list(command or []), rows,
-                                     out=str(out) if out else None, steps=steps,
+                                     out=str(out) if out else None, steps=steps, repeat=repeat,
                                      device=None if device == "auto" else device)
             raise typer.Exit(code)
-        if rows is not None:
-            _usage("--rows needs --site, --values V1,V2 and the command after '--'")
+        if rows is not None or repeat is not None:
+            _usage("--rows (and --repeat with it) needs --site, --values V1,V2 and the command after '--'")
         if value_list:
             try:
                 with replacing(out, force=force, flag="--out", what="capture"):

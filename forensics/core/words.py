@@ -67,3 +67,12 @@ NOT_SEEN = "NOT SEEN"
 
 # --------------------------------------------------------------------------- kernel --rows: batch invariance of a site
 BATCH_INVARIANT, BATCH_VARIANT, NOT_CHECKED = "BATCH-INVARIANT", "VARIANT", "NOT CHECKED"
+
+# --------------------------------------------------------------------------- kernel --repeat: determinism of a site
+#: every repeat of the kept call in one process gave the same bits (and the program's own call's)
+DETERMINISTIC = "DETERMINISTIC"
+#: repeats of the same call, same shape, in one process gave different bits
+NONDETERMINISTIC = "NONDETERMINISTIC"
+#: the repeats agree with each other but not with the program's own call on the same inputs
+PROCESS_DEPENDENT = "PROCESS-DEPENDENT"
+REPEAT_VERDICTS = (DETERMINISTIC, NONDETERMINISTIC, PROCESS_DEPENDENT, NOT_CHECKED)

@@ -17,13 +17,16 @@ def sweep_parts(root: Path | None) -> tuple[list[dict[str, Any]], dict[str, byte
         return [], {}
     data = json.loads((d / "sweep.json").read_text())
     md = (d / "table.md").read_text() if (d / "table.md").is_file() else ""
-    lines = [f"Site {data.get('site')} ({data.get('op')}), replayed on its first m rows per row count, each in a "
-             "fresh process under the instruments. `sweep-repro.py` runs the anchor-row check with torch only, "
-             "on the kept inputs next to it (`sweep-site-inputs.pt`, `sweep-plan.json`).", "",
+    lines = [f"Site {data.get('site')} ({data.get('op')}), replayed on its kept inputs (every row count and repeat "
+             "in one fresh process under the instruments). `sweep-repro.py` (with --rows) runs the anchor-row check "
+             "with torch only, on the kept inputs next to it (`sweep-site-inputs.pt`, `sweep-plan.json`).", "",
              (md.split("\n", 2)[-1] if md.startswith("# ") else md).replace("\n## ", "\n### ")]
     verdicts = {k: {"verdict": t.get("verdict"), "verdict_line": t.get("verdict_line"),
                     "first_varying": t.get("first_varying")} for k, t in (data.get("tables") or {}).items()}
-    section = {"title": "Batch invariance (forensics kernel --rows)", "markdown": "\n".join(lines), "data": verdicts}
+    repeats = {k: {"verdict": r.get("verdict"), "verdict_line": r.get("verdict_line"), "repeat": r.get("repeat")}
+               for k, r in (data.get("repeats") or {}).items()}
+    title = "Batch invariance (forensics kernel --rows)" if verdicts else "Determinism (forensics kernel --repeat)"
+    section = {"title": title, "markdown": "\n".join(lines), "data": verdicts | ({"repeats": repeats} if repeats else {})}
     members = {}
     for name, member in MEMBERS.items():
         if (d / name).is_file():

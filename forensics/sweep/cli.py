@@ -7,18 +7,22 @@ from forensics.core.errors import EXIT_NOT_NAMED, EXIT_OK, EXIT_UNAVAILABLE, EXI
 
 
 def exit_code(verdicts: list[str]) -> int:
-    """0: batch-invariant everywhere; 1: some setting VARIANT; 4: nothing could be checked."""
+    """0: batch-invariant (and deterministic) everywhere; 1: some setting VARIANT, NONDETERMINISTIC or
+    PROCESS-DEPENDENT; 4: nothing could be checked."""
+    from forensics.core.words import DETERMINISTIC, NONDETERMINISTIC, PROCESS_DEPENDENT  # noqa: PLC0415
     from forensics.sweep.table import INVARIANT, VARIANT  # noqa: PLC0415
 
-    if any(v == VARIANT for v in verdicts):
+    if any(v in (VARIANT, NONDETERMINISTIC, PROCESS_DEPENDENT) for v in verdicts):
         return EXIT_NOT_NAMED
-    if verdicts and all(v == INVARIANT for v in verdicts):
+    if verdicts and all(v in (INVARIANT, DETERMINISTIC) for v in verdicts):
         return EXIT_OK
     return EXIT_UNAVAILABLE
 
 
-def run_and_print(prog: str, site: str, command: list[str], rows: str, *, quiet: bool = False, **kw: Any) -> int:
-    """Run the sweep and print it; refusals are one line (exit 2: the site cannot be swept; 1: it never ran)."""
+def run_and_print(prog: str, site: str, command: list[str], rows: str | None, *, quiet: bool = False,
+                  **kw: Any) -> int:
+    """Run the sweep (``rows`` None: the repeat axis alone) and print it; refusals are one line (exit 2:
+    the site cannot be swept; 4: it never ran)."""
     from forensics.runtime.console import make_console  # noqa: PLC0415
     from forensics.sweep import run as sweep  # noqa: PLC0415
     from forensics.sweep.rows import NotBatchable  # noqa: PLC0415
@@ -27,7 +31,9 @@ def run_and_print(prog: str, site: str, command: list[str], rows: str, *, quiet:
     console = make_console()
     err = make_console(stderr=True)
     try:
-        sweep.parse_rows(rows)
+        if rows is not None:
+            sweep.parse_rows(rows)
+        sweep.parse_repeat(kw.get("repeat"))
     except ValueError as e:
         err.print(f"{prog}: {e}", soft_wrap=True, markup=False)
         return EXIT_USAGE
@@ -40,10 +46,11 @@ def run_and_print(prog: str, site: str, command: list[str], rows: str, *, quiet:
         err.print(f"{prog}: {e}", soft_wrap=True, markup=False)
         return EXIT_USAGE
     except sweep.SweepRefused as e:
-        err.print(f"{prog}: --rows: nothing to sweep: {e}", soft_wrap=True, markup=False)
+        err.print(f"{prog}: {'--rows' if rows is not None else '--repeat'}: nothing to sweep: {e}", soft_wrap=True,
+                  markup=False)
         return EXIT_USAGE if "budget" in str(e) else EXIT_UNAVAILABLE
     print_summary(res, console, quiet)
-    return exit_code([t.verdict for t in res.tables.values()])
+    return exit_code([t.verdict for t in res.tables.values()] + [r.verdict for r in res.repeats.values()])
 
 
 def print_summary(res: Any, console: Any, quiet: bool = False) -> None:
@@ -58,10 +65,16 @@ def print_summary(res: Any, console: Any, quiet: bool = False) -> None:
     console.print(f"site {kept.get('label')} = {p.op}; kept its inputs ({kept.get('bytes')} bytes, "
                   f"{kept.get('threads')} intra-op thread(s)); sliced: {p.what}; used whole: "
                   f"{', '.join(p.kept_whole) or 'nothing'}", soft_wrap=True, markup=False)
-    if res.discovered:
-        console.print(f"--rows auto: {', '.join(map(str, res.discovered))} added where a plain scan of the auto sizes "
-                      "(one process, no instrument) saw the shared rows flip between equal and different",
-                      soft_wrap=True, markup=False)
+    if res.auto:
+        from forensics.sweep.run import AUTO_DENSE, AUTO_PER_OCTAVE  # noqa: PLC0415
+        from forensics.sweep.table import ranges  # noqa: PLC0415
+
+        console.print(f"--rows auto tried {len(res.rows)} sizes: {ranges(res.rows)} (every size up to {AUTO_DENSE}, "
+                      f"then {AUTO_PER_OCTAVE} evenly spaced per doubling, then the full count); no other size was "
+                      "checked", soft_wrap=True, markup=False)
+    console.print(f"replay: one process per setting ({res.seconds.get('replay')} s), after one keep run "
+                  f"({res.seconds.get('keep')} s); {res.repeat} call(s) per size"
+                  + (" (the full size at least 2)" if res.tables else ""), soft_wrap=True, markup=False)
     if res.skipped_rows:
         console.print(f"skipped row counts: {', '.join(res.skipped_rows)}", soft_wrap=True, markup=False)
     for t in res.tables.values():
@@ -71,8 +84,13 @@ def print_summary(res: Any, console: Any, quiet: bool = False) -> None:
             console.print(f"verdict ({t.setting}): {t.verdict_line}", soft_wrap=True, markup=False)
         else:
             print_table(t, console)
-    first = next(iter(res.tables.values()))
+    from forensics.sweep.table import print_repeats  # noqa: PLC0415
+
+    for r in res.repeats.values():
+        print_repeats(r, console)
+    first = next(iter(res.tables.values()), None) or next(iter(res.repeats.values()))
     console.print(f"evidence: {first.evidence}", soft_wrap=True, markup=False)
     d = res.kernel.capture_dir
-    console.print(f"wrote {d / 'sweep' / 'table.md'}, {d / 'sweep' / 'sweep.json'}, {d / 'sweep' / 'repro.py'} "
+    repro = f", {d / 'sweep' / 'repro.py'}" if res.tables else ""
+    console.print(f"wrote {d / 'sweep' / 'table.md'}, {d / 'sweep' / 'sweep.json'}{repro} "
                   f"(replay capture: {d}; forensics bundle {d} carries them)", soft_wrap=True, markup=False)

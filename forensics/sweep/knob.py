@@ -60,6 +60,11 @@ def knob_lines(name: str, res: Any) -> list[str]:
         base_varying = ", ".join(str(r.rows) for r in base.rows if r.equal is False) or "none"
         lines.append(f"{head}: {state(t)} with it, {state(base)} as run; varying sizes {varying} with it, "
                      f"{base_varying} as run")
+        if s.name in res.repeats:
+            base_rep = res.repeats.get(BASE)
+            lines.append(f"{name}={value}: repeats {res.repeats[s.name].verdict} with it, "
+                         f"{base_rep.verdict if base_rep is not None else 'not repeated'} as run (a separate question: "
+                         "same call, same bits)")
     return lines
 
 
@@ -73,6 +78,7 @@ def run_and_print(name: str, site: str, values: list[str], command: list[str], r
     err = make_console(stderr=True)
     try:
         sweep.parse_rows(rows)
+        sweep.parse_repeat(kw.get("repeat"))
         res = sweep.run_sweep(site, command, rows, settings=settings_for(name, values), **kw)
     except ValueError as e:
         if isinstance(e, NotBatchable):

@@ -1,20 +1,23 @@
-"""The replay program of one sweep arm: ``python -m forensics.sweep.replay INPUTS.pt``.
+"""The replay program of a sweep: ``python -m forensics.sweep.replay INPUTS.pt``.
 
-Run by ``forensics kernel --rows`` once per row count, each in a fresh process under the
-instruments (the probes enter through the environment, as for any command). It
+Run by ``forensics kernel --rows`` / ``--repeat`` once per setting (as run, or a knob's value): one
+fresh process under the instruments (the probes enter through the environment, as for any
+command), whatever the number of sizes and repeats. It
 
-1. loads the kept inputs of the site occurrence (``site-inputs.pt``) and the row plan
+1. loads the kept inputs of the site occurrence (``site-inputs.pt``) and the plan
    (``sweep-plan.json`` next to them), pins the intra-op thread count the program had at the site
    (unless ``FORENSICS_SWEEP_THREADS=env``: a thread knob's arm, whose value must win);
-2. calls the op on the first ``FORENSICS_SWEEP_ROWS`` rows: the one occurrence the instruments see
-   (``SITE#1``), then closes the step window (``probes.step()``);
-3. calls the op on every row (outside the window, seen by no instrument) and compares the shared
-   rows' bits with the sliced call's: bit for bit and by order-sensitive digests;
+2. inside the step window, for each row count of ``FORENSICS_SWEEP_SIZES`` (ascending, the full
+   count last), calls the op on the first m rows ``FORENSICS_SWEEP_REPEAT`` times (the full count at
+   least twice): the occurrences ``OP#1``, ``OP#2``... the instruments see, in that order (an op that
+   writes into an argument gets a fresh clone of it per call); then closes the window
+   (``probes.step()``);
+3. outside the window (seen by no instrument) compares, bit for bit and by order-sensitive
+   digests, every repeat with the first at its size (determinism), and the first call on m rows
+   with the first m rows of the first full call (batch invariance);
 4. writes ``FORENSICS_SWEEP_RESULT`` (JSON, created exclusively).
 
 Nothing here reads the instruments: the sweep reads them from the capture afterwards.
-``--discover INPUTS 1,2,4,...`` (``--rows auto``) scans sizes in one plain process instead, to pick
-the sizes on both sides of each flip for the instrumented arms.
 """
 from __future__ import annotations
 
@@ -91,74 +94,92 @@ def _pin_threads(plan_d: dict[str, Any]) -> int | None:
     return None
 
 
-def discover(inputs: Path, sizes: list[int]) -> dict[str, Any]:
-    """The row counts worth instrumenting, from a plain scan in this one process (no instrument).
+def _written_args(op: Any) -> list[int]:
+    """Positions of the arguments the op writes into (its schema's ``Tensor(a!)``)."""
+    try:
+        return [i for i, a in enumerate(op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    except AttributeError:
+        return []
 
-    Each size of ``sizes`` is checked (shared rows of the sliced call vs the full call's); between
-    two neighbours that disagree, a bisection finds a pair m-1, m that disagree. It only *chooses*
-    sizes (a bisection assumes one flip inside the interval): the instrumented arms decide.
-    """
+
+def _call(op: Any, args: tuple, kwargs: dict, written: list[int]) -> Any:
+    if written:
+        args = tuple(a.clone(memory_format=__import__("torch").preserve_format) if i in written and _is_t(a) else a
+                     for i, a in enumerate(args))
+    return op(*args, **kwargs)
+
+
+def _is_t(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "stride")
+
+
+def _ohash(t: Any) -> int:
+    from probes.digests import ordered_device  # noqa: PLC0415
+
+    return int(ordered_device(t).item()) % (1 << 64) if t.numel() else 0
+
+
+def replay_sizes(op: Any, plan: Any, args: tuple, kwargs: dict, sizes: list[int], repeat: int,
+                 step: Any = None) -> dict[str, Any]:
+    """Run the calls (step() closes the window after them), then compare; the result JSON's body."""
     import torch  # noqa: PLC0415
 
     from forensics.sweep.rows import outputs, shared_rows, slice_call  # noqa: PLC0415
 
-    op, plan, args, kwargs, plan_d = _load(inputs)
-    _pin_threads(plan_d)
+    written = _written_args(op)
+    full_rows = plan.full_rows
+    calls: list[tuple[int, list[Any]]] = []  # (rows, [outputs of each repeat])
+    occurrence = 0
+    labels: dict[int, list[int]] = {}
     with torch.no_grad():
-        full = op(*args, **kwargs)
-    cache: dict[int, bool] = {}
-
-    def equal(m: int) -> bool:
-        if m not in cache:
-            s_args, s_kwargs = slice_call(plan, args, kwargs, m)
-            with torch.no_grad():
-                part = op(*s_args, **s_kwargs)
-            cache[m] = all(torch.equal(_bits(a), _bits(b)) for a, b in zip(outputs(part), shared_rows(plan, full, m)))
-        return cache[m]
-
-    sizes = sorted(set(sizes))
-    found = []
-    for lo, hi in zip(sizes, sizes[1:]):
-        if hi - lo < 2 or equal(lo) == equal(hi):
-            continue
-        a, b = lo, hi
-        while b - a > 1:
-            mid = (a + b) // 2
-            if equal(mid) == equal(a):
-                a = mid
-            else:
-                b = mid
-        found += [a, b]
-    return {"boundaries": sorted(set(found) - set(sizes)), "checked": {str(k): v for k, v in sorted(cache.items())}}
+        for m in sizes:
+            n = max(repeat, 2) if m == full_rows else repeat
+            s_args, s_kwargs = slice_call(plan, args, kwargs, m) if m != full_rows else (args, kwargs)
+            outs = []
+            for _ in range(n):
+                outs.append(outputs(_call(op, s_args, s_kwargs, written)))
+                occurrence += 1
+                labels.setdefault(m, []).append(occurrence)
+            calls.append((m, outs))
+        if step is not None:
+            step()  # the window closes: nothing after this is instrumented
+    full = next(outs for m, outs in calls if m == full_rows)[0]
+    result_sizes = []
+    for m, outs in calls:
+        first = outs[0]
+        rep = [[_ohash(t) for t in o] for o in outs]
+        differing = [i + 1 for i, o in enumerate(outs) if i and not all(
+            torch.equal(_bits(a), _bits(b)) for a, b in zip(o, first))]
+        entry: dict[str, Any] = {"rows": m, "occurrences": labels[m], "repeats": len(outs), "repeat_ohash": rep,
+                                 "repeats_equal": not differing, "differing_repeats": differing}
+        if m == full_rows:
+            entry["outputs"] = [{"output": i, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                                 "equal": True, "ohash_sliced": rep[0][i], "ohash_full_rows": rep[0][i]}
+                                for i, t in enumerate(first)]
+        else:
+            entry["outputs"] = compare(first, shared_rows(plan, full, m))
+        entry["equal"] = all(o.get("equal") for o in entry["outputs"])
+        result_sizes.append(entry)
+    return {"sizes": result_sizes}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 3 and argv[0] == "--discover":  # python -m forensics.sweep.replay --discover INPUTS 1,2,4,...
-        sys.stdout.write(json.dumps(discover(Path(argv[1]), [int(x) for x in argv[2].split(",")])) + "\n")
-        return 0
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m forensics.sweep.replay INPUTS.pt  (FORENSICS_SWEEP_ROWS, "
-                         "FORENSICS_SWEEP_RESULT in the environment)\n")
+        sys.stderr.write("usage: python -m forensics.sweep.replay INPUTS.pt  (FORENSICS_SWEEP_SIZES, "
+                         "FORENSICS_SWEEP_REPEAT, FORENSICS_SWEEP_RESULT in the environment)\n")
         return 2
     import torch  # noqa: PLC0415
 
     import probes  # noqa: PLC0415
-    from forensics.sweep.rows import outputs, shared_rows, slice_call  # noqa: PLC0415
 
-    m = int(os.environ["FORENSICS_SWEEP_ROWS"])
     op, plan, args, kwargs, plan_d = _load(Path(argv[0]))
     pinned = _pin_threads(plan_d)
-    s_args, s_kwargs = slice_call(plan, args, kwargs, m)
-    with torch.no_grad():
-        sliced = op(*s_args, **s_kwargs)  # SITE#1: the call the instruments see
-        probes.step()  # the window closes: nothing after this is instrumented
-        full = op(*args, **kwargs)
-    result = {"rows": m, "full_rows": plan.full_rows, "op": plan.op, "device": plan_d.get("device", "cpu"),
-              "threads": torch.get_num_threads(), "threads_pinned": pinned,
-              "sliced_shapes": [list(t.shape) for t in s_args if hasattr(t, "shape")],
-              "outputs": compare(outputs(sliced), shared_rows(plan, full, m))}
-    result["equal"] = all(o.get("equal") for o in result["outputs"])
+    sizes = sorted({int(x) for x in os.environ.get("FORENSICS_SWEEP_SIZES", str(plan.full_rows)).split(",")})
+    repeat = max(1, int(os.environ.get("FORENSICS_SWEEP_REPEAT", "1")))
+    body = replay_sizes(op, plan, args, kwargs, sizes, repeat, probes.step)
+    result = {"full_rows": plan.full_rows, "op": plan.op, "device": plan_d.get("device", "cpu"), "repeat": repeat,
+              "threads": torch.get_num_threads(), "threads_pinned": pinned, "pid": os.getpid(), **body}
     out = Path(os.environ["FORENSICS_SWEEP_RESULT"])
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "x") as f:

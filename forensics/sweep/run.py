@@ -1,23 +1,26 @@
-"""``forensics kernel --rows``: the batch-invariance sweep of one site, as a library.
+"""``forensics kernel --rows`` / ``--repeat``: the batch-invariance sweep and the repeat axis of one site, as a library.
 
 1. **keep**: the command runs once with the site probe only; at the site's first occurrence in the
    step window its inputs are kept (``probes.keep_inputs``; bounded by ``budget_bytes``: refused
    with the size when over it);
 2. **plan**: :func:`forensics.sweep.rows.plan_rows` picks the dimension of independent rows (or
    refuses: a reduction dimension, an op with none);
-3. **replay**: one arm per row count (and per knob setting), each a fresh process running
+3. **replay**: one arm per setting (as run, or a knob's value), a fresh process running
    ``python -m forensics.sweep.replay`` under the device's instruments through
    :func:`forensics.pipeline.run_kernel` (CPU: torch.profiler + oneMKL/oneDNN logs; GPU:
-   CUPTI + the cuBLASLt log, then ncu and nsys on the first arm);
-4. **table**: :mod:`forensics.sweep.table` joins each arm's anchor-row result with what the
-   instruments NAMED and logged, and gives the verdict.
+   CUPTI + the cuBLASLt log, then ncu and nsys on the first arm); inside it every row count, each
+   ``--repeat`` times, is one occurrence ``OP#k`` the instruments see: the sweep costs one keep run
+   and one replay process per setting, whatever the number of sizes;
+4. **table**: :mod:`forensics.sweep.table` joins each size's anchor-row result with what the
+   instruments NAMED and logged at its occurrence, and gives the batch-invariance verdict; the
+   repeats give the determinism verdict (a separate question, a separate word).
 
 Layout of the sweep directory (never overwritten: ``-2``, ``-3``... as for captures)::
 
     keep/keep.log, keep/rank<R>/site-inputs.{json,pt}, keep/rank<R>/sweep-plan.json
     replay/            the capture of the replay arms (forensics analyze / compare / bundle read it)
     replay/sweep/      sweep.json, table.md, repro.py, site-inputs.pt (what the bundle carries)
-    results/<arm>.json each arm's anchor-row result
+    results/<setting>.json each setting's replay result (every size, every repeat)
 """
 from __future__ import annotations
 
@@ -26,13 +29,15 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from forensics.runtime.launch import Interrupted, launch, signal_name
-from forensics.sweep.rows import NotBatchable, RowPlan, plan_rows, refuse_site
+from forensics.sweep.rows import NotBatchable, RowPlan, from_skeleton, plan_rows, refuse_by_name
+from probes.keep_inputs import OUTPUT_JSON
 
 DEFAULT_BUDGET = 256 << 20
 DEFAULT_OUT = "forensics-sweep"
@@ -62,10 +67,28 @@ class SweepResult:
     skipped_rows: list[str]
     settings: list[Setting]
     kernel: Any  # forensics.capture.kernel.KernelResult of the replay arms
-    tables: dict[str, Any]  # setting name -> forensics.sweep.table.Table
+    tables: dict[str, Any]  # setting name -> forensics.sweep.table.Table (empty without --rows)
     kept: dict[str, Any]
     seconds: dict[str, float]
-    discovered: list[int] = field(default_factory=list)  # --rows auto: sizes added at a flip by the plain scan
+    repeats: dict[str, Any] = field(default_factory=dict)  # setting name -> forensics.sweep.table.Repeats
+    repeat: int = 1
+    auto: bool = False  # --rows auto: the sizes are auto_rows' (AUTO_DENSE, then AUTO_PER_OCTAVE per doubling)
+
+
+#: ``--rows auto`` tries every size up to this bound...
+AUTO_DENSE = 32
+#: ...then this many evenly spaced sizes in each doubling above it (spacing bound/8, then doubled with the size)
+AUTO_PER_OCTAVE = 8
+#: the most repeats ``--repeat`` takes (every repeat's outputs are held until the window closes)
+MAX_REPEAT = 1000
+
+
+def parse_repeat(n: int | None) -> int:
+    if n is None:
+        return 1
+    if int(n) < 1 or int(n) > MAX_REPEAT:
+        raise ValueError(f"--repeat: {n} is not a repeat count from 1 to {MAX_REPEAT}; write e.g. --repeat 10")
+    return int(n)
 
 
 def parse_rows(spec: str) -> list[int] | None:
@@ -87,12 +110,16 @@ def parse_rows(spec: str) -> list[int] | None:
 
 
 def auto_rows(full: int) -> list[int]:
-    """1, 2, 3, then the powers of two below the site's row count, then the count itself."""
-    rows = {r for r in (1, 2, 3) if r <= full}
-    p = 4
-    while p < full:
-        rows.add(p)
-        p *= 2
+    """Every size from 1 to :data:`AUTO_DENSE`, then :data:`AUTO_PER_OCTAVE` evenly spaced sizes per
+    doubling (33-64 by 4, 65-128 by 8, 129-256 by 16...), then the site's row count itself. Dense where
+    library blockings change (a GEMM's m-blocking flips sizes 4 and 8 equal between unequal ones on
+    an AVX-512 CPU), so a non-monotonic pattern is seen rather than bisected past."""
+    rows = set(range(1, min(full, AUTO_DENSE) + 1))
+    lo = AUTO_DENSE
+    while lo < full:
+        step = max(1, lo // AUTO_PER_OCTAVE)
+        rows.update(range(lo + step, min(2 * lo, full) + 1, step))
+        lo *= 2
     rows.add(full)
     return sorted(rows)
 
@@ -125,8 +152,12 @@ def keep_inputs(site: str, command: list[str], folder: Path, *, steps: str, rank
     found = sorted(folder.glob("rank*/site-inputs.json"))
     if not found:
         why = f"exit status {rc}; " if rc else ""
+        hint = ""
+        if not _window_has_zero(steps) and _max_step(folder) in (None, 0):
+            hint = (" (the program took no optimizer step, so only step 0 ran: the window counts steps from 0 at "
+                    "each optimizer step or probes.step(); for a program with no optimizer step pass --steps 0)")
         raise SweepRefused(f"{why}the site {site} did not run inside the step window --steps {steps} "
-                           f"(ranks {ranks}): no inputs kept; log: {log}")
+                           f"(ranks {ranks}): no inputs kept{hint}; log: {log}")
     info = json.loads(found[0].read_text())
     info["rank_dir"] = str(found[0].parent)
     info["returncode"] = rc
@@ -137,12 +168,38 @@ def keep_inputs(site: str, command: list[str], folder: Path, *, steps: str, rank
     return info, found[0].parent
 
 
+def _window_has_zero(steps: str) -> bool:
+    from forensics.core.window import parse_steps  # noqa: PLC0415
+
+    try:
+        return 0 in parse_steps(steps)
+    except Exception:  # noqa: BLE001  (a window the probe refused: no hint)
+        return True
+
+
+def _max_step(folder: Path) -> int | None:
+    """The last step boundary the keep run's site probe recorded (None: it recorded none)."""
+    last = None
+    for f in folder.glob("rank*/sites*.jsonl"):
+        for line in f.read_text(errors="replace").splitlines():
+            if '"iteration"' in line and '"event": "iteration"' in line:
+                try:
+                    last = max(last or 0, int(json.loads(line)["iteration"]))
+                except (ValueError, KeyError):
+                    pass
+    return last
+
+
 def make_plan(info: dict[str, Any], rank_dir: Path) -> RowPlan:
-    """Load the kept call and plan its rows (NotBatchable when it has none)."""
+    """Plan the kept call's rows (NotBatchable when it has none) from its description (shapes, strides and
+    every other argument: ``site-inputs.json``); a description without them (an older keep) loads the tensors."""
+    meta = dict(info.get("meta") or {})
+    if info.get("skeleton") is not None:
+        args, kwargs = from_skeleton(info["skeleton"], info.get("tensors", []))
+        return plan_rows(info["op"], args, kwargs, meta, info.get("label"))
     import torch  # noqa: PLC0415
 
     kept = torch.load(rank_dir / "site-inputs.pt", weights_only=True)
-    meta = dict(info.get("meta") or {})
     return plan_rows(kept["op"], tuple(kept["args"]), dict(kept["kwargs"]), meta, info.get("label"))
 
 
@@ -152,74 +209,65 @@ def _plan_json(plan: RowPlan, info: dict[str, Any]) -> dict[str, Any]:
                              "device": next((d for d in devices if d != "cpu"), "cpu")}
 
 
-def discover_boundaries(inputs: Path, sizes: list[int], timeout_s: float, log_dir: Path) -> list[int]:
-    """``--rows auto``: the sizes on both sides of each flip between the auto sizes, found by a plain scan
-    (``python -m forensics.sweep.replay --discover``: one fresh process, no instrument). [] when it fails
-    (the log says why): the auto sizes are swept anyway."""
-    cmd = [sys.executable, "-m", "forensics.sweep.replay", "--discover", str(inputs), ",".join(map(str, sizes))]
-    env = dict(os.environ)
-    env.pop("FORENSICS_CONFIG", None)
-    repo = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([repo] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    log, result = log_dir / "discover.log", log_dir / "discover.out"
+def _warm_imports() -> None:
+    """Import what the replay's capture and its analysis need (the judge, pandas): heavy, and independent of
+    the keep run, which waits on a child process meanwhile. (torch is not needed here: the plan is made
+    from the kept call's description.)"""
     try:
-        with open(log, "w") as err, open(result, "w") as out:
-            err.write("$ " + " ".join(cmd) + "\n")
-            err.flush()
-            ended = launch(cmd, env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, timeout_s=timeout_s,
-                           who="forensics kernel --rows", what="the boundary scan")
-        if ended.received is not None:
-            raise Interrupted(ended.received, f"the boundary scan was stopped: forensics was sent "
-                                              f"{signal_name(ended.received)} (passed on to it); log: {log}")
-        if ended.returncode == 0 and not ended.timed_out:
-            return [int(m) for m in json.loads(result.read_text().strip().splitlines()[-1])["boundaries"]]
-        with open(log, "a") as err:
-            err.write("timed out (--timeout)\n" if ended.timed_out else f"exit status {ended.returncode}\n")
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
-        with open(log, "a") as err:
-            err.write(f"failed: {type(e).__name__}: {e}\n")
-    return []
+        import forensics.pipeline  # noqa: F401, PLC0415
+        import forensics.sweep.table  # noqa: F401, PLC0415
+    except Exception:  # noqa: BLE001  (the import is retried, and fails loudly, where it is used)
+        pass
 
 
-def arm_name(setting: Setting, m: int) -> str:
-    return f"r{m}" if setting.name == BASE else f"{setting.name}-r{m}"
+def whole_plan(op: str) -> RowPlan:
+    """``--repeat`` without ``--rows``: the kept call as it ran, nothing sliced (``full_rows`` 0)."""
+    return RowPlan(op, 0, [], "the whole call (nothing sliced)", 0, [])
 
 
-def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "auto", *, steps: str = "1-2",
-              ranks: str = "0", settings: list[Setting] | None = None, device: str | None = None,
+def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "auto", *, repeat: int = 1,
+              steps: str = "1-2", ranks: str = "0", settings: list[Setting] | None = None, device: str | None = None,
               instruments: tuple[str, ...] | None = None, out: str | os.PathLike[str] | None = None,
               timeout_s: float = 1800, budget_bytes: int = DEFAULT_BUDGET, progress: bool = False,
               tools: Any = None) -> SweepResult:
-    """Keep the site's inputs, replay them per row count (and setting) under the instruments, build the tables.
+    """Keep the site's inputs, replay them (every row count, ``repeat`` times each) in one process per
+    setting under the instruments, build the tables. ``rows`` None: no row axis (``--repeat`` alone).
 
-    Raises :class:`NotBatchable` (no independent rows: a reduction dimension, an op with none) and
-    :class:`SweepRefused` (nothing kept: the site never ran, its inputs are over the budget).
+    Raises :class:`NotBatchable` (no independent rows: a reduction dimension, an op with none; from the
+    site's name alone before anything runs when it can tell) and :class:`SweepRefused` (nothing kept:
+    the site never ran, its inputs are over the budget).
     """
     from forensics.capture.directory import fresh_dir  # noqa: PLC0415
-    from forensics.pipeline import run_kernel  # noqa: PLC0415 - judge and pandas, only when a sweep runs
-    from forensics.sweep import table as tbl  # noqa: PLC0415
 
-    reason = refuse_site(site)
-    if reason:
-        raise NotBatchable(reason)
-    wanted = parse_rows(rows) if isinstance(rows, str) else (sorted(set(rows)) if rows else None)
+    repeat = parse_repeat(repeat)
+    if rows is not None:
+        reason = refuse_by_name(site)
+        if reason:
+            raise NotBatchable(reason)
+    wanted = (parse_rows(rows) if isinstance(rows, str) else sorted(set(rows))) if rows is not None else []
+    auto = rows is not None and wanted is None
     settings = settings or [Setting(BASE)]
     sweep_dir = fresh_dir(Path(out or DEFAULT_OUT)).resolve()
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
+    warm = threading.Thread(target=_warm_imports, name="forensics-sweep-imports", daemon=True)
+    warm.start()  # the judge and pandas load while the keep run runs
     info, rank_dir = keep_inputs(site, command, sweep_dir / "keep", steps=steps, ranks=ranks,
                                  budget_bytes=budget_bytes, timeout_s=timeout_s)
     seconds["keep"] = round(time.monotonic() - t0, 2)
-    plan = make_plan(info, rank_dir)
+    warm.join()
+    from forensics.pipeline import run_kernel  # noqa: PLC0415 - judge and pandas, only when a sweep runs
+    from forensics.sweep import table as tbl  # noqa: PLC0415
+
+    plan = make_plan(info, rank_dir) if rows is not None else whole_plan(info["op"])
     full = plan.full_rows
-    skipped = []
-    discovered: list[int] = []
+    skipped: list[str] = []
     plan_d = _plan_json(plan, info)
     (rank_dir / "sweep-plan.json").write_text(json.dumps(plan_d, indent=1) + "\n")
-    if wanted is None:
+    if rows is None:
+        row_list = [full]
+    elif auto:
         row_list = auto_rows(full)
-        discovered = discover_boundaries(rank_dir / "site-inputs.pt", row_list, timeout_s, sweep_dir / "keep")
-        row_list = sorted(set(row_list) | set(discovered))
     else:
         row_list = [m for m in wanted if m <= full]
         skipped = [f"{m} (the site has {full} rows)" for m in wanted if m > full]
@@ -228,21 +276,28 @@ def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "aut
     results = sweep_dir / "results"
     env_arms: dict[str, dict[str, str]] = {}
     for s in settings:
-        for m in row_list:
-            name = arm_name(s, m)
-            env_arms[name] = {"FORENSICS_SWEEP_ROWS": str(m), "FORENSICS_SWEEP_RESULT": str(results / f"{name}.json"),
-                              **s.env}
+        env_arms[s.name] = {"FORENSICS_SWEEP_SIZES": ",".join(map(str, row_list)),
+                            "FORENSICS_SWEEP_REPEAT": str(repeat),
+                            "FORENSICS_SWEEP_RESULT": str(results / f"{s.name}.json"), **s.env}
     replay_cmd = [sys.executable, "-m", "forensics.sweep.replay", str(rank_dir / "site-inputs.pt")]
-    op_site = f"{info['op']}#1" if info["op"].count(".") == 2 else f"{info['op']}.default#1"
+    op_site = info["op"] if info["op"].count(".") == 2 else f"{info['op']}.default"
     t1 = time.monotonic()
     kres = run_kernel(op_site, replay_cmd, steps="0", ranks="all", env_arms=env_arms, out=sweep_dir / "replay",
                       timeout_s=timeout_s, progress=progress, tools=tools, device=device, instruments=instruments)
     seconds["replay"] = round(time.monotonic() - t1, 2)
-    tables = {}
+    program = None
+    if (rank_dir / OUTPUT_JSON).is_file():
+        program = json.loads((rank_dir / OUTPUT_JSON).read_text())
+    tables, reps = {}, {}
     for s in settings:
-        arms = [(m, arm_name(s, m)) for m in row_list]
-        tables[s.name] = tbl.build(plan, arms, results, kres, setting=s.label())
-    res = SweepResult(sweep_dir, plan, row_list, skipped, settings, kres, tables, info, seconds, discovered)
+        res_path = results / f"{s.name}.json"
+        result = json.loads(res_path.read_text()) if res_path.is_file() else None
+        if rows is not None:
+            tables[s.name] = tbl.build(plan, s.name, result, kres, setting=s.label(), sizes=row_list)
+        racy = result is not None and not all(e.get("repeats_equal", True) for e in result.get("sizes", []))
+        if repeat > 1 or rows is None or racy:  # (the full size's two calls differing: the repeat verdict says so)
+            reps[s.name] = tbl.repeat_verdict(plan, s.name, result, kres, program, setting=s.label())
+    res = SweepResult(sweep_dir, plan, row_list, skipped, settings, kres, tables, info, seconds, reps, repeat, auto)
     write_outputs(res)
     return res
 
@@ -255,17 +310,21 @@ def write_outputs(res: SweepResult) -> None:
     d = res.kernel.capture_dir / "sweep"
     d.mkdir(parents=True, exist_ok=True)
     data = {"site": res.kept.get("label"), "op": res.plan.op, "plan": res.plan.to_json(), "rows": res.rows,
-            "skipped_rows": res.skipped_rows, "discovered_rows": res.discovered, "threads": res.kept.get("threads"),
-            "settings": [{"name": s.name, "env": s.env} for s in res.settings],
-            "tables": {k: t.to_json() for k, t in res.tables.items()}, "seconds": res.seconds,
+            "auto": res.auto, "skipped_rows": res.skipped_rows, "threads": res.kept.get("threads"),
+            "repeat": res.repeat, "settings": [{"name": s.name, "env": s.env} for s in res.settings],
+            "tables": {k: t.to_json() for k, t in res.tables.items()},
+            "repeats": {k: r.to_json() for k, r in res.repeats.items()}, "seconds": res.seconds,
             "sweep_dir": str(res.sweep_dir)}
     (d / "sweep.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
     md = [f"# Batch-invariance sweep of {res.kept.get('label')} ({res.plan.op})", "",
           f"Sliced: {res.plan.what}; used whole: {', '.join(res.plan.kept_whole) or 'nothing'}.", ""]
     for t in res.tables.values():
         md += tbl.markdown(t) + [""]
+    for r in res.repeats.values():
+        md += [f"## Repeats ({r.setting})", "", "Repeat verdict: " + r.verdict_line, "", f"Evidence: {r.evidence}.", ""]
     (d / "table.md").write_text("\n".join(md))
     shutil.copyfile(Path(res.kept["rank_dir"]) / "site-inputs.pt", d / "site-inputs.pt")
     (d / "sweep-plan.json").write_text((Path(res.kept["rank_dir"]) / "sweep-plan.json").read_text())
-    (d / "repro.py").write_text(render_repro(res.plan, res.rows, res.kept))
-    os.chmod(d / "repro.py", 0o755)
+    if res.tables:  # the anchor-row check needs rows to slice
+        (d / "repro.py").write_text(render_repro(res.plan, res.rows, res.kept))
+        os.chmod(d / "repro.py", 0o755)

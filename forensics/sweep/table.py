@@ -26,6 +26,7 @@ from forensics.instruments.cublaslt import ALGO_COLUMNS
 from forensics.core.words import BATCH_INVARIANT as INVARIANT
 from forensics.core.words import BATCH_VARIANT as VARIANT
 from forensics.core.words import NOT_CHECKED as UNCHECKED
+from forensics.core.words import DETERMINISTIC, NAMED, NONDETERMINISTIC, PROCESS_DEPENDENT
 
 #: Per call-log instrument: the problem fields and the algo fields a row shows.
 PROBLEM_FIELDS = {
@@ -138,17 +139,19 @@ def only_rows_differ(a: str, b: str, m: int, full: int) -> bool:
     return len(ta) == len(tb) and all(x == y or (x == str(m) and y == str(full)) for x, y in zip(ta, tb))
 
 
-def build(plan: Any, arms: list[tuple[int, str]], results_dir: Path, kres: Any, setting: str = "as run") -> Table:
-    """The table of one setting: ``arms`` are (row count, arm name), the full call's among them."""
-    label = f"{plan.op}#1"
+def build(plan: Any, arm: str, result: dict[str, Any] | None, kres: Any, setting: str = "as run",
+          sizes: list[int] | None = None) -> Table:
+    """The table of one setting: its replay arm ``arm`` ran every size in one process (``result``: its
+    JSON, None when it wrote none); each size's row reads the instruments at its first occurrence."""
     rows: list[Row] = []
     passes = {p.name: p for p in getattr(kres, "passes", [])}
-    for m, arm in arms:
+    by_rows = {int(e["rows"]): e for e in (result or {}).get("sizes", [])}
+    for m in sizes or sorted(by_rows):
+        res = by_rows.get(m)
+        label = f"{plan.op}#{res['occurrences'][0]}" if res else f"{plan.op}#?"
         impl, fields = _arm_evidence(kres, arm, label)
         row = Row(m, arm, impl, fields)
-        res_path = Path(results_dir) / f"{arm}.json"
-        if res_path.is_file():
-            res = json.loads(res_path.read_text())
+        if res is not None:
             row.equal = bool(res.get("equal"))
             outs = res.get("outputs", [])
             if row.equal:
@@ -159,8 +162,11 @@ def build(plan: Any, arms: list[tuple[int, str]], results_dir: Path, kres: Any, 
                 big = max((float(o.get("max_abs_diff", 0.0)) for o in outs), default=0.0)
                 row.bits = f"DIFFER ({n}/{total} elements, max |d| {big:.3g})"
             row.digests = ", ".join(f"{o.get('ohash_sliced', 0):016x}/{o.get('ohash_full_rows', 0):016x}" for o in outs)
-            if res.get("threads_pinned"):
-                row.note = f"threads pinned to {res['threads_pinned']} (the program's count at the site)"
+            if result.get("threads_pinned"):
+                row.note = f"threads pinned to {result['threads_pinned']} (the program's count at the site)"
+            if not res.get("repeats_equal", True):
+                row.note = (row.note + "; " if row.note else "") + \
+                    f"repeats {', '.join(map(str, res['differing_repeats']))} of {res['repeats']} differ from the first"
         else:
             p = passes.get(arm)
             why = f"{p.status}: {p.reason}" if p is not None and p.status != "ok" else "no result written"
@@ -177,11 +183,46 @@ def build(plan: Any, arms: list[tuple[int, str]], results_dir: Path, kres: Any, 
                 a, b = r.fields.get(k, "-"), full.fields.get(k, "-")
                 if a != b and not (k.endswith(" problem") and only_rows_differ(a, b, r.rows, plan.full_rows)):
                     r.changed.append(k)
-    table = _verdict(plan, label, rows, full, setting)
-    an = getattr(kres, "analysis", None)
-    table.notes = list(dict.fromkeys(getattr(an, "missing", None) or [])) if an is not None else \
-        [getattr(kres, "analysis_error", None) or "no analysis of the replay capture"]
+    full_res = by_rows.get(plan.full_rows)
+    table = _verdict(plan, f"{plan.op}#1", rows, full, setting,
+                     full_res is not None and not full_res.get("repeats_equal", True))
+    table.notes = _notes(kres)
     return table
+
+
+def _notes(kres: Any) -> list[str]:
+    an = getattr(kres, "analysis", None)
+    return list(dict.fromkeys(getattr(an, "missing", None) or [])) if an is not None else \
+        [getattr(kres, "analysis_error", None) or "no analysis of the replay capture"]
+
+
+def ranges(values: list[int]) -> str:
+    """``[1, 2, 3, 5, 8, 9]`` -> ``1-3, 5, 8-9``: a range only where every integer in it is in ``values``."""
+    vs = sorted(set(values))
+    out, i = [], 0
+    while i < len(vs):
+        j = i
+        while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
+            j += 1
+        out.append(str(vs[i]) if j == i else (f"{vs[i]}, {vs[j]}" if j == i + 1 else f"{vs[i]}-{vs[j]}"))
+        i = j + 1
+    return ", ".join(out)
+
+
+def boundaries(checked: list[tuple[int, bool]]) -> list[str]:
+    """Where the bits flip between two neighbouring tried sizes: ``between 8 and 9 (8 equal, 9 differs)``; when sizes
+    between the two were not tried, it says so (the flip is somewhere in there, or more than one)."""
+    out = []
+    pts = sorted(checked)
+    for (a, ea), (b, eb) in zip(pts, pts[1:]):
+        if ea == eb:
+            continue
+        what = f"between {a} and {b} ({a} {'equal' if ea else 'differs'}, {b} {'equal' if eb else 'differs'}"
+        if b - a > 1:
+            what += f"; sizes {a + 1}-{b - 1} not tried" if b - a > 2 else f"; size {a + 1} not tried"
+        what += ")"
+        out.append(what)
+    return out
 
 
 def _numel(shape: list[int]) -> int:
@@ -191,40 +232,41 @@ def _numel(shape: list[int]) -> int:
     return n
 
 
-def _verdict(plan: Any, label: str, rows: list[Row], full: Row | None, setting: str) -> Table:
+def _verdict(plan: Any, label: str, rows: list[Row], full: Row | None, setting: str,
+             full_racy: bool = False) -> Table:
+    """The verdict says what the tried sizes showed and nothing about a size it did not try."""
     checked = [r for r in rows if r.equal is not None and r is not full]
     unchecked = [r for r in rows if r.equal is None]
     differ = [r for r in checked if not r.equal]
-    tried = ", ".join(str(r.rows) for r in checked)
-    ev = ("anchor rows: the first m rows of the full call's output vs the call on m rows, each in a fresh process, "
-          "bit for bit and by order-sensitive digests; implementation and fields: the replay capture's two-instrument "
-          "verdicts and library logs")
+    tried = ranges([r.rows for r in checked])
+    ev = ("anchor rows: the first m rows of the full call's output vs the call on m rows, every size in one fresh "
+          "process, bit for bit and by order-sensitive digests; implementation and fields: the replay capture's "
+          "two-instrument verdicts and library logs at each size's first occurrence")
     if full is None or full.equal is None:
         return Table(plan.op, label, plan.what, plan.full_rows, setting, rows, UNCHECKED,
                      f"{UNCHECKED}: the full call ({plan.full_rows} rows) did not run: no reference", None, ev)
-    if not full.equal:
-        return Table(plan.op, label, plan.what, plan.full_rows, setting, rows, VARIANT,
-                     f"{VARIANT} at the full size itself: two calls on all {plan.full_rows} rows in one process "
-                     "gave different bits (run-to-run nondeterminism, not batch variance)", plan.full_rows, ev)
+    if full_racy:
+        return Table(plan.op, label, plan.what, plan.full_rows, setting, rows, UNCHECKED,
+                     f"{UNCHECKED}: two calls on all {plan.full_rows} rows in one process gave different bits: the op "
+                     "is not deterministic at the full size (see the repeat verdict), so a shared row that differs "
+                     "says nothing about the batch", None, ev)
+    tail = f"; not checked: {', '.join(str(r.rows) for r in unchecked)}" if unchecked else ""
+    n = len(checked)
     if not differ:
-        line = (f"{INVARIANT} over the tried sizes {tried} (of {plan.full_rows} rows): every shared row's bits equal "
-                "the full call's (order-sensitive digests agree)")
-        if unchecked:
-            line += f"; not checked: {', '.join(str(r.rows) for r in unchecked)}"
+        line = (f"{INVARIANT} at the {n} size(s) tried ({tried}; full call {plan.full_rows} rows): every shared "
+                "row's bits equal the full call's (order-sensitive digests agree); sizes not tried were not "
+                "checked" + tail)
         return Table(plan.op, label, plan.what, plan.full_rows, setting, rows, INVARIANT, line, None, ev)
     first = differ[0]
-    equal_at = [str(r.rows) for r in checked if r.equal]
-    bounds = ""
-    last_diff = differ[-1]
-    after = [r for r in checked if r.equal and r.rows > last_diff.rows]
-    before = [r for r in checked if r.equal and r.rows < first.rows]
-    if after and not before and all(not r.equal for r in checked if r.rows <= last_diff.rows):
-        bounds = f" (every size up to {last_diff.rows} differs, every size from {after[0].rows} on is equal)"
+    equal_at = [r.rows for r in checked if r.equal]
+    flips = boundaries([(r.rows, bool(r.equal)) for r in checked] + [(plan.full_rows, True)])
     what = _what_changed(first, full, plan.full_rows)
-    line = (f"{VARIANT}: the shared rows differ from the full call's ({plan.full_rows} rows) at "
-            f"{', '.join(str(r.rows) for r in differ)} row(s)"
-            + (f", equal at {', '.join(equal_at)}" if equal_at else "")
-            + f"; first varying size: {first.rows}{bounds}; {what}")
+    line = (f"{VARIANT}: of the {n} size(s) tried ({tried}; full call {plan.full_rows} rows), the shared rows "
+            f"differ from the full call's at {ranges([r.rows for r in differ])}"
+            + (f" and are equal at {ranges(equal_at)}" if equal_at else "")
+            + f"; first varying size: {first.rows}"
+            + (f"; the bits flip {', '.join(flips)}" if flips else "")
+            + f"; sizes not tried were not checked{tail}; {what}")
     return Table(plan.op, label, plan.what, plan.full_rows, setting, rows, VARIANT, line, first.rows, ev)
 
 
@@ -283,3 +325,110 @@ def print_table(t: Table, console: Any) -> None:
     console.print("* differs from the full call's (a problem that differs only by the row count is not marked)",
                   soft_wrap=True, markup=False)
     console.print(f"verdict: {t.verdict_line}", soft_wrap=True, markup=False)
+
+
+@dataclass
+class Repeats:
+    """The determinism verdict of one setting (``--repeat N``): separate from batch invariance."""
+
+    op: str
+    setting: str
+    repeat: int
+    verdict: str
+    verdict_line: str
+    per_size: list[dict[str, Any]]
+    evidence: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "setting": self.setting, "repeat": self.repeat, "verdict": self.verdict,
+                "verdict_line": self.verdict_line, "per_size": self.per_size, "evidence": self.evidence}
+
+
+def repeat_verdict(plan: Any, arm: str, result: dict[str, Any] | None, kres: Any, program: dict[str, Any] | None,
+                   setting: str = "as run") -> Repeats:
+    """Do N calls of the kept call in one process give the same bits, and the program's own bits?
+
+    * **DETERMINISTIC**: every repeat equals the first, and the first full call equals the program's
+      own output at the site (its order-sensitive digest, kept by the keep run);
+    * **NONDETERMINISTIC**: a repeat differs from the first in the same process: racy *at a fixed
+      choice* when the instruments show the same implementation and fields at every repeat, or the
+      choice changed between the repeats (the fields that did are named);
+    * **PROCESS-DEPENDENT**: every repeat agrees, but not with the program's own call on the same
+      inputs: something chosen per process changed, not a race.
+    """
+    ev = ("repeats: every call's bits vs the first call's in the same process (bit for bit); the program's own call: "
+          "the order-sensitive digest of its outputs at the site, kept by the keep run (site-output.json); the choice: "
+          "the replay capture's two-instrument verdicts and library logs at every repeat")
+    whole = "the whole call" if not plan.full_rows else None
+    if result is None:
+        return Repeats(plan.op, setting, 0, UNCHECKED, f"{UNCHECKED}: the replay wrote no result", [], ev)
+    if not any(e.get("outputs") for e in result.get("sizes", [])):
+        return Repeats(plan.op, setting, 0, UNCHECKED, f"{UNCHECKED}: {plan.op} returned no tensor: no bits to compare",
+                       [], ev)
+    per_size, racy = [], []
+    for e in result.get("sizes", []):
+        occ = e.get("occurrences", [])
+        seen = []
+        for o in occ:
+            impl, fields = _arm_evidence(kres, arm, f"{plan.op}#{o}")
+            seen.append((impl, tuple(sorted((k, v) for k, v in fields.items() if not k.endswith(" problem")))))
+        changed = sorted({k for _, f in seen for k, v in f if any(dict(g).get(k) != v for _, g in seen)} |
+                         ({"implementation"} if len({i for i, _ in seen}) > 1 else set()))
+        d = {"rows": e["rows"], "repeats": e.get("repeats"), "repeats_equal": e.get("repeats_equal"),
+             "differing_repeats": e.get("differing_repeats", []), "choice_changed": changed,
+             "implementation": seen[0][0] if seen else "-",
+             "named_every_repeat": bool(seen) and all(f"({NAMED})" in i for i, _ in seen)}
+        per_size.append(d)
+        if not e.get("repeats_equal", True):
+            racy.append(d)
+    n = max((d["repeats"] or 0) for d in per_size) if per_size else 0
+    where = (lambda d: whole or f"{d['rows']} rows")
+    if racy:
+        parts = []
+        for d in racy:
+            if d["choice_changed"]:
+                how = f", and the choice changed between the repeats ({', '.join(d['choice_changed'])})"
+            elif d["named_every_repeat"]:
+                how = (f", at a fixed choice (the same implementation, {d['implementation']}, and the same fields at "
+                       "every repeat: a race, e.g. atomics or a thread-timed reduction order)")
+            else:
+                how = (" (the instruments NAMED no implementation at every repeat, so they show no choice, fixed or "
+                       "changed, inside the process)")
+            parts.append(f"{where(d)}: repeats {ranges(d['differing_repeats'])} of {d['repeats']} differ from the "
+                         f"first{how}")
+        line = (f"{NONDETERMINISTIC}: the same call, same shape, in one process, gave different bits: "
+                + "; ".join(parts) + "; not a choice that changed between processes (one process, the same inputs, "
+                "shape and thread count)")
+        return Repeats(plan.op, setting, n, NONDETERMINISTIC, line, per_size, ev)
+    full = next((e for e in result.get("sizes", []) if e["rows"] == plan.full_rows), None)
+    mine = [o.get("ohash_sliced") for o in (full or {}).get("outputs", [])]
+    theirs = [o.get("ohash") for o in (program or {}).get("outputs", [])]
+    sizes_txt = whole or f"each of {len(per_size)} size(s) ({ranges([d['rows'] for d in per_size])})"
+    if program and theirs and mine and theirs != mine:
+        line = (f"{PROCESS_DEPENDENT}: {n} repeats at {sizes_txt} in one process gave the same bits, but the full "
+                f"call's differ from the program's own call on the same inputs (digests {_hexes(mine)} here, "
+                f"{_hexes(theirs)} in the program): a choice made per process changed between the two (thread "
+                "count, a heuristic, the environment, memory alignment), not a race inside one"
+                + (f"; this setting's environment ({setting}) is not the program's, the first suspect"
+                   if setting != "as run" else ""))
+        return Repeats(plan.op, setting, n, PROCESS_DEPENDENT, line, per_size, ev)
+    prog = ("; the full call's bits equal the program's own call's (order-sensitive digest)" if program and theirs
+            else "; the program's own output was not described (no site-output.json): compared within this process "
+                 "only")
+    line = (f"{DETERMINISTIC} over {n} repeats at {sizes_txt} in one process: every repeat's bits equal the "
+            f"first's{prog}; more repeats, other processes or other inputs were not checked")
+    return Repeats(plan.op, setting, n, DETERMINISTIC, line, per_size, ev)
+
+
+def _hexes(values: list[Any]) -> str:
+    return ", ".join(f"{int(v):016x}" for v in values)
+
+
+def print_repeats(r: Repeats, console: Any) -> None:
+    for d in r.per_size:
+        what = "the whole call" if not d["rows"] else f"{d['rows']} rows"
+        bits = "EQUAL" if d["repeats_equal"] else f"DIFFER at repeats {ranges(d['differing_repeats'])}"
+        console.print(f"repeat ({r.setting}) {what}: {d['repeats']} calls, {bits}; implementation {d['implementation']}"
+                      + (f"; changed between repeats: {', '.join(d['choice_changed'])}" if d["choice_changed"] else ""),
+                      soft_wrap=True, markup=False)
+    console.print(f"repeat verdict ({r.setting}): {r.verdict_line}", soft_wrap=True, markup=False)
