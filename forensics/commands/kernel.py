@@ -66,6 +66,9 @@ def register(app: typer.Typer) -> None:
         from_report: Optional[Path] = typer.Option(
             None, "--from", help="take the site from a `forensics diff --json` or Megatron compare_traces.py report "
                                  "(refused for a RECEIVER, CONTROL_FLOW or unproven first divergence)"),
+        command_from: Optional[Path] = typer.Option(
+            None, "--command-from", metavar="TRACE", help="the training command recorded in this trace (what "
+            "`forensics diff`'s next: line gives when the traced command holds a secret, never printed)"),
     ) -> None:
         """Rerun the step window under the device's instruments; NAME the site's kernel (implementation on the CPU).
 
@@ -79,6 +82,12 @@ def register(app: typer.Typer) -> None:
         from forensics.core.site import Occurrence, parse_site_or_occurrence
         from forensics.commands.suggest import check_op_site
 
+        if command_from is not None:
+            if command:
+                _usage("--command-from and a command after '--' exclude each other")
+            from forensics.tracediff.from_report import command_from_trace
+
+            command = command_from_trace(command_from)
         if from_report is not None:
             site, ranks, steps, command, found = _from_report(from_report, site, ranks, steps, command)
             d = found.differences

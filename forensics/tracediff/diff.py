@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput, BadSite
+from forensics.core.redact import Redactor, argv_holds_secret, redact_argv
 from forensics.core.site import parse_site
 from forensics.tracediff.arms import differences_of
 from forensics.tracediff.comparability import compare_runs, config_differences
@@ -215,25 +216,33 @@ def suggest_site(results: dict[int, RankResult]) -> Divergence | None:
 
 
 def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str,
-                 steps: list[int | None] | None = None, differences: Any = None) -> str:
+                 steps: list[int | None] | None = None, differences: Any = None, trace_a: str | None = None) -> str:
     """The command to run next: ``forensics kernel`` on the site (occurrence, rank and the traced
     steps, so occurrences count alike), or a wider trace when no ORIGIN was found.
 
     ``differences`` (:class:`forensics.tracediff.arms.RunDifferences`): what differs between the
     runs becomes arms of the kernel rerun: run A's setting of each differing knob in every arm
-    (``--env``), B's as a ``--toggle``, B's command line as an ``--arm-command``."""
-    cmd = shlex.join(argv) if argv else "<command>"
+    (``--env``), B's as a ``--toggle``, B's command line as an ``--arm-command``.
+
+    A traced command line holding a secret (``--api-key X``, ``HF_TOKEN=X``, a URL's password:
+    :mod:`forensics.core.redact`) is never printed: the command reads it from run A's trace instead
+    (``--command-from TRACE_A``, given ``trace_a``), so the line stays runnable as printed; without
+    ``trace_a`` it is printed redacted."""
+    if argv and argv_holds_secret(argv):
+        cmd = f"--command-from {shlex.quote(trace_a)}" if trace_a else "-- " + shlex.join(map(str, redact_argv(argv)))
+    else:
+        cmd = "-- " + (shlex.join(argv) if argv else "<command>")
     if origin is not None and origin.site and origin.evidence != "proven":
         step = f" --steps {origin.step}" if isinstance(origin.step, int) else ""
-        return (f"forensics trace --ordered-digests inputs{step} --ranks {origin.rank} --out <dir> -- {cmd}"
+        return (f"forensics trace --ordered-digests inputs{step} --ranks {origin.rank} --out <dir> {cmd}"
                 "   # prove the ORIGIN's inputs equal first")
     if origin is not None and origin.site:
         site = f"{origin.site}#{origin.occurrence}" if origin.occurrence else origin.site
         known = sorted(s for s in (steps or []) if isinstance(s, int))
         window = "" if not known else f" --steps {known[0]}" + (f"-{known[-1]}" if known[-1] != known[0] else "")
         arms = "" if differences is None else "".join(" " + shlex.quote(x) for x in differences.kernel_options())
-        return f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{window}{arms} -- {cmd}"
-    return f"forensics trace --steps all --ranks all --out <dir> -- {cmd}"
+        return f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{window}{arms} {cmd}"
+    return f"forensics trace --steps all --ranks all --out <dir> {cmd}"
 
 
 def diff_streams(
@@ -312,6 +321,11 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
     config = [d["field"] for d in report.comparability if d.get("severity") in ("warning", "info")]
     report.pattern, report.pattern_explanation = classify_pattern(report.ranks, world if isinstance(world, int) else None,
                                                                   config)
+    # nothing secret is printed or written: a secret of either traced command line (or of what the
+    # headers recorded) leaves the comparability lines and the knob differences
+    red = Redactor().learn(run_info_a.get("argv") or []).learn(run_info_b.get("argv") or [])
+    report.comparability = [red.obj(d) for d in report.comparability]
+    report.config_differences = [red.obj(d) for d in report.config_differences]
     origin = suggest_site(report.ranks)
     if origin is not None:
         report.site, report.occurrence = origin.site, origin.occurrence
@@ -319,7 +333,8 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
     steps = report.ranks[origin.rank].steps if origin is not None else None
     differences = differences_of({"comparability": report.comparability,
                                   "config_differences": report.config_differences}, run_info_a.get("argv"))
-    report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps, differences)
+    report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps, differences,
+                                       trace_a=report.a)
     if isinstance(world, int) and len(report.ranks) < world and report.pattern in ("none", "only_receivers"):
         report.warnings.append(f"{len(report.ranks)} of {world} ranks compared: a clean result says nothing "
                                "about the ranks not traced")
