@@ -103,9 +103,10 @@ def _sqlite(path: Path, head: bytes) -> Recognised:
     try:
         uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro&immutable=1"
         with closing(sqlite3.connect(uri, uri=True)) as c:
+            c.text_factory = lambda b: b.decode("utf-8", errors="replace")  # a flipped byte in a name: still read
             tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-    except sqlite3.DatabaseError as e:
-        return Recognised(None, f"an SQLite file that does not open ({e}): corrupt or truncated")
+    except (sqlite3.DatabaseError, ValueError) as e:  # ValueError: UnicodeDecodeError of a damaged schema
+        return Recognised(None, f"an SQLite file that does not open ({type(e).__name__}: {e}): corrupt or truncated")
     seen = _content(Head(path.name, head, False, frozenset(tables)))  # nsys's export, by its tables
     if seen is not None:
         return seen
