@@ -184,3 +184,17 @@ def test_an_unreadable_top_level_path_is_one_line_exit_3(tmp_path, capsys):
     _, err = capsys.readouterr()
     assert code == 2 and len(err.strip().splitlines()) == 1 and "forensics analyze" in err
 
+
+
+def test_nsys_string_ids_holding_numbers_is_said_not_a_silent_no_kernel_named(tmp_path, capsys):
+    """The README's real GPU pair (5 kernels NAMED) with StringIds' values replaced by numbers (the
+    column's text affinity keeps them as '1925'): on main 'no kernel NAMED', exit 1, no note."""
+    import sqlite3
+
+    cap = tmp_path / "cap"
+    shutil.copytree(REPO / "examples" / "corpus-ex-gpu", cap)
+    with sqlite3.connect(cap / "a1" / "ex-gpu.s10.sqlite") as con:
+        con.execute("UPDATE StringIds SET value = id")
+    code = main(["analyze", str(cap), "--out", str(tmp_path / "an")])
+    out, err = capsys.readouterr()
+    assert_bad_input(code, err, file="ex-gpu.s10.sqlite", needle="a number, not a kernel symbol", out=out)
