@@ -58,8 +58,19 @@ def _version(value: bool) -> None:
 def _main_options(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="print the version and exit"),
+    max_input_bytes: str | None = typer.Option(
+        None, "--max-input-bytes", metavar="N", help="ceiling on an input read whole (a Chrome/Kineto JSON, a "
+        "JSONL file), its gzip stream decompressed included: bytes or 512M, 4G (default 1G; also "
+        "FORENSICS_MAX_INPUT_BYTES)"),
 ) -> None:
     """Options of ``forensics`` itself (the commands' own options follow the command name)."""
+    if max_input_bytes is not None:
+        from forensics.runtime.inputs import MAX_INPUT_ENV, parse_size  # noqa: PLC0415
+
+        try:
+            os.environ[MAX_INPUT_ENV] = str(parse_size(max_input_bytes))  # worker processes inherit it
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--max-input-bytes") from None
 
 
 for _name in COMMAND_MODULES:
