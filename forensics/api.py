@@ -72,6 +72,8 @@ def load_capture(path: PathLike, keep_going: bool = False) -> CaptureData:
     from forensics.capture.directory import load_capture as _load  # noqa: PLC0415
     from forensics.judge.analysis import load  # noqa: PLC0415
 
+    path = _path("path", path)
+    _flag("keep_going", keep_going)
     cap = _load(path)
     notes: list[str] = []
     launches, calls, sites = load(cap, keep_going=keep_going, notes=notes)
@@ -151,6 +153,12 @@ def analyze(path: PathLike, site: str | None = None, *, ranks: str | None = None
     processes; ``0``: one per core)."""
     from forensics.judge.shards import analyze_ranks  # noqa: PLC0415
 
+    path = _path("path", path)
+    _opt_str("site", site)
+    _opt_str("ranks", ranks)
+    _opt_str("shard", shard)
+    _flag("keep_going", keep_going)
+    _count("jobs", jobs)
     if site:  # as the command: a site the capture never recorded raises UnknownName (exit 2)
         from forensics.commands.suggest import check_site_in_capture  # noqa: PLC0415
 
@@ -224,6 +232,13 @@ def diff(a: PathLike, b: PathLike, *, fmt: str = "auto", rank: int | None = None
     from forensics.tracediff.diff import WINDOW, diff_paths  # noqa: PLC0415
     from forensics.tracediff.shards import diff_ranks  # noqa: PLC0415
 
+    a, b = _path("a", a), _path("b", b)
+    if not isinstance(fmt, str):
+        raise _arg_error("fmt", "a format name (str)", fmt)
+    _count("rank", rank, optional=True)
+    _opt_str("ranks", ranks)
+    _count("window", window, low=256, optional=True)
+    _count("jobs", jobs)
     window = WINDOW if window is None else window
     if rank is not None:
         return DiffResult(diff_paths(Path(a), Path(b), fmt=fmt, rank=rank, window=window))
@@ -237,7 +252,9 @@ def load_trace(path: PathLike, fmt: str = "auto") -> pd.DataFrame:
     from forensics.tracediff.diff import resolve_reader  # noqa: PLC0415
     from forensics.tracediff.divergence import site_of  # noqa: PLC0415
 
-    path = Path(path)
+    path = _path("path", path)
+    if not isinstance(fmt, str):
+        raise _arg_error("fmt", "a format name (str)", fmt)
     _, reader = resolve_reader(path, path, fmt)
     trace = reader.read(path)
     order = ("full", "sampled", "summary", "metadata")
@@ -310,6 +327,9 @@ def compare(path: PathLike, site: str | None = None, *, force: bool = False) -> 
     from forensics.judge.arm_evidence import load_evidence  # noqa: PLC0415
     from forensics.judge.verdicts import compare_arms, discriminator_table, toggle_report  # noqa: PLC0415
 
+    path = _path("path", path)
+    _opt_str("site", site)
+    _flag("force", force)
     if site:
         from forensics.commands.suggest import check_site_in_capture  # noqa: PLC0415
 
@@ -365,6 +385,18 @@ def knob(name: str, site: str | None = None, *, paths: list[PathLike] | None = N
     from forensics.core.site import parse_site_or_occurrence  # noqa: PLC0415
     from forensics.commands.suggest import check_knob_typo  # noqa: PLC0415
 
+    if not isinstance(name, str):
+        raise _arg_error("name", "a knob name (str)", name)
+    _opt_str("site", site)
+    if paths is not None:  # one string is one path, never its characters
+        if isinstance(paths, (str, bytes)) or not isinstance(paths, (list, tuple)):
+            raise _arg_error("paths", "a list of paths (paths=['dir'], not paths='dir')", paths)
+        paths = [_path("paths[]", x) for x in paths]
+    if not isinstance(device, str):
+        raise _arg_error("device", "'auto', 'cuda', 'rocm' or 'cpu'", device)
+    _flag("use_cache", use_cache)
+    _flag("uncatalogued", uncatalogued)
+    _count("workers", workers, low=1, optional=True)
     check_knob_name(name)
     if not uncatalogued:
         check_knob_typo(name, load_catalog())
@@ -379,6 +411,40 @@ def knob(name: str, site: str | None = None, *, paths: list[PathLike] | None = N
         report.scope = assess(result, parsed, report.entry, device=chosen)
         report.scope.device_note = why
     return KnobResult(report)
+
+
+# --------------------------------------------------------------------------- typed borders
+
+def _arg_error(name: str, want: str, value: Any) -> Exception:
+    from forensics.core.errors import BadArgument  # noqa: PLC0415
+
+    return BadArgument(f"{name}: expected {want}, got {type(value).__name__} {value!r:.60}")
+
+
+def _path(name: str, value: Any) -> Path:
+    """A path argument: str or os.PathLike (not bytes, not a list)."""
+    import os  # noqa: PLC0415
+
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)) or (isinstance(value, str) and not value):
+        raise _arg_error(name, "a path (str or os.PathLike)", value)
+    return Path(value)
+
+
+def _opt_str(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise _arg_error(name, "a string or None", value)
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):  # keep_going='no' would switch it on
+        raise _arg_error(name, "True or False", value)
+
+
+def _count(name: str, value: Any, *, low: int = 0, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _arg_error(name, f"an integer >= {low}" + (" or None" if optional else ""), value)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import os
 import sys
 import warnings
 
@@ -21,6 +22,7 @@ from forensics.core.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_UNAVAILABLE,
+    EXIT_USAGE,
     BadInput,
     BadSite,
     ForensicsError,
@@ -56,8 +58,19 @@ def _version(value: bool) -> None:
 def _main_options(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="print the version and exit"),
+    max_input_bytes: str | None = typer.Option(
+        None, "--max-input-bytes", metavar="N", help="ceiling on an input read whole (a Chrome/Kineto JSON, a "
+        "JSONL file), its gzip stream decompressed included: bytes or 512M, 4G (default 1G; also "
+        "FORENSICS_MAX_INPUT_BYTES)"),
 ) -> None:
     """Options of ``forensics`` itself (the commands' own options follow the command name)."""
+    if max_input_bytes is not None:
+        from forensics.runtime.inputs import MAX_INPUT_ENV, parse_size  # noqa: PLC0415
+
+        try:
+            os.environ[MAX_INPUT_ENV] = str(parse_size(max_input_bytes))  # worker processes inherit it
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--max-input-bytes") from None
 
 
 for _name in COMMAND_MODULES:
@@ -99,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code (exits when called without ``argv``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     command = command_of(args)
+    early = _path_for_a_command(args)
+    if early is not None:
+        return _exit(early, argv)
     try:
         with warnings.catch_warnings():
             for category in _QUIET_CATEGORIES:
@@ -127,6 +143,24 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - the one place that turns a bug into one line + a file
         code = _internal(e, command, args)
     return _exit(code, argv)
+
+
+def _path_for_a_command(args: list[str]) -> int | None:
+    """``forensics PATH`` (a path where the command goes): one line, not click's usage box; exit 3
+    when PATH cannot be read (it does not exist, or is not readable), 2 when it can (a usage slip)."""
+    first = next((a for a in args if not a.startswith("-")), None)
+    if first is None or first in COMMAND_MODULES or args.index(first) != 0:
+        return None
+    looks = os.sep in first or first.startswith(".") or os.path.lexists(first)
+    if not looks:
+        return None  # a misspelt command: click's own message
+    if not os.path.exists(first) or not os.access(first, os.R_OK):
+        why = "no such file or directory" if not os.path.lexists(first) else "cannot be read"
+        typer.echo(f"forensics: bad input: {first}: {why} (a command comes first: forensics analyze PATH)", err=True)
+        return EXIT_BAD_INPUT
+    typer.echo(f"forensics: {first} is a path, not a command: forensics analyze {first} (commands: "
+               f"{', '.join(COMMAND_MODULES)})", err=True)
+    return EXIT_USAGE
 
 
 def _os_error(e: OSError, command: str, args: list[str]) -> int:

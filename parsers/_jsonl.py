@@ -6,15 +6,14 @@ Every failure is a :class:`forensics.core.errors.BadInput` naming the file and l
 """
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput
+from forensics.runtime.inputs import read_bounded
 
 SUPPORTED_VERSION = 1
 
@@ -30,16 +29,11 @@ class JsonlFile:
 
 def _read_text(path: Path) -> str:
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path)  # a ceiling on the file and on its decompressed size (gzip)
     except FileNotFoundError:
         raise BadInput(path, "file not found") from None
     except IsADirectoryError:
         raise BadInput(path, "is a directory, not a JSONL file") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as e:
-            raise BadInput(path, f"truncated or corrupt gzip: {e}") from None
     if raw.startswith(b"SQLite format 3\x00"):
         raise BadInput(path, "is an SQLite database (an nsys export?), not a JSONL file")
     from forensics.runtime.inputs import decode_utf8  # noqa: PLC0415 - our formats are UTF-8: a bad byte is corruption

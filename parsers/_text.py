@@ -57,6 +57,16 @@ def sniff_foreign(head: bytes) -> str | None:
     return None
 
 
+#: The longest line a text reader accepts (a real log line is a few KiB; a file of one endless line is not text).
+MAX_LINE_BYTES = 64 << 20
+
+
+def _no_nul(path: Path, chunk: bytes, first_line: int, what: str) -> None:
+    nul = chunk.find(b"\x00")
+    if nul >= 0:
+        raise BadInput(path, f"binary data (NUL byte), not a {what}", line=first_line + chunk.count(b"\n", 0, nul))
+
+
 def iter_line_chunks(
     path: str | PathLike[str], what: str, chunk_bytes: int | None = None
 ) -> Iterator[tuple[int, list[str], bool]]:
@@ -80,12 +90,16 @@ def iter_line_chunks(
         if foreign:
             raise BadInput(p, f"this is {foreign}, not a {what}", line=1)
         lineno = 1
+        _no_nul(p, head, lineno, what)  # a binary file is refused on its first chunk, never read whole
         pending = head
         while pending:
             more = f.read(chunk_bytes)
+            _no_nul(p, more, lineno + pending.count(b"\n"), what)
             buf = pending + more if more else pending
             cut = buf.rfind(b"\n")
-            if more and cut < 0:  # a single line longer than a chunk: keep reading
+            if more and cut < 0:  # a single line longer than a chunk: keep reading, up to a ceiling
+                if len(buf) > MAX_LINE_BYTES:
+                    raise BadInput(p, f"a line longer than {MAX_LINE_BYTES >> 20} MiB: not a {what}", line=lineno)
                 pending = buf
                 continue
             if more:

@@ -9,9 +9,7 @@ when present, is the offset to the Unix epoch). docs/parsers/kineto.md describes
 """
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from os import PathLike
@@ -22,6 +20,7 @@ import msgspec
 import pandas as pd
 
 from forensics.core.errors import BadInput
+from forensics.runtime.inputs import read_bounded
 from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
 from forensics.core.demangle import canonical_kernel, short_name
 from parsers import kineto_vendor
@@ -153,16 +152,11 @@ def us_to_ns(value) -> int | None:
 
 def _load_json(path: Path) -> Any:
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path)  # a ceiling on the file and on its decompressed size (gzip)
     except FileNotFoundError:
         raise BadInput(path, "file not found") from None
     except IsADirectoryError:
         raise BadInput(path, "is a directory, not a Kineto trace") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as e:
-            raise BadInput(path, f"truncated or corrupt gzip: {e}") from None
     if not raw.strip():
         raise BadInput(path, "empty file: expected a Kineto/Chrome trace (JSON)")
     if raw.startswith(b"SQLite format 3\x00"):

@@ -213,6 +213,12 @@ def _require_names(path: Path, df: pd.DataFrame, names: dict[int, str]) -> None:
                 corr = df["correlationId"].iloc[pos] if "correlationId" in df.columns else None
                 raise BadInput(path, f"kernel launch (correlationId {corr}) has {col} id {i} that StringIds does "
                                "not hold: a corrupt or incomplete export")
+    for col in ("shortName", "demangledName", "mangledName"):  # a symbol never starts with a digit
+        for i in pd.Series(df[col]).dropna().unique().tolist():
+            name = names.get(int(i))
+            if isinstance(name, str) and name[:1].isdigit():
+                raise BadInput(path, f"kernel {col} (StringIds id {int(i)}) is {name[:40]!r}, a number, not a kernel "
+                                     "symbol: a damaged export (StringIds values replaced by numbers?)")
 
 
 def _map_ids(ids, table: dict[int, str]) -> pd.arrays.StringArray:

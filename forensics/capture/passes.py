@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from forensics import instruments as registry
-from forensics.core.redact import is_secret_key
+from forensics.core.redact import Redactor, is_secret_key
 from forensics.instruments.ncu import NCU_PERMISSION_REASON, ncu_permission_denied  # noqa: F401 (capture.kernel's)
 from probes.config import ProbeConfig, bootstrap_env
 from probes.window import parse_ranks, parse_steps
@@ -391,4 +391,8 @@ def describe_plan(plan: Plan, base_env: dict[str, str] | None = None) -> str:
         for post in p.post:
             lines.append(f"  then: {shlex.join(post)}")
         lines.append(f"  log:  {p.log_path}")
-    return "\n".join(lines)
+    # the exact argv and env, except a secret (``--api-key X``, a toggled ``NVTE_API_TOKEN``): never printed
+    red = Redactor()
+    for p in plan.passes:
+        red.learn(list(p.argv)).learn(dict(p.env))
+    return red.text("\n".join(lines))

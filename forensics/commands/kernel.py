@@ -75,6 +75,9 @@ def register(app: typer.Typer) -> None:
         from_report: Optional[Path] = typer.Option(
             None, "--from", help="take the site from a `forensics diff --json` or Megatron compare_traces.py report "
                                  "(refused for a RECEIVER, CONTROL_FLOW or unproven first divergence)"),
+        command_from: Optional[Path] = typer.Option(
+            None, "--command-from", metavar="TRACE", help="the training command recorded in this trace (what "
+            "`forensics diff`'s next: line gives when the traced command holds a secret, never printed)"),
     ) -> None:
         """Rerun the step window under the device's instruments; NAME the site's kernel (implementation on the CPU).
 
@@ -88,6 +91,12 @@ def register(app: typer.Typer) -> None:
         from forensics.core.site import Occurrence, parse_site_or_occurrence
         from forensics.commands.suggest import check_op_site
 
+        if command_from is not None:
+            if command:
+                _usage("--command-from and a command after '--' exclude each other")
+            from forensics.tracediff.from_report import command_from_trace
+
+            command = command_from_trace(command_from)
         if from_report is not None:
             site, ranks, steps, command, found = _from_report(from_report, site, ranks, steps, command)
             d = found.differences
@@ -141,6 +150,8 @@ def register(app: typer.Typer) -> None:
         if swept and as_ != "text":
             _usage("--as prints the capture's verdict table; the --rows/--repeat sweep writes its table (table.md, "
                    "sweep.json)")
+        if rows is not None and dry_run:  # --dry-run honours --rows: what the sweep would run, nothing started
+            _dry_run_rows(str(parsed), opts, rows, toggled=bool(opts["toggles"]) or from_report is not None)
         if swept and not dry_run:  # the batch-invariance sweep and the repeat axis (forensics.sweep)
             from forensics.sweep.cli import run_and_print
 
@@ -203,6 +214,31 @@ def _from_report(path: Path, site: Optional[str], ranks: Optional[str], steps: O
     cmd = found.command[found.command.index("--") + 1:] if "--" in found.command else None
     return (found.site_arg, ranks or (str(found.rank) if found.rank is not None else None),
             steps or found.steps, command or cmd, found)
+
+
+def _dry_run_rows(site: str, opts: dict, rows: str, *, toggled: bool) -> None:
+    """``--rows ... --dry-run``: the sizes checked as the sweep checks them (exit 2 as it would), then
+    the sweep's steps; nothing runs (the site's own row count is known only once its inputs are kept)."""
+    import shlex
+
+    from forensics.core.redact import redact_argv
+    from forensics.sweep.run import parse_rows
+
+    try:
+        wanted = parse_rows(rows)
+    except ValueError as e:
+        _usage(str(e))
+    if toggled:
+        _usage("--rows replays one site per row count: --toggle and --from do not apply")
+    sizes = "auto (1, 2, 3, the powers of two below the site's rows, its row count, both sides of a flip)" \
+        if wanted is None else ", ".join(map(str, wanted))
+    typer.echo(f"dry run of --rows {rows}: site {site}, steps {opts['steps'] or 'default'}, device {opts['device']}\n"
+               f"  1. keep run: {shlex.join(map(str, redact_argv(opts['command'])))} with the site probe keeping the "
+               "site's first occurrence's inputs\n"
+               f"  2. one replay process per row count under the instruments: {sizes}; a count above the site's "
+               "own row count is not tried (refused when none is below it)\n"
+               "(dry run: nothing was started)")
+    raise typer.Exit(EXIT_OK)
 
 
 def _names(assignments: Optional[List[str]]) -> set[str]:

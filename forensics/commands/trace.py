@@ -177,10 +177,20 @@ def register(app: typer.Typer) -> None:
                                     "nn.Module call (no dispatch mode: the cheapest first pass; a difference is a "
                                     "candidate inside that module, and `diff` proposes the op-level rerun of its "
                                     "window)"),
+        command_from: Path | None = typer.Option(
+            None, "--command-from", metavar="TRACE", help="run the command recorded in this trace (what `forensics "
+            "diff`'s next: line gives when the traced command holds a secret, never printed)"),
     ) -> None:
         command = list(ctx.args)
         if command and command[0] == "--":
             command = command[1:]
+        if command_from is not None:
+            if command:
+                typer.echo("forensics trace: --command-from and a command after '--' exclude each other", err=True)
+                raise typer.Exit(2)
+            from forensics.tracediff.from_report import command_from_trace  # noqa: PLC0415
+
+            command = command_from_trace(command_from)
         if not command:
             typer.echo("forensics trace: no command; usage: forensics trace [OPTIONS] -- CMD ...", err=True)
             raise typer.Exit(2)

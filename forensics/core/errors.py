@@ -55,6 +55,13 @@ class BadSite(ForensicsError, ValueError):
     exit_code = EXIT_USAGE
 
 
+class BadArgument(ForensicsError, TypeError, ValueError):
+    """A Python API argument of the wrong type or out of range (``keep_going='no'``, ``paths='dir'``,
+    ``site=['x']``), refused where it enters (forensics.api); a TypeError and a ValueError both."""
+
+    exit_code = EXIT_USAGE
+
+
 class Unavailable(ForensicsError):
     """A tool or device is missing (no CUDA, no ncu, no nsys...); the message is one line."""
 

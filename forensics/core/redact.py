@@ -278,3 +278,12 @@ def redact_obj(obj: Any) -> Any:
 def redact_argv(argv: Iterable[Any]) -> list[Any]:
     items = list(argv)
     return Redactor().learn(items).argv(items)
+
+
+def argv_holds_secret(argv: Any) -> bool:
+    """Whether a command line (an argv list) holds anything the rules above would redact: a command
+    printed for the user to run (``diff``'s ``next:``) is then not printed as recorded."""
+    if not isinstance(argv, (list, tuple)):
+        return False
+    items = [str(x) for x in argv]
+    return redact_argv(items) != items

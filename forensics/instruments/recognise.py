@@ -108,6 +108,7 @@ def _head(path: Path) -> tuple[bytes, bool]:
 def _table_names(db: Path, immutable: bool) -> set[str]:
     uri = Path(os.path.abspath(db)).as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
     with closing(sqlite3.connect(uri, uri=True)) as c:
+        c.text_factory = lambda b: b.decode("utf-8", errors="replace")  # a flipped byte in a name: still read
         return {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
 
 
@@ -123,8 +124,8 @@ def _sqlite(path: Path, head: bytes, gz: bool = False) -> Recognised:
                 tables = _table_names(whole, True)
         else:
             tables = _table_names(path, True)
-    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # a damaged schema's message can be bytes, not UTF-8
-        why = e if isinstance(e, sqlite3.DatabaseError) else "its schema does not parse"
+    except (sqlite3.DatabaseError, ValueError) as e:  # ValueError: UnicodeDecodeError of a damaged schema
+        why = e if isinstance(e, sqlite3.DatabaseError) else f"{type(e).__name__}: its schema does not parse"
         return Recognised(None, f"an SQLite file{' (gzip)' if gz else ''} that does not open ({why}): corrupt or truncated")
     seen = _content(Head(path.name, head, gz, frozenset(tables)))  # nsys's export, rocpd, .rpd: by their tables
     if seen is not None:

@@ -26,6 +26,71 @@ MAX_JSON_DEPTH = 64
 SMALL_FILE_LIMIT = 64 << 20
 
 
+#: The most bytes a reader that holds its whole input in memory (a Chrome/Kineto JSON, a JSONL
+#: file) takes: the file's size, or a gzip file's size once decompressed. A 4 GiB gzip bomb is
+#: refused after 1 GiB is decompressed, not read at 8 GB of memory; a real trace over it is read by
+#: raising the ceiling (``forensics --max-input-bytes N`` or this variable).
+DEFAULT_MAX_INPUT_BYTES = 1 << 30
+MAX_INPUT_ENV = "FORENSICS_MAX_INPUT_BYTES"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``1073741824``, ``512M``, ``4G``, ``4GiB`` -> bytes (ValueError otherwise)."""
+    t = str(text).strip().upper().removesuffix("IB").removesuffix("B")
+    num, unit = (t[:-1], t[-1]) if t[-1:] in _UNITS and t[-1:] else (t, "")
+    if not num.isdigit() or int(num) < 1:
+        raise ValueError(f"{text!r} is not a size (bytes, or with K/M/G/T: 512M, 4G)")
+    return int(num) * _UNITS[unit]
+
+
+def max_input_bytes() -> int:
+    """The ceiling in force: ``FORENSICS_MAX_INPUT_BYTES`` (set by ``forensics --max-input-bytes``), else 1 GiB."""
+    try:
+        return parse_size(os.environ[MAX_INPUT_ENV])
+    except (KeyError, ValueError):
+        return DEFAULT_MAX_INPUT_BYTES
+
+
+def _over(path: str | os.PathLike[str], what: str, limit: int) -> BadInput:
+    return BadInput(path, f"{what}: over the {limit:,}-byte ceiling on an input read whole (raise it: "
+                          f"forensics --max-input-bytes N, or {MAX_INPUT_ENV}=N)")
+
+
+def read_bounded(path: str | os.PathLike[str], raw: bytes | None = None) -> bytes:
+    """A whole input's bytes, gunzipped when it is gzip, under :func:`max_input_bytes`: refused as
+    soon as the file, or its decompressed stream, passes the ceiling (naming it and how to raise
+    it). ``raw``: the file's bytes when already read. OSError is the caller's to word."""
+    import gzip  # noqa: PLC0415
+    import io  # noqa: PLC0415
+    import zlib  # noqa: PLC0415
+
+    limit = max_input_bytes()
+    if raw is None:
+        size = os.stat(path).st_size
+        if size > limit:
+            raise _over(path, f"{size:,} bytes", limit)
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
+        if len(raw) > limit:
+            raise _over(path, f"more than {limit:,} bytes", limit)
+    if raw[:2] != b"\x1f\x8b":
+        return raw
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
+            while True:
+                chunk = gz.read(16 << 20)
+                if not chunk:
+                    break
+                out += chunk
+                if len(out) > limit:
+                    raise _over(path, f"its gzip stream decompresses to more than {limit:,} bytes", limit)
+    except (EOFError, OSError, zlib.error) as e:
+        raise BadInput(path, f"truncated or corrupt gzip: {e}") from None
+    return bytes(out)
+
+
 def regular_file(path: str | os.PathLike[str], what: str = "file") -> Path:
     """``path`` if it is a readable regular file (links followed), else BadInput saying what it is."""
     path = Path(path)

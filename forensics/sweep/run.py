@@ -271,6 +271,11 @@ def run_sweep(site: str, command: list[str], rows: str | list[int] | None = "aut
     else:
         row_list = [m for m in wanted if m <= full]
         skipped = [f"{m} (the site has {full} rows)" for m in wanted if m > full]
+        if not any(m < full for m in row_list):  # only the full call would run: nothing compared, no verdict
+            raise NotBatchable(f"no row count asked ({', '.join(map(str, wanted))}) is below the site's {full} rows: "
+                               f"only the full call would run and nothing would be compared; ask for counts from 1 "
+                               f"to {full - 1} (or --rows auto)" if full > 1 else
+                               f"the site has {full} row: no smaller row count to compare")
         if full not in row_list:
             row_list.append(full)  # the full call: the reference row of the table
     results = sweep_dir / "results"

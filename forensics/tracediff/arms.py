@@ -55,7 +55,12 @@ class RunDifferences:
 
     @property
     def arm_commands(self) -> list[str]:
-        return [shlex.join(self.argv_b)] if self.argv_b else []
+        """Run B's command line as one arm, unless it was recorded redacted (a secret is never printed)."""
+        return [shlex.join(self.argv_b)] if self.argv_b and not self.argv_b_hidden else []
+
+    @property
+    def argv_b_hidden(self) -> bool:
+        return bool(self.argv_b) and any(REDACTED in x for x in self.argv_b or [])
 
     def notes(self) -> list[str]:
         """What the arms do not reproduce, one line each."""
@@ -67,6 +72,9 @@ class RunDifferences:
             elif k.b is None:
                 out.append(f"{k.name} is set in run A ({k.a!r}) and not in run B: an arm can set a variable, not "
                            "unset it, so no arm runs B's setting of it (rerun with it unset in the shell)")
+        if self.argv_b_hidden:
+            out.append("run B's command line differs and holds a secret (shown redacted): no --arm-command arm runs "
+                       "it; add one by hand (--arm-command 'CMD ...') to rerun run B's command")
         for s in self.switches:
             out.append(f"in-process setting {s.get('field')} differs (A={s.get('a')!r} B={s.get('b')!r}): set by the "
                        "program itself, so no environment arm reaches it; only run B's own command can")

@@ -46,7 +46,8 @@ def compare_tensor(x: TensorDigest | None, y: TensorDigest | None, use_ordered: 
         return EQUAL, "no tensor"
     if x is None or y is None:
         return DIFFER, "tensor on one side only"
-    if x.shape != y.shape or x.dtype != y.dtype:
+    missing = x.unrecorded or y.unrecorded  # a field one trace lacks (its dtype): not compared, nothing proven
+    if x.shape != y.shape or (x.dtype != y.dtype and not missing):
         return DIFFER, "shape/dtype"
     evidence = _weakest(x.evidence, y.evidence)
     if x.digest is not None and y.digest is not None and x.digest != y.digest:
@@ -69,6 +70,8 @@ def compare_tensor(x: TensorDigest | None, y: TensorDigest | None, use_ordered: 
             if unlike:
                 return UNOBSERVED, f"no comparable digest ({LAYOUTS_DIFFER})"
             return UNOBSERVED, "digest recorded on one side only"
+    if missing:
+        return UNPROVEN, f"{missing} not recorded"
     if evidence != "full":
         return UNPROVEN, f"{evidence} digest ({LAYOUTS_DIFFER})" if unlike else f"{evidence} digest"
     if ordered or x.dtype in EXACT_ENTRIES:  # non-tensor arguments, a generator's state: digests of exact bytes
@@ -142,7 +145,7 @@ def fast_equal(xs: list[TensorDigest | None], ys: list[TensorDigest | None], use
         if ((x.digest is None and (not use_ordered or x.ordered is None)) or x.digest != y.digest
                 or x.evidence != "full" or y.evidence != "full"
                 or x.shape != y.shape or x.dtype != y.dtype or x.chunks != y.chunks or x.ordered != y.ordered
-                or x.layout != y.layout):
+                or x.layout != y.layout or x.unrecorded is not None):
             return False
     return True
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.core.errors import BadInput, BadSite
+from forensics.core.redact import Redactor, argv_holds_secret, redact_argv
 from forensics.core.site import parse_site
 from forensics.tracediff.arms import differences_of
 from forensics.tracediff.comparability import compare_runs, config_differences
@@ -220,32 +221,40 @@ def suggest_site(results: dict[int, RankResult]) -> Divergence | None:
 
 def next_command(origin: Divergence | None, argv: list[str] | None, pattern: str,
                  steps: list[int | None] | None = None, differences: Any = None, fmt: str = "native",
-                 candidate: Divergence | None = None) -> str:
+                 candidate: Divergence | None = None, trace_a: str | None = None) -> str:
     """The command to run next: ``forensics kernel`` on the site (occurrence, rank and the traced
     steps, so occurrences count alike), or a wider trace when no ORIGIN was found.
 
     ``differences`` (:class:`forensics.tracediff.arms.RunDifferences`): what differs between the
     runs becomes arms of the kernel rerun: run A's setting of each differing knob in every arm
-    (``--env``), B's as a ``--toggle``, B's command line as an ``--arm-command``."""
-    cmd = shlex.join(argv) if argv else "<command>"
+    (``--env``), B's as a ``--toggle``, B's command line as an ``--arm-command``.
+
+    A traced command line holding a secret (``--api-key X``, ``HF_TOKEN=X``, a URL's password:
+    :mod:`forensics.core.redact`) is never printed: the command reads it from run A's trace instead
+    (``--command-from TRACE_A``, given ``trace_a``), so the line stays runnable as printed; without
+    ``trace_a`` it is printed redacted."""
+    if argv and argv_holds_secret(argv):
+        cmd = f"--command-from {shlex.quote(trace_a)}" if trace_a else "-- " + shlex.join(map(str, redact_argv(argv)))
+    else:
+        cmd = "-- " + (shlex.join(argv) if argv else "<command>")
     if origin is None and candidate is not None and fmt == "native":  # an ORIGIN that names no site
         step = f" --steps {candidate.step}" if isinstance(candidate.step, int) else ""
-        return (f"forensics trace --evidence full{step} --ranks {candidate.rank} --out <dir> -- {cmd}   # the "
+        return (f"forensics trace --evidence full{step} --ranks {candidate.rank} --out <dir> {cmd}   # the "
                 f"difference is born in {candidate.identity} ({candidate.level} evidence): rerun both runs on this "
                 "window op by op at full evidence and diff them to name and prove the op")
     if origin is not None and origin.site and origin.evidence != "proven" and origin.level != "full":
         return _confirm_at_full(origin, cmd, differences, fmt)
     if origin is not None and origin.site and origin.evidence != "proven":
         step = f" --steps {origin.step}" if isinstance(origin.step, int) else ""
-        return (f"forensics trace --ordered-digests inputs{step} --ranks {origin.rank} --out <dir> -- {cmd}"
+        return (f"forensics trace --ordered-digests inputs{step} --ranks {origin.rank} --out <dir> {cmd}"
                 "   # prove the ORIGIN's inputs equal first")
     if origin is not None and origin.site:
         site = f"{origin.site}#{origin.occurrence}" if origin.occurrence else origin.site
         known = sorted(s for s in (steps or []) if isinstance(s, int))
         window = "" if not known else f" --steps {known[0]}" + (f"-{known[-1]}" if known[-1] != known[0] else "")
         arms = "" if differences is None else "".join(" " + shlex.quote(x) for x in differences.kernel_options())
-        return f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{window}{arms} -- {cmd}"
-    return f"forensics trace --steps all --ranks all --out <dir> -- {cmd}"
+        return f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{window}{arms} {cmd}"
+    return f"forensics trace --steps all --ranks all --out <dir> {cmd}"
 
 
 def _grade_by_levels(report: DiffReport, run_info_a: dict, run_info_b: dict) -> None:
@@ -284,9 +293,9 @@ def _confirm_at_full(origin: Divergence, cmd: str, differences: Any, fmt: str) -
     step = f" --steps {origin.step}" if isinstance(origin.step, int) else ""
     site = f"{origin.site}#{origin.occurrence}" if origin.occurrence else origin.site
     arms = "" if differences is None else "".join(" " + shlex.quote(x) for x in differences.kernel_options())
-    kernel = f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{step}{arms} -- {cmd}"
+    kernel = f"forensics kernel --site {shlex.quote(site)} --ranks {origin.rank}{step}{arms} {cmd}"
     if fmt == "native":
-        return (f"forensics trace --evidence full{step} --ranks {origin.rank} --out <dir> -- {cmd}   # a candidate "
+        return (f"forensics trace --evidence full{step} --ranks {origin.rank} --out <dir> {cmd}   # a candidate "
                 f"ORIGIN from {origin.level} evidence: rerun both runs on this window at full evidence and diff "
                 f"them to prove it, or go on: {kernel} (its site probe digests in full)")
     where = f"step {origin.step}, rank {origin.rank}" if isinstance(origin.step, int) else f"rank {origin.rank}"
@@ -370,6 +379,11 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
     config = [d["field"] for d in report.comparability if d.get("severity") in ("warning", "info")]
     report.pattern, report.pattern_explanation = classify_pattern(report.ranks, world if isinstance(world, int) else None,
                                                                   config)
+    # nothing secret is printed or written: a secret of either traced command line (or of what the
+    # headers recorded) leaves the comparability lines and the knob differences
+    red = Redactor().learn(run_info_a.get("argv") or []).learn(run_info_b.get("argv") or [])
+    report.comparability = [red.obj(d) for d in report.comparability]
+    report.config_differences = [red.obj(d) for d in report.config_differences]
     origin = suggest_site(report.ranks)
     if origin is not None:
         report.site, report.occurrence = origin.site, origin.occurrence
@@ -382,7 +396,7 @@ def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> Dif
                       and not res.first_divergence.site
                       and (res.first_divergence.kind == "module" or res.first_divergence.level != "full")), None)
     report.next_command = next_command(origin, run_info_a.get("argv"), report.pattern, steps, differences,
-                                       report.format, candidate)
+                                       report.format, candidate, trace_a=report.a)
     if isinstance(world, int) and len(report.ranks) < world and report.pattern in ("none", "only_receivers"):
         report.warnings.append(f"{len(report.ranks)} of {world} ranks compared: a clean result says nothing "
                                "about the ranks not traced")

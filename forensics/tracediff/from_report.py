@@ -36,6 +36,7 @@ from forensics.core.site import OP_NAMESPACES, gemm_layout_from_strides, parse_s
 from forensics.core.words import CONTROL_FLOW, INPUTS_UNKNOWN, ORIGIN, RECEIVER
 from forensics.runtime.inputs import loads_json
 from forensics.tracediff.arms import differences_of
+from forensics.tracediff.diff import resolve_reader
 
 
 @dataclass
@@ -64,7 +65,10 @@ class FromReport:
         return f"{self.site}#{self.occurrence}" if self.occurrence else self.site
 
     def command_line(self) -> str:
-        return shlex.join(self.command or [])
+        """The command as printed: a secret in it (the traced command's) redacted."""
+        from forensics.core.redact import redact_argv  # noqa: PLC0415
+
+        return shlex.join(map(str, redact_argv(self.command or [])))
 
 
 # --------------------------------------------------------------------------- name -> site
@@ -119,13 +123,34 @@ def _steps_arg(steps: Any) -> str | None:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
-def _traced_command(next_command: Any) -> list[str] | None:
-    """The training command inside the report's ``next_command`` (after ``--``), if real."""
-    if not isinstance(next_command, str) or " -- " not in next_command:
+def command_from_trace(path: str | Path) -> list[str]:
+    """The command line a trace recorded (its header's ``argv``: run A's, for ``--command-from``):
+    how ``diff``'s ``next:`` line hands on a command that holds a secret without printing it."""
+    path = Path(path)
+    _, reader = resolve_reader(path, path)
+    info = reader.run_info(path) if getattr(reader, "run_info", None) else {}
+    argv = (info or {}).get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(x, str) for x in argv):
+        raise BadInput(path, "this trace recorded no command line (no 'argv' list of strings in its header): "
+                             "give the command after '--'")
+    return list(argv)
+
+
+def _traced_command(next_command: Any, base: Path | None = None) -> list[str] | None:
+    """The training command inside the report's ``next_command`` (after ``--``, or read from the
+    trace that ``--command-from TRACE`` names: relative to here, else to the report's folder), if real."""
+    if not isinstance(next_command, str):
         return None
     try:
         argv = shlex.split(next_command)
     except ValueError:
+        return None
+    if "--command-from" in argv and argv.index("--command-from") + 1 < len(argv):
+        where = Path(argv[argv.index("--command-from") + 1])
+        if not where.exists() and base is not None and not where.is_absolute() and (base / where).exists():
+            where = base / where
+        return command_from_trace(where)
+    if " -- " not in next_command:
         return None
     cmd = argv[argv.index("--") + 1:] if "--" in argv else []
     return cmd if cmd and cmd != ["<command>"] else None
@@ -190,7 +215,7 @@ def _from_diff_report(rep: dict[str, Any], path: Path, command: list[str] | None
                        f"`forensics kernel --site` accepts ({e})", rank=site_rank, verdict=ORIGIN)
     occurrence = origin.get("occurrence") if isinstance(origin.get("occurrence"), int) else None
     steps = _steps_arg((ranks.get(str(site_rank)) or {}).get("steps"))
-    cmd = command or _traced_command(rep.get("next_command"))
+    cmd = command or _traced_command(rep.get("next_command"), path.parent)
     res = FromReport(site=site, occurrence=occurrence, rank=site_rank, verdict=ORIGIN, command=None,
                      reason=f"ORIGIN {identity} on rank {site_rank} (evidence proven, pattern {rep.get('pattern')})",
                      steps=steps, warnings=list(origin.get("warnings") or []))

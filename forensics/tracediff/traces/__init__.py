@@ -46,6 +46,9 @@ class TensorDigest:
     #: when no traced op had written that storage since: the bytes read are uninitialised memory
     #: (or were written by something the tracer does not see). Not part of the value (``key``).
     grown: str | None = None
+    #: a field of the entry the trace lacks (``"dtype"``: a native entry without ``t``): the entry is
+    #: still read, its equality is unproven and the dtype is not compared (None: all recorded)
+    unrecorded: str | None = None
 
     def key(self) -> tuple:
         """What equality compares: shape, dtype, digests and the layout of the order-sensitive one."""

@@ -427,6 +427,15 @@ def _check_hashes(tree: Any, key: str, path: Path, line: int, n_fns: int) -> Non
             raise BadInput(path, f"{key}: {v!r} is not a hash value (a number, or 'nan'/'inf' for a norm)", line)
 
 
+def _input_tree(tree: Any, path: Path, line: int) -> Any:
+    """``input_hash`` is the call's (args, kwargs) pair of hash trees (``[[...], {...}]``); a bare
+    object there (``{"a": 1}``) would read as one input tensor and turn an ORIGIN into a receiver."""
+    if isinstance(tree, dict):
+        raise BadInput(path, f"input_hash: an op's input hashes are its (args, kwargs) pair, not an object "
+                             f"{json.dumps(tree, default=str)[:80]}", line)
+    return tree
+
+
 # --------------------------------------------------------------------------- reading
 
 def _first_line(path: Path) -> str:
@@ -490,6 +499,7 @@ def read_structured(path: Path) -> tuple[dict[str, Any], list[TraceRecord]]:
         n_fns = len(header["hash_fn"]) if isinstance(header.get("hash_fn"), list) else 1
         for key in ("hash", "input_hash", "pre_hashes", "post_hashes"):
             _check_hashes(obj.get(key), key, path, no, n_fns)
+        _input_tree(obj.get("input_hash"), path, no)
         if records and obj["i"] <= records[-1].seq:
             raise BadInput(path, f"call index {obj['i']} does not increase", no)
         fns = header.get("hash_fn")
@@ -569,7 +579,8 @@ def read_text(path: Path, rank: int | None = None) -> list[TraceRecord]:
             raise BadInput(path, f"not a DebugMode debug_string() line ({e})", no) from None
         name = op_name(op)
         outputs = _tensors(logd["hash"], out, None) if "hash" in logd else _unhashed(out)
-        inputs = _tensors(logd["input_hash"], args, None) if "input_hash" in logd else [NOT_OBSERVED]
+        inputs = _tensors(_input_tree(logd["input_hash"], path, no), args, None) if "input_hash" in logd \
+            else [NOT_OBSERVED]
         hashed += "hash" in logd
         depth = (len(line) - len(line.lstrip(" ")) - 2) // 2
         records.append(_record(rank, no, name, counts, step=None, inputs=inputs, outputs=outputs,
@@ -661,7 +672,8 @@ def read_saved_logs(path: Path, rank: int | None = None) -> list[TraceRecord]:
             extra.update(args=args, out=out)
             name = op_name(call["op_name"])
             outputs = _tensors(log["hash"], out, None) if "hash" in log else _unhashed(out)
-            inputs = _tensors(log["input_hash"], args, None) if "input_hash" in log else [NOT_OBSERVED]
+            inputs = _tensors(_input_tree(log["input_hash"], path, 1), args, None) if "input_hash" in log \
+                else [NOT_OBSERVED]
             hashed += "hash" in log
             if WRITE_ONLY.match(name) and inputs and inputs[0] is not NOT_OBSERVED:
                 inputs = [TensorDigest(shape=inputs[0].shape, dtype=inputs[0].dtype, evidence="metadata"), *inputs[1:]]

@@ -279,7 +279,7 @@ def _check_entry(obj: Any, path: Path, line: int) -> None:
             raise _bad_tensor(path, line, f"numel 'n' must be a non-negative integer, got {_brief(numel)}")
         if shape is not None and math.prod(shape) != numel:
             raise _bad_tensor(path, line, f"numel {numel} does not match shape {shape}")
-    if dtype.__class__ is not str:
+    if dtype.__class__ is not str and "t" in obj:  # absent: read, its equality unproven (TensorDigest.unrecorded)
         raise _bad_tensor(path, line, f"dtype 't' must be a string, got {_brief(dtype)}")
     if digest is not None and digest.__class__ is not str:
         raise _bad_tensor(path, line, f"digest 'h' must be a string, got {_brief(digest)}")
@@ -295,6 +295,8 @@ def _check_entry(obj: Any, path: Path, line: int) -> None:
         problem = _layout_problem(layout, shape)
         if problem is not None:
             raise _bad_tensor(path, line, problem)
+    if obj.get("ev") is None or obj.get("ev") in EVIDENCE_LEVELS:
+        return  # only the dtype is missing: a record read with lowered evidence
     raise _bad_tensor(path, line, f"evidence 'ev' must be one of {', '.join(EVIDENCE_LEVELS)}, got {_brief(obj.get('ev'))}")
 
 
@@ -309,7 +311,8 @@ def _tensor(obj: Any, path: Path, line: int) -> TensorDigest | None:
     t = _new(TensorDigest)  # frozen dataclass without its per-field __setattr__ cost (hot path)
     t.__dict__.update(shape=tuple(shape) if shape is not None else None, dtype=obj.get("t"), numel=obj.get("n"),
                       digest=obj.get("h"), chunks=tuple(chunks) if chunks is not None else None,
-                      evidence=obj.get("ev", "full"), ordered=obj.get("o"), layout=layout, grown=obj.get("g"))
+                      evidence=obj.get("ev", "full"), ordered=obj.get("o"), layout=layout, grown=obj.get("g"),
+                      unrecorded=None if "t" in obj else "dtype")
     return t
 
 
@@ -376,6 +379,7 @@ class LazyTensors(list):
                 continue
             if not ok(t):
                 _check_entry(t, *self._where)
+                weak = True  # read, yet lacking a field (its dtype): compared entry by entry
             if "ev" in t or ("h" not in t and not (use_ordered and "o" in t)):
                 weak = True
         for t in other._raw:  # equal by ==, yet 4.0 == 4: the other side's types are checked too
