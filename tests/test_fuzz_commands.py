@@ -313,7 +313,8 @@ def _result(command: str, code: object, stdout: str, out: Path) -> tuple[object,
         return code, "\n".join(verdicts), "\n".join(doc["missing"] + doc["notes"])
     if command == "compare":
         doc = json.loads((out / "compare.json").read_text())
-        lines = [x for x in stdout.splitlines() if not x.startswith("wrote ")]
+        # "wrote", "next:" and "then:" lines name the capture's own path (the copy's differs from the base's)
+        lines = [x for x in stdout.splitlines() if not x.startswith(("wrote ", "next: ", "then: "))]
         return code, json.dumps(doc["comparison"], sort_keys=True, default=str) + "\n".join(lines), stdout
     import tarfile
 
