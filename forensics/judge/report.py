@@ -110,7 +110,8 @@ def untied_lines(an: Analysis) -> list[str]:
     for (arm, rank, why), g in v[v["verdict"] == AGREE_UNTIED].groupby(["arm", "rank", "same_run"], dropna=False,
                                                                        sort=False):
         out.append(f"arm {arm} rank {rank}: {len(g)} row(s) where two instruments agree on who ran and how often, "
-                   f"but their files are not shown to be one run: {why}; not NAMED")
+                   f"but their files are not shown to be one run: {why}; not NAMED (a manifest.yaml listing the "
+                   "files states that they belong together: docs/capture-format.md)")
     return out
 
 

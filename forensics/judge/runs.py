@@ -380,9 +380,9 @@ def assign_runs(provs: list[Provenance]) -> tuple[dict[str, str], list[str], dic
             continue
         runs.sort(key=lambda r: (min((p.first_ns for p in r if p.first_ns is not None), default=1 << 62),
                                  min(p.path for p in r)))
-        notes.append(f"arm {arm} rank {rank} holds {len(runs)} different runs (files of one instrument family that "
-                     "no process id and time tie together, or recorded at different times or on different hosts): "
-                     "each run is judged as an arm of its own, and no count is summed across them")
+        notes.append(f"arm {arm} rank {rank} holds {len(runs)} different runs, by what its files record (process "
+                     "ids, wall-clock times, hosts: docs/verdicts.md, \"Same run\"): each run is judged as an arm of "
+                     "its own, and no count is summed across them")
         for k, run in enumerate(runs, 1):
             label = f"{arm}-run{k}"
             for p in run:
