@@ -274,3 +274,22 @@ def test_a_rocprofv3_json_process_without_buffer_records_is_a_problem_not_a_key_
     df = rocprofv3_json.read_results(f)
     assert len(df) == len(whole) > 0
     assert any("[1]: no kernel_dispatch record" in x for x in df.attrs["problems"]), df.attrs["problems"]
+
+
+@pytest.mark.parametrize("suffix", [".json.gz", ".json"])
+def test_a_ceiling_raised_past_the_machines_memory_still_reads(suffix, tmp_path, monkeypatch, capsys):
+    """Found by benchmarks/bench_read_memory.py: with the ceiling raised to 64 GiB (as its refusal
+    tells the user to) a 14 KB Kineto file gave MemoryError (exit 70): the whole-file read asked for
+    ceiling + 1 bytes up front. On main this fails."""
+    from forensics.cli import main
+    from forensics.runtime.inputs import MAX_INPUT_ENV
+    from parsers import kineto
+
+    seed = REPO / "tests" / "fixtures" / "amd" / "kineto_rocm6.2_mi250_minitoy_train.json.gz"
+    f = tmp_path / f"trace{suffix}"
+    f.write_bytes(seed.read_bytes() if suffix == ".json.gz" else gzip.decompress(seed.read_bytes()))
+    monkeypatch.setenv(MAX_INPUT_ENV, str(1 << 50))
+    assert len(kineto.read_kernels(f)) > 0
+    monkeypatch.delenv(MAX_INPUT_ENV)
+    code = main(["--max-input-bytes", str(1 << 50), "analyze", str(f)])
+    assert code != 70, capsys.readouterr()
