@@ -260,6 +260,9 @@ def _sqlite_errors_are_bad_input(fn):
             return fn(path, *args, **kwargs)
         except sqlite3.Error as e:
             raise BadInput(path, f"corrupt or unreadable SQLite file: {e}") from None
+        except UnicodeDecodeError as e:  # a flipped byte in the schema's own text (sqlite_master)
+            raise BadInput(path, f"corrupt SQLite file: its schema holds bytes that are not UTF-8 "
+                                 f"({e.reason}, byte 0x{e.object[e.start]:02x})") from None
 
     return wrapper
 

@@ -293,3 +293,26 @@ def test_a_ceiling_raised_past_the_machines_memory_still_reads(suffix, tmp_path,
     monkeypatch.delenv(MAX_INPUT_ENV)
     code = main(["--max-input-bytes", str(1 << 50), "analyze", str(f)])
     assert code != 70, capsys.readouterr()
+
+
+#: cases the property found (FORENSICS_PROPERTY_EXAMPLES=400), each an internal error on main.
+FOUND = [
+    # a flipped byte in sqlite_master's text: UnicodeDecodeError from parsers/nsys.py _tables
+    ("nsys", ("flip", [(0.7696891140445654, 128)]), "not UTF-8"),
+    # a oneDNN timestamp with its '.' flipped to a digit: 20 digits of ms, OverflowError in Int64
+    ("onednn", ("flip", [(0.751953125, 48)]), "out of range"),
+    # DebugMode save_logs kwargs_str a number: TypeError (str + float) in debugmode.read_saved_logs
+    ("debugmode-logs", ("swap", (1.0, 0.0, 1.5)), "kwargs_str: expected a string"),
+]
+
+
+@pytest.mark.parametrize("name,how,needle", FOUND, ids=[f[0] for f in FOUND])
+def test_what_the_property_found_is_one_bad_input_line(name, how, needle, tmp_path):
+    src, reader, kind = READERS[name]
+    if not src.exists():
+        pytest.skip(f"real corpus not found at {CORPUS}")
+    path = tmp_path / src.name
+    path.write_bytes(_damaged(_source(name), kind, how))
+    with pytest.raises(BadInput) as e:
+        reader(path)
+    assert needle in str(e.value) and Path(e.value.path).name == src.name and "\n" not in str(e.value)
