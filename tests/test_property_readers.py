@@ -316,3 +316,54 @@ def test_what_the_property_found_is_one_bad_input_line(name, how, needle, tmp_pa
     with pytest.raises(BadInput) as e:
         reader(path)
     assert needle in str(e.value) and Path(e.value.path).name == src.name and "\n" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- a changed verdict comes with a note
+#: files of the real CPU capture a damage is applied to (one per example), and how to swap in them.
+CAPTURE_FILES = [("a1/rank0/sites.jsonl", "jsonl"), ("a1/rank0/torchprof.16564.json.gz", "json.gz"),
+                 ("a1/rank0/mkl.16564.log", "bytes"), ("a2/rank0/sites.jsonl", "jsonl")]
+
+
+def _verdicts(an) -> list[tuple]:
+    v = an.verdicts
+    return sorted(map(tuple, v[["arm", "rank", "scope", "kernel", "verdict"]].astype(str).itertuples(index=False)))
+
+
+def _said(an) -> int:
+    """Everything the analysis says about what it could not use: notes, missing files, losses."""
+    a = an.analysis
+    return len(a.notes) + len(a.missing) + len(a.losses)
+
+
+_INTACT: dict[str, tuple] = {}
+
+
+@pytest.mark.slow  # one whole analysis per example (~1.5 s each)
+@settings(max_examples=min(EXAMPLES, 25), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(target=st.sampled_from(CAPTURE_FILES), how=damage)
+def test_a_damaged_capture_file_changes_a_verdict_only_with_a_note(target, how):
+    """analyze on the real CPU capture with one file damaged: one BadInput line, the same verdicts,
+    or different verdicts together with a note, a missing file or a loss saying why."""
+    import forensics
+
+    if "intact" not in _INTACT:
+        an = forensics.analyze(CAPTURE)
+        _INTACT["intact"] = (_verdicts(an), _said(an))
+    verdicts, said = _INTACT["intact"]
+    rel, kind = target
+    folder = Path(tempfile.mkdtemp())
+    try:
+        cap = folder / CAPTURE.name
+        shutil.copytree(CAPTURE, cap)
+        f = cap / rel
+        f.write_bytes(_damaged(f.read_bytes(), kind, how))
+        try:
+            an = forensics.analyze(cap)
+        except BadInput as e:
+            assert "\n" not in str(e)
+            return
+        if _verdicts(an) != verdicts:
+            assert _said(an) > said, (rel, how, _verdicts(an))
+    finally:
+        shutil.rmtree(folder)
