@@ -303,6 +303,9 @@ FOUND = [
     ("onednn", ("flip", [(0.751953125, 48)]), "out of range"),
     # DebugMode save_logs kwargs_str a number: TypeError (str + float) in debugmode.read_saved_logs
     ("debugmode-logs", ("swap", (1.0, 0.0, 1.5)), "kwargs_str: expected a string"),
+    # the last byte of a rocpd schema's text flipped to a newline: SQLite's message quotes it, and
+    # the refusal was two lines (the rule: one line)
+    ("rocpd", ("flip", [(1.0, 10)]), "malformed database schema"),
 ]
 
 
