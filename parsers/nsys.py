@@ -103,6 +103,9 @@ def _tables(conn: sqlite3.Connection, path: Path) -> set[str]:
         return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     except sqlite3.DatabaseError as e:
         raise BadInput(path, f"corrupt SQLite file: {one_line(e)}") from None
+    except UnicodeDecodeError as e:  # SQLite's message about a damaged schema, in bytes that are not UTF-8
+        raise BadInput(path, f"corrupt SQLite file: its schema holds bytes that are not UTF-8 "
+                             f"({e.reason}, byte 0x{e.object[e.start]:02x})") from None
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:

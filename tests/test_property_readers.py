@@ -299,6 +299,7 @@ def test_a_ceiling_raised_past_the_machines_memory_still_reads(suffix, tmp_path,
 FOUND = [
     # a flipped byte in sqlite_master's text: UnicodeDecodeError from parsers/nsys.py _tables
     ("nsys", ("flip", [(0.7696891140445654, 128)]), "not UTF-8"),
+    ("nsys-ranges", ("flip", [(0.5746873011948493, 128)]), "not UTF-8"),  # the same through read_attributed
     # a oneDNN timestamp with its '.' flipped to a digit: 20 digits of ms, OverflowError in Int64
     ("onednn", ("flip", [(0.751953125, 48)]), "out of range"),
     # DebugMode save_logs kwargs_str a number: TypeError (str + float) in debugmode.read_saved_logs
