@@ -26,6 +26,12 @@ from forensics.core.demangle import canonical_kernel, short_name
 from forensics.core.errors import BadInput
 from forensics.core.model import dim3
 
+
+def one_line(e: BaseException) -> str:
+    """SQLite's message, which quotes the damaged schema text (newlines and all), as one line."""
+    return " ".join(repr(x)[1:-1] if x.strip() else "" for x in str(e).splitlines()).strip() or type(e).__name__
+
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 #: Bytes of one file read at most (after gzip decompression): past it the file is refused.
@@ -152,13 +158,13 @@ def sqlite_file(path: str | os.PathLike[str], limit: int = MAX_BYTES) -> Iterato
         try:
             conn = sqlite3.connect(uri, uri=True)
         except sqlite3.Error as e:
-            raise BadInput(p, f"cannot open SQLite file: {e}") from None
+            raise BadInput(p, f"cannot open SQLite file: {one_line(e)}") from None
         stack.callback(conn.close)
         conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
         try:
             yield conn
         except sqlite3.DatabaseError as e:
-            raise BadInput(p, f"corrupt SQLite file: {e}") from None
+            raise BadInput(p, f"corrupt SQLite file: {one_line(e)}") from None
         except UnicodeDecodeError:  # SQLite's own message about a damaged schema, in bytes that are not UTF-8
             raise BadInput(p, "corrupt SQLite file: its schema does not parse") from None
 
@@ -167,7 +173,7 @@ def tables(conn: sqlite3.Connection, path: Path) -> set[str]:
     try:
         return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     except sqlite3.DatabaseError as e:
-        raise BadInput(path, f"corrupt SQLite file: {e}") from None
+        raise BadInput(path, f"corrupt SQLite file: {one_line(e)}") from None
     except UnicodeDecodeError:  # SQLite's message about a damaged schema, in bytes that are not UTF-8
         raise BadInput(path, "corrupt SQLite file: its schema does not parse") from None
 

@@ -24,6 +24,12 @@ from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, empty_f
 from forensics.core.site import is_occurrence_label
 from forensics.core.demangle import canonical_kernel
 
+
+def one_line(e: BaseException) -> str:
+    """SQLite's message, which quotes the damaged schema text (newlines and all), as one line."""
+    return " ".join(repr(x)[1:-1] if x.strip() else "" for x in str(e).splitlines()).strip() or type(e).__name__
+
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -87,7 +93,7 @@ def _connect(path: str | PathLike[str]) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as e:
-        raise BadInput(path, f"cannot open SQLite file: {e}") from None
+        raise BadInput(path, f"cannot open SQLite file: {one_line(e)}") from None
     conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
     return conn
 
@@ -96,7 +102,10 @@ def _tables(conn: sqlite3.Connection, path: Path) -> set[str]:
     try:
         return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     except sqlite3.DatabaseError as e:
-        raise BadInput(path, f"corrupt SQLite file: {e}") from None
+        raise BadInput(path, f"corrupt SQLite file: {one_line(e)}") from None
+    except UnicodeDecodeError as e:  # SQLite's message about a damaged schema, in bytes that are not UTF-8
+        raise BadInput(path, f"corrupt SQLite file: its schema holds bytes that are not UTF-8 "
+                             f"({e.reason}, byte 0x{e.object[e.start]:02x})") from None
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -135,7 +144,7 @@ def _check_not_null(conn, path: Path, table: str, present: list[str]) -> None:
         try:
             row = conn.execute(f'SELECT rowid FROM {table} WHERE "{col}" IS NULL LIMIT 1').fetchone()
         except sqlite3.DatabaseError as e:
-            raise BadInput(path, f"corrupt or truncated SQLite file: {e}") from None
+            raise BadInput(path, f"corrupt or truncated SQLite file: {one_line(e)}") from None
         if row is not None:
             raise BadInput(path, f"{table} row {row[0]}: {col} is NULL (nsys writes it NOT NULL): a damaged export")
 
@@ -149,7 +158,7 @@ def _query(conn, path: Path, sql: str, ints: tuple[str, ...] = ()) -> pd.DataFra
         cur = conn.execute(sql)
         rows = cur.fetchall()
     except sqlite3.DatabaseError as e:
-        raise BadInput(path, f"corrupt or truncated SQLite file: {e}") from None
+        raise BadInput(path, f"corrupt or truncated SQLite file: {one_line(e)}") from None
     names = [d[0] for d in cur.description]
     if not rows:
         return pd.DataFrame({n: np.array([], dtype=np.int64) for n in names})
@@ -195,7 +204,7 @@ def _strings(conn, path: Path, ids) -> dict[int, str]:
         try:
             found = conn.execute(f"SELECT id, value FROM StringIds WHERE id IN ({chunk})").fetchall()
         except sqlite3.DatabaseError as e:
-            raise BadInput(path, f"corrupt or truncated SQLite file: {e}") from None
+            raise BadInput(path, f"corrupt or truncated SQLite file: {one_line(e)}") from None
         for i, v in found:
             if not isinstance(v, str):
                 raise BadInput(path, f"StringIds id {i} holds {type(v).__name__} {v!r:.40}, not text: a damaged export")
@@ -259,7 +268,10 @@ def _sqlite_errors_are_bad_input(fn):
         try:
             return fn(path, *args, **kwargs)
         except sqlite3.Error as e:
-            raise BadInput(path, f"corrupt or unreadable SQLite file: {e}") from None
+            raise BadInput(path, f"corrupt or unreadable SQLite file: {one_line(e)}") from None
+        except UnicodeDecodeError as e:  # a flipped byte in the schema's own text (sqlite_master)
+            raise BadInput(path, f"corrupt SQLite file: its schema holds bytes that are not UTF-8 "
+                                 f"({e.reason}, byte 0x{e.object[e.start]:02x})") from None
 
     return wrapper
 
@@ -306,7 +318,7 @@ def _name_values(conn: sqlite3.Connection, path: Path, table: str | None) -> dic
     try:
         rows = conn.execute(f"SELECT name, value FROM {table}").fetchall()
     except sqlite3.DatabaseError as e:
-        raise BadInput(path, f"corrupt SQLite file: {table}: {e}") from None
+        raise BadInput(path, f"corrupt SQLite file: {table}: {one_line(e)}") from None
     for name, value in rows:
         key = str(name)
         if key in out:

@@ -86,9 +86,12 @@ class OnednnLog:
 def _ns(text: str) -> int | None:
     """Milliseconds with a decimal fraction -> integer ns, exactly."""
     try:
-        return int((Decimal(text.strip()) * 1_000_000).to_integral_value())
+        ns = int((Decimal(text.strip()) * 1_000_000).to_integral_value())
     except InvalidOperation:
         return None
+    if not -(1 << 63) <= ns < (1 << 63):  # an Int64 column: a flipped digit gave OverflowError (exit 70)
+        raise ValueError(f"{text.strip()!r} ms is out of range (more than 64-bit nanoseconds)")
+    return ns
 
 
 def dtypes_of(mds: str) -> str:

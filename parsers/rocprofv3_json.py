@@ -157,7 +157,7 @@ def read_results(path: str | PathLike[str]) -> pd.DataFrame:
         pid = as_int(p, f"{base}.metadata.pid", meta.get("pid"), null=True)
         symbols = _symbols(p, f"{base}.kernel_symbols", node)
         agents = _agents(p, f"{base}.agents", node)
-        dispatches = _list(p, f"{base}.buffer_records.kernel_dispatch", node["buffer_records"].get("kernel_dispatch", []))
+        dispatches = _list(p, f"{base}.buffer_records.kernel_dispatch", node.get("buffer_records", {}).get("kernel_dispatch", []))
         if not dispatches:
             problems.append(f"{base}: no kernel_dispatch record (rocprofv3 without --kernel-trace?)")
         unknown_agents = 0

@@ -57,6 +57,21 @@ def _over(path: str | os.PathLike[str], what: str, limit: int) -> BadInput:
                           f"forensics --max-input-bytes N, or {MAX_INPUT_ENV}=N)")
 
 
+def read_upto(fh, n: int, chunk: int = 16 << 20) -> bytes:
+    """At most ``n`` bytes of ``fh``, read in chunks: ``fh.read(n)`` allocates ``n`` bytes up front,
+    a MemoryError (an internal error) when the ceiling is raised past the machine's memory
+    (``--max-input-bytes 64G`` on a small file)."""
+    parts: list[bytes] = []
+    left = n
+    while left > 0:
+        part = fh.read(min(chunk, left))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def read_bounded(path: str | os.PathLike[str], raw: bytes | None = None) -> bytes:
     """A whole input's bytes, gunzipped when it is gzip, under :func:`max_input_bytes`: refused as
     soon as the file, or its decompressed stream, passes the ceiling (naming it and how to raise
@@ -71,7 +86,7 @@ def read_bounded(path: str | os.PathLike[str], raw: bytes | None = None) -> byte
         if size > limit:
             raise _over(path, f"{size:,} bytes", limit)
         with open(path, "rb") as fh:
-            raw = fh.read(limit + 1)
+            raw = read_upto(fh, limit + 1)
         if len(raw) > limit:
             raise _over(path, f"more than {limit:,} bytes", limit)
     if raw[:2] != b"\x1f\x8b":
@@ -123,7 +138,7 @@ def read_bytes(path: str | os.PathLike[str], limit: int = SMALL_FILE_LIMIT, what
         if size > limit:
             raise BadInput(path, f"{size} bytes: larger than the {limit >> 20} MiB a {what} may have")
         with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
+            data = read_upto(fh, limit + 1)
     except OSError as e:
         raise BadInput(path, f"cannot read: {e.strerror or e}") from None
     if len(data) > limit:

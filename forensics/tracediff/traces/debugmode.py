@@ -663,6 +663,9 @@ def read_saved_logs(path: Path, rank: int | None = None) -> list[TraceRecord]:
         log = _untyped(call["log"], path, where) if call.get("log") is not None else {}
         if not isinstance(log, dict):
             raise BadInput(path, f"{where}: 'log' is not a dict", 1)
+        for key in ("args_str", "kwargs_str", "output_str"):
+            if call.get(key) is not None and not isinstance(call[key], str):
+                raise BadInput(path, f"{where}.{key}: expected a string, got {type(call[key]).__name__}", 1)
         out = (call.get("output_str") or "").replace("  ->  ", "", 1) or None
         extra: dict[str, Any] = {"depth": call["call_depth"], "call_type": kind, "entry": where}
         if kind == "op":
