@@ -144,8 +144,14 @@ def comparable(text: str) -> str:
     """``text`` with what varies from run to run normalised (durations, stamps, artifact lines) and the
     documented machine-dependent figures masked."""
     lines = []
+    dropped_indent = None  # a dropped line's continuation lines (indented deeper) go with it
     for line in mask_machine(normalise(text)).splitlines():
+        indent = len(line) - len(line.lstrip())
+        if dropped_indent is not None and line.strip() and indent > dropped_indent:
+            continue
+        dropped_indent = None
         if _VOLATILE_LINES.match(line):
+            dropped_indent = indent
             continue
         for pattern, repl in _VOLATILE:
             line = pattern.sub(repl, line)
