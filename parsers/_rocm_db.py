@@ -121,6 +121,12 @@ def check_sqlite(path: Path, shown: Path | None = None) -> None:
         raise BadInput(shown, f"cannot read: {e.strerror or e}") from None
     if not head.startswith(SQLITE_MAGIC):
         raise BadInput(shown, "not an SQLite database (no 'SQLite format 3' header)")
+    check_pages(shown, size, head)
+
+
+def check_pages(shown: Path, size: int, head: bytes) -> None:
+    """BadInput unless an SQLite file of ``size`` bytes whose first 100 bytes are ``head`` is whole: the
+    header itself, a whole number of pages, no fewer than the header's page count (a cut copy)."""
     if len(head) < 100:
         raise BadInput(shown, f"truncated SQLite file: {size} bytes, shorter than the 100-byte header")
     page_size = struct.unpack(">H", head[16:18])[0]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import re
 import sqlite3
-import struct
 from contextlib import closing
 from os import PathLike
 from pathlib import Path
@@ -23,6 +22,7 @@ from forensics.core.errors import BadInput
 from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, empty_frame
 from forensics.core.site import is_occurrence_label
 from forensics.core.demangle import canonical_kernel
+from parsers._rocm_db import check_pages
 
 
 def one_line(e: BaseException) -> str:
@@ -72,18 +72,7 @@ def _check_file(path: Path) -> None:
         raise BadInput(path, "empty file: expected an nsys SQLite export")
     if not head.startswith(SQLITE_MAGIC):
         raise BadInput(path, "not an SQLite database: expected an nsys SQLite export (nsys export --type sqlite)")
-    if len(head) < 100:
-        raise BadInput(path, f"truncated SQLite file: {size} bytes, shorter than the 100-byte header")
-    page_size = struct.unpack(">H", head[16:18])[0]
-    page_size = 65536 if page_size == 1 else page_size
-    change_counter, page_count = struct.unpack(">II", head[24:32])
-    valid_for = struct.unpack(">I", head[92:96])[0]
-    if page_size < 512 or size % page_size:
-        raise BadInput(path, f"truncated SQLite file: {size} bytes is not a whole number of {page_size}-byte pages")
-    if valid_for == change_counter and page_count and size < page_count * page_size:
-        raise BadInput(
-            path, f"truncated SQLite file: {size} bytes, the header says {page_count} pages of {page_size} bytes"
-        )
+    check_pages(path, size, head)
 
 
 def _connect(path: str | PathLike[str]) -> sqlite3.Connection:
