@@ -62,12 +62,7 @@ def print_table(an: Analysis, console: Console | None = None, max_rows: int = 60
         console.print(f"... {len(an.verdicts) - max_rows} more rows in analysis.json")
     if not many:
         console.print(f"arm {v['arm'].iloc[0]}, rank {v['rank'].iloc[0]}; full demangled and mangled names in report.md")
-    for r in v[v["verdict"] == CONFLICT].itertuples(index=False):
-        ident = r.identity if isinstance(getattr(r, "identity", None), dict) else {}
-        console.print(f"[bold red]CONFLICT[/bold red] {r.scope} {_short(r.short_name or r.kernel, 48)}: "
-                      + escape("; ".join(ident.get("conflicts") or [])), soft_wrap=True)
-    for line in untied_lines(an):
-        console.print(f"[yellow]{AGREE_UNTIED}[/yellow] {escape(line)}", soft_wrap=True)
+    _print_why_not_named(an, console)
     if any(" ~" in x for x in shown):
         console.print("different kernels with one short name are numbered (name ~1, name ~2): their full names "
                       "are in report.md")
@@ -98,6 +93,17 @@ def solution_lines(an: Analysis, limit: int = 20) -> list[str]:
     if len(seen) > limit:
         out.append(f"solution: {len(seen) - limit} more (log, problem, solution) in report.md")
     return out
+
+
+def _print_why_not_named(an: Analysis, console: Console) -> None:
+    """One line per CONFLICT row (the fields in conflict) and per arm and rank of AGREE-UNTIED rows."""
+    v = an.verdicts
+    for r in v[v["verdict"] == CONFLICT].itertuples(index=False):
+        ident = r.identity if isinstance(getattr(r, "identity", None), dict) else {}
+        console.print(f"[bold red]CONFLICT[/bold red] {r.scope} {_short(r.short_name or r.kernel, 48)}: "
+                      + escape("; ".join(ident.get("conflicts") or [])), soft_wrap=True)
+    for line in untied_lines(an):
+        console.print(f"[yellow]{AGREE_UNTIED}[/yellow] {escape(line)}", soft_wrap=True)
 
 
 def untied_lines(an: Analysis) -> list[str]:
@@ -185,12 +191,7 @@ def _print_folded(an: Analysis, console: Console, noun: tuple[str, str], max_row
                            "family and the two-instrument rule)", cols, rows)
         if len(odd) > max_rows:
             console.print(f"... {len(odd) - max_rows} more exception rows in analysis.json")
-        for r in odd[odd["verdict"] == CONFLICT].itertuples(index=False):
-            ident = r.identity if isinstance(getattr(r, "identity", None), dict) else {}
-            console.print(f"[bold red]CONFLICT[/bold red] {r.scope} {_short(r.short_name or r.kernel, 48)}: "
-                          + escape("; ".join(ident.get("conflicts") or [])), soft_wrap=True)
-        for line in untied_lines(an):
-            console.print(f"[yellow]{AGREE_UNTIED}[/yellow] {escape(line)}", soft_wrap=True)
+        _print_why_not_named(an, console)
     else:
         console.print("exceptions: none: every pair NAMED", markup=False)
     named = v[v["verdict"] == NAMED]
