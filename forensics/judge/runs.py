@@ -403,6 +403,7 @@ class TieBook:
     def __init__(self, cap: Any, provs: list[Provenance], launches: pd.DataFrame, calls: pd.DataFrame):
         self.by_manifest = manifest_tied(cap)
         self.prov = {p.path: p for p in provs}
+        self._seen: dict[tuple, tuple[str, str]] = {}
         self.files: dict[tuple[Any, Any, str], set[str]] = {}
         for df in (launches, calls):
             if df is None or not len(df) or "file" not in df.columns or "family" not in df.columns:
@@ -411,9 +412,16 @@ class TieBook:
                 self.files.setdefault((arm, rank, fam), set()).update(str(x) for x in g["file"].dropna().unique())
 
     def check(self, arm: Any, rank: Any, families: list[str]) -> tuple[str, str]:
-        """``(TIED | SEPARATE | UNKNOWN, why)`` for the files of ``families`` in one arm and rank."""
+        """``(TIED | SEPARATE | UNKNOWN, why)`` for the files of ``families`` in one arm and rank (once per
+        arm, rank and families: every verdict row of a scope asks the same)."""
         if self.by_manifest:
             return TIED, f"the capture's manifest ties arm {arm}'s files"
+        key = (arm, rank, tuple(families))
+        if key not in self._seen:
+            self._seen[key] = self._check(arm, rank, families)
+        return self._seen[key]
+
+    def _check(self, arm: Any, rank: Any, families: list[str]) -> tuple[str, str]:
         worst, why = TIED, ""
         for i, fa in enumerate(families):
             for fb in families[i + 1:]:
