@@ -62,6 +62,9 @@ def _main_options(
         None, "--max-input-bytes", metavar="N", help="ceiling on an input read whole (a Chrome/Kineto JSON, a "
         "JSONL file), its gzip stream decompressed included: bytes or 512M, 4G (default 1G; also "
         "FORENSICS_MAX_INPUT_BYTES)"),
+    max_records: str | None = typer.Option(
+        None, "--max-records", metavar="N", help="ceiling on the rows a streamed reader (Kineto/Chrome JSON, "
+        "rocprofv3, nsys) keeps from one file (default 50000000; also FORENSICS_MAX_RECORDS)"),
 ) -> None:
     """Options of ``forensics`` itself (the commands' own options follow the command name)."""
     if max_input_bytes is not None:
@@ -71,6 +74,14 @@ def _main_options(
             os.environ[MAX_INPUT_ENV] = str(parse_size(max_input_bytes))  # worker processes inherit it
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--max-input-bytes") from None
+    if max_records is not None:
+        from forensics.runtime.inputs import MAX_RECORDS_ENV  # noqa: PLC0415
+
+        text = max_records.strip().replace("_", "").replace(",", "")
+        if not text.isdigit() or int(text) < 1:
+            raise typer.BadParameter(f"{max_records!r} is not a count of rows (a whole number, 1 or more)",
+                                     param_hint="--max-records")
+        os.environ[MAX_RECORDS_ENV] = text  # worker processes inherit it
 
 
 for _name in COMMAND_MODULES:

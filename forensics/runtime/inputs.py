@@ -106,6 +106,111 @@ def read_bounded(path: str | os.PathLike[str], raw: bytes | None = None) -> byte
     return bytes(out)
 
 
+#: Streamed readers (Kineto/Chrome JSON, rocprofv3 CSV/JSON, nsys tables) hold the rows they keep,
+#: not the text, so their byte ceiling is far higher than a whole read's: it bounds the time a read
+#: takes, not its memory. An explicit ``--max-input-bytes`` / FORENSICS_MAX_INPUT_BYTES applies to
+#: them too; without one they stop at 64 GiB of (decompressed) input.
+DEFAULT_MAX_STREAM_BYTES = 64 << 30
+#: The most rows a streamed reader keeps from one file (every frame together): what bounds its
+#: memory. ``forensics --max-records N`` or this variable raises it.
+DEFAULT_MAX_RECORDS = 50_000_000
+MAX_RECORDS_ENV = "FORENSICS_MAX_RECORDS"
+
+
+def max_stream_bytes() -> int:
+    """The byte ceiling of a streamed read: FORENSICS_MAX_INPUT_BYTES when set, else 64 GiB."""
+    try:
+        return parse_size(os.environ[MAX_INPUT_ENV])
+    except (KeyError, ValueError):
+        return DEFAULT_MAX_STREAM_BYTES
+
+
+def max_records() -> int:
+    """The row ceiling of a streamed read: FORENSICS_MAX_RECORDS (``forensics --max-records``), else 50 million."""
+    try:
+        n = int(str(os.environ[MAX_RECORDS_ENV]).replace("_", "").replace(",", ""))
+        return n if n >= 1 else DEFAULT_MAX_RECORDS
+    except (KeyError, ValueError):
+        return DEFAULT_MAX_RECORDS
+
+
+class RecordBudget:
+    """Rows a streamed reader may still keep from ``path``: :meth:`take` refuses (BadInput naming
+    the ceiling and how to raise it) past :func:`max_records`."""
+
+    __slots__ = ("path", "limit", "kept", "what")
+
+    def __init__(self, path: str | os.PathLike[str], what: str = "rows") -> None:
+        self.path, self.limit, self.kept, self.what = path, max_records(), 0, what
+
+    def take(self, n: int = 1) -> None:
+        self.kept += n
+        if self.kept > self.limit:
+            raise BadInput(self.path, f"more than {self.limit:,} {self.what} kept: over the ceiling on the rows a "
+                                      f"streamed read keeps (raise it: forensics --max-records N, or {MAX_RECORDS_ENV}=N)")
+
+
+class _Counted:
+    """A binary stream that refuses (BadInput) once more than ``limit`` bytes came through it."""
+
+    def __init__(self, raw, path: str | os.PathLike[str], limit: int, gz: bool, file=None) -> None:  # noqa: ANN001
+        self.raw, self.path, self.limit, self.gz, self.count = raw, path, limit, gz, 0
+        self.file = file  # the file under a GzipFile (which does not close what it was given)
+
+    def read(self, n: int = -1) -> bytes:
+        import zlib  # noqa: PLC0415
+
+        try:
+            data = self.raw.read(n if n is not None and n >= 0 else 16 << 20)
+        except (EOFError, zlib.error) as e:
+            raise BadInput(self.path, f"truncated or corrupt gzip: {e}") from None
+        except OSError as e:
+            if self.gz:
+                raise BadInput(self.path, f"truncated or corrupt gzip: {e}") from None
+            raise BadInput(self.path, f"cannot read: {e.strerror or e}") from None
+        self.count += len(data)
+        if self.count > self.limit:
+            what = "its gzip stream decompresses to more than" if self.gz else "more than"
+            raise BadInput(self.path, f"{what} {self.limit:,} bytes: over the {self.limit:,}-byte ceiling on a streamed "
+                                      f"input (raise it: forensics --max-input-bytes N, or {MAX_INPUT_ENV}=N)")
+        return data
+
+    def close(self) -> None:
+        self.raw.close()
+        if self.file is not None:
+            self.file.close()
+
+    def __enter__(self) -> "_Counted":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_stream(path: str | os.PathLike[str], what: str = "file") -> _Counted:
+    """``path`` opened for a streamed read: a binary stream (gunzipped when the file is gzip) whose
+    ``read`` refuses, with one BadInput line naming the ceiling and the flag that raises it, once
+    more than :func:`max_stream_bytes` came through. Use as a context manager."""
+    import gzip  # noqa: PLC0415
+
+    path = regular_file(path, what)
+    limit = max_stream_bytes()
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed by the returned stream
+    except OSError as e:
+        raise BadInput(path, f"cannot read: {e.strerror or e}") from None
+    gz = fh.read(2) == b"\x1f\x8b"
+    fh.seek(0)
+    if gz:
+        return _Counted(gzip.GzipFile(fileobj=fh, mode="rb"), path, limit, True, fh)
+    size = os.fstat(fh.fileno()).st_size
+    if size > limit:
+        fh.close()
+        raise BadInput(path, f"{size:,} bytes: over the {limit:,}-byte ceiling on a streamed input (raise it: "
+                             f"forensics --max-input-bytes N, or {MAX_INPUT_ENV}=N)")
+    return _Counted(fh, path, limit, False)
+
+
 def regular_file(path: str | os.PathLike[str], what: str = "file") -> Path:
     """``path`` if it is a readable regular file (links followed), else BadInput saying what it is."""
     path = Path(path)
