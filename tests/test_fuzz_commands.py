@@ -54,6 +54,17 @@ pytestmark = pytest.mark.slow  # integration lane (real programs, seconds each)
 REPO = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("FORENSICS_FUZZ_SEED", "15"))
 SCALE = float(os.environ.get("FORENSICS_FUZZ_SCALE", "1"))
+#: ``FORENSICS_FUZZ_TALLY=FILE``: each case appends one JSON line, its id and how it ended
+#: (``refused``: exit 3 and one line; ``same``: the undamaged result; ``disclosed``: another result
+#: that names the damaged file; ``result``: a result of a non-strict mutation), for a campaign's
+#: figures (benchmarks/fuzz_tally.py). A failing case writes no line: pytest reports it.
+TALLY = os.environ.get("FORENSICS_FUZZ_TALLY")
+
+
+def _tally(case_id: str, outcome: str, code: object = None) -> None:
+    if TALLY:
+        with open(TALLY, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"case": case_id, "outcome": outcome, "exit": code}) + "\n")
 WATCHDOG_S = 60
 STRICT_OPS = ("type", "utf8", "garbage")
 
@@ -386,18 +397,22 @@ def test_damaged_input_is_one_line_or_a_correct_result(case: Case, bases, baseli
     code, stdout, stderr = _run(_argv(case.command, cap, out))
     where = f"{case.id}: {target.relative_to(cap)}: {what}"
     if _refused(code, stdout, stderr, where):
+        _tally(case.id, "refused", code)
         return
     assert stderr.strip() == "", f"{where}: a result with stderr output: {stderr}"
     if not case.strict:
+        _tally(case.id, "result", code)
         return
     got = _result(case.command, code, stdout, out)
     want = baselines[(case.base, case.command)]
     if got[:2] == want[:2]:
+        _tally(case.id, "same", code)
         return
     name = target.name
     disclosed = name in got[2] and name not in want[2]
     assert disclosed, (f"{where}: the result changed and nothing says so\n--- undamaged\n{want[1][:2000]}\n"
                        f"--- damaged\n{got[1][:2000]}")
+    _tally(case.id, "disclosed", code)
 
 
 # --------------------------------------------------------------------------- traces through `forensics diff`
@@ -456,9 +471,12 @@ def test_damaged_trace_is_one_line_or_a_correct_diff(case: Case, traces, tmp_pat
     code, stdout, stderr = _run(["diff", str(base), str(work)])
     where = f"{case.id}: {what}"
     if _refused(code, stdout, stderr, where):
+        _tally(case.id, "refused", code)
         return
     if not case.strict:
+        _tally(case.id, "result", code)
         return
     got = _diff_result(code, stdout, work)
     disclosed = any(word in stdout for word in ("partial", "truncated", target.name))
     assert got == want or disclosed, f"{where}: the diff changed and nothing says so\n{want[1]}\n---\n{got[1]}"
+    _tally(case.id, "same" if got == want else "disclosed", code)
