@@ -28,6 +28,7 @@ from probes.optrace.digest import (
     args_entry,
     chunk_sums,
     light_entry,
+    light_view_entry,
     tensor_entry,
     view_entry,
 )
@@ -101,8 +102,9 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         self._sides = (mode in ("inputs", "all"), mode != "off", mode == "all")
         level = extra.get("evidence", "full")
         #: the evidence level (``forensics trace --evidence``, header ``evidence``): ``full`` digests
-        #: every element; the light levels write :func:`light_entry`'s entries, no chunk digests and no
-        #: view shortcut (:attr:`_entry`: the one function every tensor entry is made by)
+        #: every element; the light levels write :func:`light_entry`'s entries and no chunk digests, a
+        #: same-element view's output its input's light digest where that is the same value
+        #: (:func:`light_view_entry`) (:attr:`_entry`: the one function every tensor entry is made by)
         self.evidence = level = level if level in EVIDENCE_LEVELS else "full"
         self._entry = tensor_entry if level == "full" else light_entry(level)
         if level != "full":
@@ -303,9 +305,10 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         if info.collective:
             kind, outputs = "collective", []  # in flight until waited: the semantic record has the result
             meta["async"] = True
-        elif (info.view and entry is tensor_entry and isinstance(out, torch.Tensor) and inputs and isinstance(args[0], torch.Tensor)
+        elif (info.view and isinstance(out, torch.Tensor) and inputs and isinstance(args[0], torch.Tensor)
               and inputs[0].get("s") is not None and out.numel() == args[0].numel() and out.dtype == args[0].dtype
-              and (reused := self._view_entry(inputs[0], args[0], out, info.order_view)) is not None):
+              and (reused := (self._view_entry if entry is tensor_entry else light_view_entry)(
+                  inputs[0], args[0], out, info.order_view)) is not None):
             outputs = [reused]
         elif info.written:  # a void op that writes its arguments: their digests after it ran
             outputs, meta["written"] = self._written_outputs(info.written, args, kwargs, chunks, out_every, cpu)
