@@ -390,3 +390,23 @@ def test_a_views_light_entry_is_the_digest_of_its_own_elements(tmp_path, level):
             if r["op"] == "aten.t.default":  # the transpose: same sum, other samples
                 assert (out["h"] == src["h"]) == (level == "summary")
     assert seen == set(want)
+
+
+@pytest.mark.parametrize("level", ["sampled", "summary"])
+def test_a_light_digest_reads_the_bytes_at_the_address_now(level):
+    """The light fast path keeps how to read an address (a numpy view per address and size), never
+    what it read: the same memory written in place, or another tensor at the same address, gives
+    the digest of the bytes there now."""
+    torch = pytest.importorskip("torch")
+    from probes.optrace.digest import light_entry, sampled_digest, summary_digest
+
+    entry, digest = light_entry(level), {"sampled": sampled_digest, "summary": summary_digest}[level]
+    x = torch.randn(4096)
+    first = entry(x)["h"]
+    assert first == digest(x) and entry(x)["h"] == first
+    x.mul_(3.0)  # the same address and size, other bytes
+    assert entry(x)["h"] == digest(x) != first
+    y = x.view(64, 64)  # the same address, another shape: same elements
+    assert entry(y)["h"] == digest(y) == entry(x)["h"]
+    z = x[:1024]  # the same address, fewer bytes
+    assert entry(z)["h"] == digest(z) != entry(x)["h"]

@@ -661,14 +661,40 @@ def _light_fast(t: torch.Tensor, fast: tuple, level: str, sampled: bool) -> dict
     nbytes = numel * size
     if not numel or t.storage_offset() * size + nbytes > t.untyped_storage().nbytes():
         return None  # empty, or a storage that does not hold its elements (holds_elements)
-    buf = (_BYTES_AT.get(nbytes) or _bytes_type(nbytes)).from_address(t.data_ptr())
-    if not sampled:
-        h = summary_text(int(np.add.reduce(np.frombuffer(buf, dtype=fast[2]), dtype=fast[3])), fast[4])
-    elif numel <= SAMPLES:  # every element is a sample: its bytes as they lie
-        h = _xxh3(buf)
+    ptr = t.data_ptr()
+    if sampled and numel <= SAMPLES:  # every element is a sample: its bytes as they lie
+        h = _xxh3((_BYTES_AT.get(nbytes) or _bytes_type(nbytes)).from_address(ptr))
     else:
-        h = _xxh3(np.frombuffer(buf, dtype=_VOID[size])[::-(-numel // SAMPLES)].tobytes())
+        key = (ptr, nbytes, sampled)
+        words = _WORDS_AT.get(key)
+        if words is None:
+            words = _words_at(key, ptr, nbytes, size, fast[2], sampled)
+        if sampled:
+            h = _xxh3(words.tobytes())
+        else:
+            h = summary_text(int(np.add.reduce(words, dtype=fast[3])), fast[4])
     return {"s": list(t.shape), "t": fast[0], "n": numel, "ev": level, "h": h}
+
+
+#: numpy views of memory by (address, bytes, sampled): a row-major CPU tensor's words (a summary
+#: sums them) or its sample positions (``[::ceil(n/SAMPLES)]``, a sampled digest reads them). A view
+#: owns nothing: it says how to read the bytes at an address, read only while a tensor that holds
+#: them lies there (the caller's storage check), so a parameter or a reused activation buffer, at
+#: the same address every step, costs one dict lookup instead of two ctypes and numpy objects; bounded
+_WORDS_AT: dict[tuple, np.ndarray] = {}
+_WORDS_AT_MAX = 1 << 12
+
+
+def _words_at(key: tuple, ptr: int, nbytes: int, size: int, word: Any, sampled: bool) -> np.ndarray:
+    buf = (_BYTES_AT.get(nbytes) or _bytes_type(nbytes)).from_address(ptr)
+    if sampled:
+        words = np.frombuffer(buf, dtype=_VOID[size])[::-(-(nbytes // size) // SAMPLES)]
+    else:
+        words = np.frombuffer(buf, dtype=word)
+    if len(_WORDS_AT) >= _WORDS_AT_MAX:
+        _WORDS_AT.clear()
+    _WORDS_AT[key] = words
+    return words
 
 
 def light_view_entry(in0: dict[str, Any], x: torch.Tensor, out: torch.Tensor, order_view: bool) -> dict[str, Any] | None:

@@ -32,7 +32,7 @@ from probes.optrace.digest import (
     tensor_entry,
     view_entry,
 )
-from probes.optrace.ops import _OP_INFO, _gemm_meta, _is_opaque, _non_blocking, _OpInfo, _received, _split
+from probes.optrace.ops import _OP_BY_ID, _gemm_meta, _is_opaque, _non_blocking, _received, _split, op_info
 from probes.optrace.storage import GrownStorages
 from probes.optrace.writer import TraceWriting
 from probes.window import StepWindow
@@ -211,7 +211,8 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
                 n = counts[key] = counts.get(key, 0) + 1
                 identity = f"{key}:{n}"
                 stack = self.phase_stack  # _phase, inline on the hot path
-                phase = stack[-1] if stack else self._phase(backward)
+                phase = stack[-1] if stack else ("backward" if backward else "forward") if backward is not None \
+                    else self._phase(backward)
                 rec = new_record(self.seq, identity, name, kind, self.window.step, phase, inputs, outputs, meta)
                 if autograd_seq is not None and autograd_seq not in self.fwd_by_seq:
                     if len(self.fwd_by_seq) >= MAX_FORWARD_NODES:
@@ -263,9 +264,9 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
             asked = self._active_for = (step, step in self.window.steps)
         if not asked[1] or self.closed or self.failed is not None or _forks.forked and os.getpid() != self.pid:  # _forks.foreign, inline
             return func(*args, **kwargs)
-        info = _OP_INFO.get(func)
-        if info is None:
-            info = _OP_INFO[func] = _OpInfo(func)
+        info = _OP_BY_ID.get(id(func))
+        if info is None or info.func is not func:
+            info = op_info(func)
         name, base = info.name, info.base
         if info.skip:
             return info.call(*args, **kwargs)
