@@ -125,6 +125,45 @@ def cpu_model() -> str:
     return "unknown CPU model"
 
 
+#: issue 41: the light levels at op level cost at most this much of the untraced step
+LIGHT_TARGET = 1.40
+
+
+def cpu_kind() -> str:
+    """Which code paths this process's libraries run: torch's ATen CPU capability and numpy's dispatch
+    level (``AVX2`` under ``benchmarks/isa.py avx2``, which switches the AVX-512 paths off where they
+    let; ``AVX512`` natively on this project's machine)."""
+    parts = []
+    try:
+        parts.append(f"torch {torch.backends.cpu.get_cpu_capability()}")
+    except Exception:  # noqa: BLE001 - a level we cannot read is reported as such
+        parts.append("torch ?")
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as feats  # numpy >= 2
+
+        avx512 = feats.get("X86_V4", feats.get("AVX512_SKX", False))
+        parts.append("numpy " + ("AVX512" if avx512 else "AVX2" if feats.get("AVX2") else "below AVX2"))
+    except Exception:  # noqa: BLE001
+        parts.append("numpy ?")
+    emulated = os.environ.get("ATEN_CPU_CAPABILITY") == "avx2"
+    return f"{' / '.join(parts)}{' (AVX2-emulated: benchmarks/isa.py avx2)' if emulated else ''}"
+
+
+def level_verdict(level: str, wall: float, cpu: float, kind: str) -> str:
+    """Whether a level's ratio meets issue 41's target in this run, on this CPU kind: met only when
+    both the wall and the thread-CPU ratio are within it (a shared machine's wall clock also counts
+    waiting for a core; CPU time alone would hide a slower step)."""
+    name = level.split()[0]
+    if name in ("sampled", "summary"):
+        ok = wall <= LIGHT_TARGET and cpu <= LIGHT_TARGET
+        where = "" if level == name else " (module level)"
+        return f"target <= x{LIGHT_TARGET:.2f}{where} on {kind.split(' / ')[0]}: {'met' if ok else 'NOT met'}"
+    if name == "full":
+        return ("target: no worse than before; one run cannot judge it (compare main's tracer in alternating "
+                "processes, docs/scale.md)")
+    return "no target (what every level pays beside its digests)"
+
+
 def debugmode_arm():
     try:
         from torch.utils._debug_mode import DebugMode
@@ -204,15 +243,13 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
     load = os.getloadavg()
     print(f"  optrace slowdown x{med['optrace'] / base:.2f} (target < 1.5; issue 33) on {cpu_model()}, "
           f"load average {load[0]:.2f} at the end of this batch")
-    print(f"  evidence levels, batch {batch}, on {cpu_model()}, load average {load[0]:.2f} (ratios of medians "
-          "within this run; wall, then thread CPU time):")
+    kind = cpu_kind()
+    print(f"  evidence levels, batch {batch}, on {cpu_model()}, CPU kind {kind}, load average {load[0]:.2f} "
+          "(ratios of medians within this run; wall, then thread CPU time):")
     for level in ("full", *levels):
         k = "optrace" if level == "full" else f"optrace {level}"
-        target = "target <= x1.40 (issue 41)" if level.split()[0] in ("sampled", "summary") else (
-            "no worse than before" if level == "full" else "")
-        if level.split()[0] in ("sampled", "summary"):
-            target += ": met" if med_cpu[k] / base_cpu <= 1.4 and med[k] / base <= 1.4 else ": not met"
-        print(f"    --evidence {level:22s} x{med[k] / base:5.2f} wall, x{med_cpu[k] / base_cpu:5.2f} CPU   {target}")
+        print(f"    --evidence {level:22s} x{med[k] / base:5.2f} wall, x{med_cpu[k] / base_cpu:5.2f} CPU   "
+              f"{level_verdict(level, med[k] / base, med_cpu[k] / base_cpu, kind)}")
     return med
 
 

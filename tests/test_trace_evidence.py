@@ -52,12 +52,13 @@ def test_each_level_is_written_and_read(tmp_path, level):
     else:  # every tensor entry says its level; only full entries carry order-sensitive or chunk digests
         assert all(e["ev"] == level and "o" not in e and "c" not in e for e in tensors)
         assert all(("h" in e) == (level != "metadata") for e in tensors)
-    if level == "summary":  # the sum of arange(300)'s float32 bit patterns
+    if level == "summary":  # the sum of arange(300)'s float32 bit patterns, mod 2^32 (4-byte elements)
         import numpy as np
 
         mm = next(r for r in records if r["op"].startswith("aten.arange"))
         bits = int(np.arange(300, dtype=np.float32).view(np.uint32).astype(np.uint64).sum())
-        assert mm["out"][0]["h"] == f"summary:{bits:016x}"
+        assert mm["out"][0]["h"] == f"sum32:{bits & 0xFFFFFFFF:08x}"
+        assert header["evidence_digests"]["summary"] == fmt.SUMMARY
     # read back: the run's level, and each tensor's
     assert native.run_info(tmp_path)["evidence"] == level
     recs = list(native.iter_records(f))
@@ -291,3 +292,121 @@ def test_the_columnar_prefix_grades_light_traces_as_the_record_walk_does(tmp_pat
         got.append((res.records_compared, res.unproven_matches, d.verdict, d.identity, d.evidence, d.level))
     assert got[0] == got[1]
     assert got[0][2:] == ("ORIGIN", "aten.sum.default:1", "unproven", "sampled") and got[0][1] == got[0][0] - 1
+
+
+def _old_summaries(run: Path, digests: bool) -> Path:
+    """Rewrite a SYNTHETIC summary trace as the first summary algorithm wrote it: values
+    ``summary:<16 hex>`` (the 64-bit sum), and (``digests``) its header naming that algorithm."""
+    f = run / "rank0" / fmt.FILE_NAME
+    lines = [json.loads(x) for x in f.read_text().splitlines()]
+    if digests:
+        lines[0]["evidence_digests"] = {"sampled": fmt.SAMPLED, "summary": fmt.SUMMARY_V1}
+    for rec in lines[1:-1]:
+        for e in (*rec["in"], *rec["out"]):
+            e["h"] = f"summary:{int(e['h'].partition(':')[2], 16):016x}"
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return run
+
+
+def _new_summaries(run: Path, digests: bool) -> Path:
+    """The same run as today's tracer writes it: ``sum32:<8 hex>`` values, the header naming SUMMARY."""
+    f = run / "rank0" / fmt.FILE_NAME
+    lines = [json.loads(x) for x in f.read_text().splitlines()]
+    if digests:
+        lines[0]["evidence_digests"] = {"sampled": fmt.SAMPLED, "summary": fmt.SUMMARY}
+    for rec in lines[1:-1]:
+        for e in (*rec["in"], *rec["out"]):
+            e["h"] = f"sum32:{int(e['h'].partition(':')[2], 16) & 0xFFFFFFFF:08x}"
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return run
+
+
+@pytest.mark.parametrize("digests", [True, False], ids=["header-says", "values-only"])
+def test_summaries_of_two_algorithms_are_never_compared(tmp_path, digests):
+    """SYNTHETIC: a trace from the first summary algorithm (64-bit sums, ``summary:``) against one
+    from today's (``sum32:``), with different outputs: their sums are of two kinds, so neither
+    equal nor different; no divergence is claimed (graded metadata when the headers say so)."""
+    a = _old_summaries(_run(tmp_path / "a", "summary", 10, ARGV), digests)
+    b = _new_summaries(_run(tmp_path / "b", "summary", 11, ARGV), digests)
+    rep = diff_paths(a, b)
+    assert rep.ranks[0].first_divergence is None and rep.site is None
+    text = format_report(rep)
+    assert "pattern: none" in text and "no divergence seen (not proven" in text
+    if digests:
+        assert rep.evidence == {"a": "summary", "b": "summary", "graded_by": "metadata"}
+        assert any("made by different algorithms" in w for w in rep.warnings)
+    # one algorithm on both sides: the same difference is seen (a candidate ORIGIN)
+    c = _new_summaries(_run(tmp_path / "c", "summary", 10, ARGV), digests)
+    rep = diff_paths(c, b)
+    assert rep.ranks[0].first_divergence is not None and rep.ranks[0].first_divergence.verdict == "ORIGIN"
+    assert rep.evidence["graded_by"] == "summary"
+
+
+def test_summary_of_every_dtype_matches_its_general_path():
+    """The light entry's in-place fast path gives the value the general path does (sum mod 2^32 for
+    elements up to 4 bytes, 2^64 for 8), for every layout it takes (row-major, transposed)."""
+    torch = pytest.importorskip("torch")
+    from probes.optrace.digest import _bits_exact, light_entry, summary_digest
+
+    entry = light_entry("summary")
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
+                  torch.int8, torch.uint8, torch.bool):
+        x = (torch.randn(37, 19) * 50).to(dtype)
+        bits = int(_bits_exact(x).sum().item())
+        want = f"sum64:{bits & (2**64 - 1):016x}" if x.element_size() == 8 else f"sum32:{bits & 0xFFFFFFFF:08x}"
+        for view in (x, x.t(), x.t().contiguous().t()):
+            assert entry(view)["h"] == summary_digest(view) == want, (dtype, view.stride())
+    big = torch.full((1 << 12,), -1, dtype=torch.int32)  # wraps: 4096 * 0xFFFFFFFF mod 2^32
+    assert entry(big)["h"] == f"sum32:{(4096 * 0xFFFFFFFF) & 0xFFFFFFFF:08x}"
+
+
+@pytest.mark.parametrize("level", ["sampled", "summary"])
+def test_a_views_light_entry_is_the_digest_of_its_own_elements(tmp_path, level):
+    """A same-element view's output may reuse its input's light digest only where that is the same
+    value: every view at ``summary`` (a sum), an order-keeping view at ``sampled`` (the same
+    row-major samples); a transpose at ``sampled`` samples other elements and is digested anew."""
+    torch = pytest.importorskip("torch")
+    from probes.optrace.digest import light_entry
+    from tests.traced import trace_in_process
+
+    w = torch.arange(33 * 170, dtype=torch.float32).reshape(33, 170)
+
+    def fn() -> None:
+        x = w.clone()
+        x.t().sum()
+        x.view(170, 33).sum()
+        x.detach().sum()
+
+    f = trace_in_process(tmp_path, fn, evidence=level)
+    records = [json.loads(x) for x in f.read_text().splitlines()][1:-1]
+    entry = light_entry(level)
+    want = {"aten.t.default": w.t(), "aten.view.default": w.view(170, 33), "aten.detach.default": w.detach()}
+    seen = set()
+    for r in records:
+        if r["op"] in want:
+            out, src = r["out"][0], r["in"][0]
+            assert out["h"] == entry(want[r["op"]])["h"] and out["s"] == list(want[r["op"]].shape)
+            seen.add(r["op"])
+            if r["op"] == "aten.t.default":  # the transpose: same sum, other samples
+                assert (out["h"] == src["h"]) == (level == "summary")
+    assert seen == set(want)
+
+
+@pytest.mark.parametrize("level", ["sampled", "summary"])
+def test_a_light_digest_reads_the_bytes_at_the_address_now(level):
+    """The light fast path keeps how to read an address (a numpy view per address and size), never
+    what it read: the same memory written in place, or another tensor at the same address, gives
+    the digest of the bytes there now."""
+    torch = pytest.importorskip("torch")
+    from probes.optrace.digest import light_entry, sampled_digest, summary_digest
+
+    entry, digest = light_entry(level), {"sampled": sampled_digest, "summary": summary_digest}[level]
+    x = torch.randn(4096)
+    first = entry(x)["h"]
+    assert first == digest(x) and entry(x)["h"] == first
+    x.mul_(3.0)  # the same address and size, other bytes
+    assert entry(x)["h"] == digest(x) != first
+    y = x.view(64, 64)  # the same address, another shape: same elements
+    assert entry(y)["h"] == digest(y) == entry(x)["h"]
+    z = x[:1024]  # the same address, fewer bytes
+    assert entry(z)["h"] == digest(z) != entry(x)["h"]

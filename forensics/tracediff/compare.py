@@ -34,6 +34,16 @@ LAYOUTS_DIFFER = "order-sensitive digests taken in different memory layouts: not
 #: generator a random op drew from, docs/trace-format.md)
 EXACT_ENTRIES = frozenset({"args", "generator"})
 
+#: why two summaries were not compared: their texts name different algorithms (``summary:`` of the
+#: first, 64-bit sum; ``sum32:``/``sum64:`` of today's, header ``evidence_digests.summary``)
+SUMMARY_KINDS_DIFFER = "summary digests made by different algorithms: not compared"
+
+
+def _summary_kind(digest: str) -> str:
+    """The algorithm a summary's text names: what comes before its first ``:`` ("" when none)."""
+    return digest.partition(":")[0] if ":" in digest else ""
+
+
 def _weakest(a: str, b: str) -> str:
     ia = EVIDENCE_LEVELS.index(a) if a in EVIDENCE_LEVELS else len(EVIDENCE_LEVELS) - 1
     ib = EVIDENCE_LEVELS.index(b) if b in EVIDENCE_LEVELS else len(EVIDENCE_LEVELS) - 1
@@ -51,6 +61,8 @@ def compare_tensor(x: TensorDigest | None, y: TensorDigest | None, use_ordered: 
         return DIFFER, "shape/dtype"
     evidence = _weakest(x.evidence, y.evidence)
     if x.digest is not None and y.digest is not None and x.digest != y.digest:
+        if evidence == "summary" and _summary_kind(x.digest) != _summary_kind(y.digest):
+            return UNOBSERVED, SUMMARY_KINDS_DIFFER  # two algorithms' sums: neither equal nor different
         return DIFFER, "summary digest" if evidence == "summary" else "digest"
     ordered = use_ordered and x.ordered is not None and y.ordered is not None
     # an order-sensitive digest hashes the bytes in the tensor's memory order (``layout``): two of

@@ -267,12 +267,15 @@ def _grade_by_levels(report: DiffReport, run_info_a: dict, run_info_b: dict) -> 
         return
     la, lb = la if la in EVIDENCE_LEVELS else "full", lb if lb in EVIDENCE_LEVELS else "full"
     weaker = EVIDENCE_LEVELS[max(EVIDENCE_LEVELS.index(la), EVIDENCE_LEVELS.index(lb))]
-    if la != lb:
+    algorithms = _light_algorithms_differ(la, lb, run_info_a, run_info_b)
+    if la != lb or algorithms:
         weaker = "metadata"  # digests of two kinds: nothing about the values compares
     report.evidence = {"a": la, "b": lb, "graded_by": weaker}
     if weaker == "full":
         return
-    if la != lb:
+    if algorithms:
+        report.warnings.append(algorithms)
+    elif la != lb:
         report.warnings.append(f"evidence levels differ (A {la}, B {lb}): their digests are of different kinds, so "
                                "no value was compared (shapes, dtypes and control flow only); trace both runs at "
                                "one level")
@@ -283,6 +286,21 @@ def _grade_by_levels(report: DiffReport, run_info_a: dict, run_info_b: dict) -> 
     what = f"full evidence (graded by {weaker})"
     if what not in report.lacks:
         report.lacks.append(what)
+
+
+def _light_algorithms_differ(la: str, lb: str, run_info_a: dict, run_info_b: dict) -> str | None:
+    """Why two traces at one light level compare no digest: their headers name different algorithms
+    for it (``evidence_digests``: the summary changed from a 64-bit to a 32-bit sum), else None. A
+    header that does not say is taken at its word (the values' own prefixes still tell summaries
+    apart, :func:`forensics.tracediff.compare.compare_tensor`)."""
+    if la != lb or la not in ("sampled", "summary"):
+        return None
+    da, db = run_info_a.get("evidence_digests"), run_info_b.get("evidence_digests")
+    ka, kb = (d.get(la) if isinstance(d, dict) else None for d in (da, db))
+    if not ka or not kb or ka == kb:
+        return None
+    return (f"the {la} digests of A and B were made by different algorithms (A: {ka}; B: {kb}): no value was "
+            f"compared (shapes, dtypes and control flow only); trace both runs with one version of the tracer")
 
 
 def _confirm_at_full(origin: Divergence, cmd: str, differences: Any, fmt: str) -> str:

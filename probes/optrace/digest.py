@@ -202,17 +202,19 @@ class _Digest:
     before other records were flushed (a collective's or an optimizer step's inputs) is resolved
     with its own values."""
 
-    __slots__ = ("tensor", "many")
+    __slots__ = ("tensor", "many", "prefix")
     #: how many were ever made and resolved (in this process, all tracers): while they are equal, no
     #: record anywhere holds one (CPU digests are text from the start) and a flush skips the search
     made = 0
     resolved = 0
     count_lock = threading.Lock()  # exact counts from any thread (a device digest costs far more)
 
-    def __init__(self, tensor: torch.Tensor, many: bool = False) -> None:
+    def __init__(self, tensor: torch.Tensor, many: bool = False, prefix: str = "") -> None:
         flat = tensor.reshape(-1)
         self.tensor = flat if flat.dtype == torch.int64 else flat.view(torch.int64)
         self.many = many
+        #: what the text starts with (a summary's ``sum32:`` / ``sum64:``, :func:`summary_text`); "" plain hex
+        self.prefix = prefix
         with _Digest.count_lock:
             _Digest.made += 1
 
@@ -245,7 +247,10 @@ def _resolve(records: list[dict[str, Any]]) -> None:
             values[i] = flat[pos:pos + n]
             pos += n
     for (e, key, d), vals in zip(slots, values):
-        hexes = [format(v & _MASK, "016x") for v in vals or []]
+        if d.prefix:  # a summary: its own text (the width its prefix says)
+            hexes = [summary_text(v, d.prefix) for v in vals or []]
+        else:
+            hexes = [format(v & _MASK, "016x") for v in vals or []]
         e[key] = hexes if d.many else hexes[0]
 
 
@@ -580,10 +585,12 @@ def sampled_digest(t: torch.Tensor, span: Any = _NO_SPAN) -> Any:
 
 def summary_digest(t: torch.Tensor, span: Any = _NO_SPAN) -> Any:
     """The ``summary`` digest (:data:`forensics.core.formats.optrace.SUMMARY`): the sum of the
-    elements' bit patterns as unsigned integers mod 2^64, one reduction over the memory where it
-    lies (numpy on the CPU; on another device the sum stays there, :class:`_Digest`). Exact and
-    independent of the order and the layout, so equal values never give two summaries; like any
-    summary, equal summaries prove nothing."""
+    elements' bit patterns as unsigned integers, mod 2^32 for elements of 1 to 4 bytes (``sum32:``)
+    and mod 2^64 for 8-byte ones (``sum64:``); a complex tensor's as its real pairs. One reduction
+    over the memory where it lies, in the elements' own word size (numpy on the CPU: no upcast of
+    4- and 8-byte words, as fast as reading them; on another device the sum stays there,
+    :class:`_Digest`). Exact and independent of the order and the layout, so equal values never
+    give two summaries; like any summary, equal summaries prove nothing."""
     x = t.detach()
     size = x.element_size()
     word = _UINT.get(size)
@@ -596,11 +603,27 @@ def summary_digest(t: torch.Tensor, span: Any = _NO_SPAN) -> Any:
             if not x.is_contiguous():  # a strided view of the same memory (no copy)
                 w = np.lib.stride_tricks.as_strided(w, shape=tuple(x.shape),
                                                     strides=tuple(st * size for st in x.stride()), writeable=False)
-            return f"summary:{int(np.add.reduce(w, axis=None, dtype=np.uint64)):016x}"
-    words = _bits_exact(plain_real(x))
+            acc, prefix = _SUM_WORD[size]
+            return summary_text(int(np.add.reduce(w, axis=None, dtype=acc)), prefix)
+    x = plain_real(x)
+    words = _bits_exact(x)
+    prefix = _SUM_WORD[x.element_size()][1]
     if words.device.type == "cpu":
-        return f"summary:{words.sum().item() & _MASK:016x}"
-    return _Digest(words.sum())
+        return summary_text(words.sum().item(), prefix)
+    total = words.sum()
+    return _Digest(total & 0xFFFFFFFF if prefix == _SUM32 else total, prefix=prefix)
+
+
+_SUM32, _SUM64 = "sum32:", "sum64:"
+#: a summary's accumulator by element size: the word it is summed in (numpy) and its text's prefix
+_SUM_WORD = {1: (np.uint32, _SUM32), 2: (np.uint32, _SUM32), 4: (np.uint32, _SUM32), 8: (np.uint64, _SUM64)}
+
+
+def summary_text(value: int, prefix: str) -> str:
+    """A summary's text: ``sum32:`` and 8 hex digits (the sum mod 2^32), ``sum64:`` and 16 (mod 2^64)."""
+    if prefix == _SUM32:
+        return f"{_SUM32}{value & 0xFFFFFFFF:08x}"
+    return f"{_SUM64}{value & _MASK:016x}"
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -617,17 +640,126 @@ def _bits_exact(x: torch.Tensor) -> torch.Tensor:
     return w
 
 
+#: the light levels' fast path, by dtype: (entry name, element size, numpy word, summary accumulator,
+#: summary prefix) for the plain real dtypes whose bytes numpy reads as unsigned words
+_LIGHT_FAST = {dtype: (_dtype_name(dtype), size, _UINT[size], *_SUM_WORD[size])
+               for dtype, size in ((torch.float32, 4), (torch.float64, 8), (torch.float16, 2), (torch.bfloat16, 2),
+                                   (torch.int64, 8), (torch.int32, 4), (torch.int16, 2), (torch.int8, 1),
+                                   (torch.uint8, 1), (torch.bool, 1))}
+
+
+def _light_fast(t: torch.Tensor, fast: tuple, level: str, sampled: bool) -> dict[str, Any] | None:
+    """The entry of a row-major CPU tensor (for a summary, any dense one: a transposed weight) of a
+    :data:`_LIGHT_FAST` dtype whose storage holds it, its bytes read in place (one numpy view, no detach, no copy): the same digest :func:`sampled_digest`
+    or :func:`summary_digest` gives it; None when it is not such a tensor (the general path)."""
+    if not t.is_cpu or t.layout is not _STRIDED or t.is_neg():
+        return None
+    if not t.is_contiguous() and (sampled or not _dense(t.shape, t.stride())):
+        return None  # a summary sums a dense tensor's memory whatever its dim order; samples need row-major
+    numel = t.numel()
+    size = fast[1]
+    nbytes = numel * size
+    if not numel or t.storage_offset() * size + nbytes > t.untyped_storage().nbytes():
+        return None  # empty, or a storage that does not hold its elements (holds_elements)
+    ptr = t.data_ptr()
+    if sampled and numel <= SAMPLES:  # every element is a sample: its bytes as they lie
+        h = _xxh3((_BYTES_AT.get(nbytes) or _bytes_type(nbytes)).from_address(ptr))
+    else:
+        key = (ptr, nbytes, sampled)
+        words = _WORDS_AT.get(key)
+        if words is None:
+            words = _words_at(key, ptr, nbytes, size, fast[2], sampled)
+        if sampled:
+            h = _xxh3(words.tobytes())
+        else:
+            h = summary_text(int(np.add.reduce(words, dtype=fast[3])), fast[4])
+    return {"s": list(t.shape), "t": fast[0], "n": numel, "ev": level, "h": h}
+
+
+#: numpy views of memory by (address, bytes, sampled): a row-major CPU tensor's words (a summary
+#: sums them) or its sample positions (``[::ceil(n/SAMPLES)]``, a sampled digest reads them). A view
+#: owns nothing: it says how to read the bytes at an address, read only while a tensor that holds
+#: them lies there (the caller's storage check), so a parameter or a reused activation buffer, at
+#: the same address every step, costs one dict lookup instead of two ctypes and numpy objects; bounded
+_WORDS_AT: dict[tuple, np.ndarray] = {}
+_WORDS_AT_MAX = 1 << 12
+
+
+def _words_at(key: tuple, ptr: int, nbytes: int, size: int, word: Any, sampled: bool) -> np.ndarray:
+    buf = (_BYTES_AT.get(nbytes) or _bytes_type(nbytes)).from_address(ptr)
+    if sampled:
+        words = np.frombuffer(buf, dtype=_VOID[size])[::-(-(nbytes // size) // SAMPLES)]
+    else:
+        words = np.frombuffer(buf, dtype=word)
+    if len(_WORDS_AT) >= _WORDS_AT_MAX:
+        _WORDS_AT.clear()
+    _WORDS_AT[key] = words
+    return words
+
+
+def light_view_entry(in0: dict[str, Any], x: torch.Tensor, out: torch.Tensor, order_view: bool) -> dict[str, Any] | None:
+    """The light entry of a same-element view's output (``t``, ``view``, ``detach``...: the same
+    elements, the same numel and dtype, checked by the caller) made from its input's, or None
+    (digest it). A ``summary`` is the same sum whatever the order, so every such view reuses it; a
+    ``sampled`` digest reads row-major positions, so only a view that keeps the row-major order
+    (:data:`probes.optrace.ops.ORDER_PRESERVING_VIEWS`) has the same samples. Nothing runs between
+    the two reads but the view, which writes nothing. A lazy conjugate or negation that differs
+    between the two (other values) is digested anew."""
+    h = in0.get("h")
+    level = in0.get("ev")
+    if h is None or (level != "summary" and (level != "sampled" or not order_view)):
+        return None
+    if out.is_neg() != x.is_neg() or out.is_conj() != x.is_conj():
+        return None
+    return {"s": list(out.shape), "t": in0["t"], "n": in0["n"], "ev": level, "h": h}
+
+
+#: whether a (shape, strides) is dense and non-overlapping (a permutation of a row-major layout): its
+#: elements are exactly ``numel`` consecutive words, which a summary sums in place; bounded
+_DENSE: dict[tuple, bool] = {}
+_DENSE_MAX = 1 << 12
+
+
+def _dense(shape: tuple, stride: tuple) -> bool:
+    key = (shape, stride)
+    hit = _DENSE.get(key)
+    if hit is None:
+        dims = sorted((st, n) for n, st in zip(shape, stride) if n != 1)
+        expect, hit = 1, True
+        for st, n in dims:
+            if st != expect:
+                hit = False
+                break
+            expect *= n
+        if len(_DENSE) >= _DENSE_MAX:
+            _DENSE.clear()
+        _DENSE[key] = hit
+    return hit
+
+
 def light_entry(level: str) -> Any:
     """A function with :func:`tensor_entry`'s signature that writes ``level``'s entry (``sampled``,
     ``summary`` or ``metadata``): shape, dtype, numel, ``ev`` and (but at ``metadata``) the level's
     digest in ``h``. No order-sensitive, XOR or chunk digest: equal light digests never prove
     equality (docs/trace-format.md, "Evidence levels"). A digest that fails leaves the entry at
-    ``metadata``; never let a digest break the user's op."""
+    ``metadata``; never let a digest break the user's op. A row-major CPU tensor of a common dtype
+    takes :func:`_light_fast` (the same digest, fewer steps)."""
     digest = {"sampled": sampled_digest, "summary": summary_digest}.get(level)
+    sampled = level == "sampled"
+    fast_ok = digest is not None and (_xxh3 is not None or not sampled)
 
     def entry(t: torch.Tensor, chunks: bool = False, ordered: bool = False, xor: bool = False,
               chunk_digests: bool = True) -> dict[str, Any]:
         dtype = t.dtype
+        if fast_ok and t.__class__ in _PLAIN:
+            fast = _LIGHT_FAST.get(dtype)
+            if fast is not None:
+                try:
+                    out = _light_fast(t, fast, level, sampled)
+                    if out is not None:
+                        return out
+                except Exception:  # noqa: BLE001 - the general path below decides, and never raises
+                    pass
         name = _DTYPE_NAME.get(dtype) or _dtype_name(dtype)
         if t.__class__ not in _PLAIN and isinstance(t, _UNINITIALIZED):
             return {"s": None, "t": name, "n": None, "ev": "metadata"}

@@ -128,9 +128,10 @@ class _OpInfo:
     """What the tracer needs to know about an op, worked out once per OpOverload."""
 
     __slots__ = ("name", "base", "skip", "chunks", "gemm", "collective", "copy", "view", "order_view", "lift", "call",
-                 "written", "out_names", "overwrites", "receivable", "draws", "writes")
+                 "written", "out_names", "overwrites", "receivable", "draws", "writes", "func")
 
     def __init__(self, func: Any) -> None:
+        self.func = func  # held: the id the tracer looks this up by (_OP_BY_ID) stays this op's
         #: what runs the op: an OpOverload's own C++ callable (its __call__ is one Python frame around it)
         self.call = func._op if type(func) is torch._ops.OpOverload and callable(getattr(func, "_op", None)) else func
         self.name = name = _op_name(func)
@@ -222,6 +223,18 @@ def _write_args(func: Any) -> tuple[tuple[int, str], ...]:
 
 
 _OP_INFO: dict[Any, _OpInfo] = {}
+#: the same, by ``id(func)``: an OpOverload hashes in Python (a frame per op), ``id`` does not; an entry
+#: is this op's only while ``info.func is func`` (the tracer checks)
+_OP_BY_ID: dict[int, _OpInfo] = {}
+
+
+def op_info(func: Any) -> _OpInfo:
+    """The :class:`_OpInfo` of ``func``, made at its first call (kept in :data:`_OP_INFO` and :data:`_OP_BY_ID`)."""
+    info = _OP_INFO.get(func)
+    if info is None:
+        info = _OP_INFO[func] = _OpInfo(func)
+    _OP_BY_ID[id(func)] = info
+    return info
 
 
 def _packet(name: str) -> str:

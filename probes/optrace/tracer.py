@@ -28,10 +28,11 @@ from probes.optrace.digest import (
     args_entry,
     chunk_sums,
     light_entry,
+    light_view_entry,
     tensor_entry,
     view_entry,
 )
-from probes.optrace.ops import _OP_INFO, _gemm_meta, _is_opaque, _non_blocking, _OpInfo, _received, _split
+from probes.optrace.ops import _OP_BY_ID, _gemm_meta, _is_opaque, _non_blocking, _received, _split, op_info
 from probes.optrace.storage import GrownStorages
 from probes.optrace.writer import TraceWriting
 from probes.window import StepWindow
@@ -101,8 +102,9 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         self._sides = (mode in ("inputs", "all"), mode != "off", mode == "all")
         level = extra.get("evidence", "full")
         #: the evidence level (``forensics trace --evidence``, header ``evidence``): ``full`` digests
-        #: every element; the light levels write :func:`light_entry`'s entries, no chunk digests and no
-        #: view shortcut (:attr:`_entry`: the one function every tensor entry is made by)
+        #: every element; the light levels write :func:`light_entry`'s entries and no chunk digests, a
+        #: same-element view's output its input's light digest where that is the same value
+        #: (:func:`light_view_entry`) (:attr:`_entry`: the one function every tensor entry is made by)
         self.evidence = level = level if level in EVIDENCE_LEVELS else "full"
         self._entry = tensor_entry if level == "full" else light_entry(level)
         if level != "full":
@@ -209,7 +211,8 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
                 n = counts[key] = counts.get(key, 0) + 1
                 identity = f"{key}:{n}"
                 stack = self.phase_stack  # _phase, inline on the hot path
-                phase = stack[-1] if stack else self._phase(backward)
+                phase = stack[-1] if stack else ("backward" if backward else "forward") if backward is not None \
+                    else self._phase(backward)
                 rec = new_record(self.seq, identity, name, kind, self.window.step, phase, inputs, outputs, meta)
                 if autograd_seq is not None and autograd_seq not in self.fwd_by_seq:
                     if len(self.fwd_by_seq) >= MAX_FORWARD_NODES:
@@ -261,9 +264,9 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
             asked = self._active_for = (step, step in self.window.steps)
         if not asked[1] or self.closed or self.failed is not None or _forks.forked and os.getpid() != self.pid:  # _forks.foreign, inline
             return func(*args, **kwargs)
-        info = _OP_INFO.get(func)
-        if info is None:
-            info = _OP_INFO[func] = _OpInfo(func)
+        info = _OP_BY_ID.get(id(func))
+        if info is None or info.func is not func:
+            info = op_info(func)
         name, base = info.name, info.base
         if info.skip:
             return info.call(*args, **kwargs)
@@ -303,9 +306,10 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         if info.collective:
             kind, outputs = "collective", []  # in flight until waited: the semantic record has the result
             meta["async"] = True
-        elif (info.view and entry is tensor_entry and isinstance(out, torch.Tensor) and inputs and isinstance(args[0], torch.Tensor)
+        elif (info.view and isinstance(out, torch.Tensor) and inputs and isinstance(args[0], torch.Tensor)
               and inputs[0].get("s") is not None and out.numel() == args[0].numel() and out.dtype == args[0].dtype
-              and (reused := self._view_entry(inputs[0], args[0], out, info.order_view)) is not None):
+              and (reused := (self._view_entry if entry is tensor_entry else light_view_entry)(
+                  inputs[0], args[0], out, info.order_view)) is not None):
             outputs = [reused]
         elif info.written:  # a void op that writes its arguments: their digests after it ran
             outputs, meta["written"] = self._written_outputs(info.written, args, kwargs, chunks, out_every, cpu)

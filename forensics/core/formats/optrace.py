@@ -40,10 +40,17 @@ SAMPLES = 64
 #: what a ``sampled`` entry's ``h`` is (header ``evidence_digests.sampled``)
 SAMPLED = (f"xxh3_64 of the bytes of at most {SAMPLES} elements, at row-major positions i*ceil(n/{SAMPLES}) "
            "(on other devices: fmix64(bits^position) sum of the same elements, on the device)")
-#: what a ``summary`` entry's ``h`` is (header ``evidence_digests.summary``)
-SUMMARY = ("summary:<16 hex digits>: the sum of the elements' bit patterns as unsigned integers mod 2^64 "
-           "(complex: of its real pairs), exact and independent of order and layout; on other devices the same "
-           "sum, computed there")
+#: what a ``summary`` entry's ``h`` is (header ``evidence_digests.summary``). Two traces whose headers
+#: name different summary algorithms compare no summary (the differ grades them as metadata); the
+#: first algorithm (``summary:<16 hex digits>``, the sum mod 2^64 of every element's bits upcast to
+#: 64 bits) is :data:`SUMMARY_V1`
+SUMMARY = ("sum32:<8 hex digits> (elements of 1 to 4 bytes) or sum64:<16 hex digits> (8-byte elements): the sum "
+           "of the elements' bit patterns as unsigned integers mod 2^32, resp. mod 2^64 (complex: of its real "
+           "pairs), exact and independent of order and layout; on other devices the same sum, computed there")
+#: the first ``summary`` algorithm (traces written before the 32-bit sum; their values start ``summary:``)
+SUMMARY_V1 = ("summary:<16 hex digits>: the sum of the elements' bit patterns as unsigned integers mod 2^64 "
+              "(complex: of its real pairs), exact and independent of order and layout; on other devices the same "
+              "sum, computed there")
 #: one file per rank under ``rank<R>/``; a second process of the same rank writes ``trace.<pid>.jsonl``
 FILE_NAME = "trace.jsonl"
 
