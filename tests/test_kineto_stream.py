@@ -252,3 +252,9 @@ def test_memory_follows_the_rows_kept_not_the_text(tmp_path, monkeypatch):
         tracemalloc.stop()
     assert len(t.kernels) == 14
     assert peak < size / 2, (peak, size)  # on main: 4.2 x the text (50 MB for 12 MB); here ~1/3
+
+
+def test_missing_file_and_directory_get_the_same_line(tmp_path):
+    assert_same(tmp_path / "absent.json")
+    (tmp_path / "dir.json").mkdir()
+    assert_same(tmp_path / "dir.json")
