@@ -8,7 +8,13 @@ kernel name taken in turn from that file's kernels.
 - Kineto: tests/fixtures/amd/kineto_rocm6.2_mi250_minitoy_train.json.gz (real, PROVENANCE.md):
   per launch its ``cuda_runtime`` ``hipLaunchKernel`` event, the ``ac2g`` flow pair and the
   ``kernel`` event; the file's own metadata (deviceProperties, schemaVersion) kept. Written as
-  ``.json.gz``. Read with ``parsers.kineto.read_kernels``.
+  ``.json.gz``. Read with ``parsers.kineto.read_kernels``. ``kineto-padded``: the same launches
+  with, after each, ``--pad`` (default 8) ``python_function`` events copied in turn from the real
+  tests/fixtures/amd/kineto_rocm6.4_mi300x_bert_small.json.gz (an event kind no frame keeps):
+  the text grows, the rows kept do not. ``--before`` also reads each trace with the whole-file
+  reader the streamed one replaced (tests/_kineto_whole_read.py, main before issue 44).
+  ``--big``: one Kineto trace whose text passes the old 1 GiB whole-read ceiling, read with the
+  default ceilings (no --max-input-bytes).
 - rocprofv3 CSV: tests/fixtures/amd/rocprofv3_v3_kernel_trace.csv (real): its header, its rows
   repeated with Dispatch_Id, Correlation_Id and timestamps renumbered. Read with
   ``parsers.rocprofv3.read_kernel_trace``.
@@ -46,12 +52,14 @@ DATA = ROOT / "benchmarks" / "_data" / "read_memory"
 KINETO_SEED = ROOT / "tests" / "fixtures" / "amd" / "kineto_rocm6.2_mi250_minitoy_train.json.gz"
 ROCPROF_SEED = ROOT / "tests" / "fixtures" / "amd" / "rocprofv3_v3_kernel_trace.csv"
 NSYS_SEED = ROOT.parent / "shared" / "corpus" / "nsys" / "extrap_con_kernel.sqlite"
+PAD_SEED = ROOT / "tests" / "fixtures" / "amd" / "kineto_rocm6.4_mi300x_bert_small.json.gz"
 ENV_MAX = "FORENSICS_MAX_INPUT_BYTES"
 
 
 # --------------------------------------------------------------------------- synthetic traces
-def write_kineto(n: int, out: Path) -> Path:
-    """SYNTHETIC Kineto trace of ``n`` launches copied from the real seed's first launch."""
+def write_kineto(n: int, out: Path, pad: int = 0) -> Path:
+    """SYNTHETIC Kineto trace of ``n`` launches copied from the real seed's first launch; after
+    each, ``pad`` python_function events copied from a real trace (none kept by the reader)."""
     doc = json.loads(gzip.decompress(KINETO_SEED.read_bytes()))
     events = doc.pop("traceEvents")
     kernels = [e for e in events if e.get("cat") == "kernel"]
@@ -61,6 +69,8 @@ def write_kineto(n: int, out: Path) -> Path:
     flows = [e for e in events if e.get("cat") == "ac2g" and e.get("id") == corr]
     names = sorted({e["name"] for e in kernels})
     meta = [e for e in events if e.get("ph") == "M"]
+    fns = [e for e in json.loads(gzip.decompress(PAD_SEED.read_bytes()))["traceEvents"]
+           if e.get("cat") == "python_function"] if pad else []
     with gzip.open(out, "wt", compresslevel=1, encoding="utf-8") as f:
         f.write("{")
         for k, v in doc.items():
@@ -75,7 +85,8 @@ def write_kineto(n: int, out: Path) -> Path:
             kn = dict(k0, name=names[i % len(names)], ts=round(ts + 5.0, 3),
                       args=dict(k0["args"], correlation=c, **{"External id": c}))
             fl = [dict(e, id=c, ts=round(ts if e["ph"] == "s" else ts + 5.0, 3)) for e in flows]
-            f.write(",\n" + ",\n".join(json.dumps(e) for e in [rt, *fl, kn]))
+            py = [dict(fns[(i * pad + j) % len(fns)], ts=round(ts + j * 0.5, 3)) for j in range(pad)]
+            f.write(",\n" + ",\n".join(json.dumps(e) for e in [rt, *fl, kn, *py]))
         f.write("\n]}\n")
     return out
 
@@ -138,20 +149,30 @@ def write_nsys(n: int, out: Path) -> Path:
 # --------------------------------------------------------------------------- measuring
 READ = {
     "kineto": ("from parsers import kineto as m", "len(m.read_kernels(p))"),
+    "kineto-padded": ("from parsers import kineto as m", "len(m.read_kernels(p))"),
+    "kineto-before": ("from tests import _kineto_whole_read as m", "len(m.read_kernels(p))"),
+    "kineto-padded-before": ("from tests import _kineto_whole_read as m", "len(m.read_kernels(p))"),
     "rocprofv3": ("from parsers import rocprofv3 as m", "len(m.read_kernel_trace(p))"),
     "nsys": ("from parsers import nsys as m", "len(m.read_kernels(p))"),
 }
 
 
-def measure(reader: str, path: Path | None) -> dict:
+def measure(reader: str, path: Path | None, default_ceilings: bool = False) -> dict:
+    """Peak RSS and wall time of one read in a fresh subprocess; with ``default_ceilings`` the
+    input ceilings are left as a user has them (a refusal is reported, not raised)."""
     imp, call = READ[reader]
-    code = (f"import resource, sys, time\n{imp}\np = sys.argv[1]\nt = time.perf_counter()\n"
-            f"n = {call} if p else 0\nw = time.perf_counter() - t\n"
-            "print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, w)")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **{ENV_MAX: str(64 << 30)})
+    code = (f"import resource, sys, time\n{imp}\nfrom forensics.core.errors import BadInput\np = sys.argv[1]\n"
+            f"t = time.perf_counter()\ntry:\n    n = {call} if p else 0\nexcept BadInput as e:\n"
+            "    n = 'refused: ' + e.message\nw = time.perf_counter() - t\n"
+            "print(w, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, n)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop(ENV_MAX, None)
+    if not default_ceilings:
+        env[ENV_MAX] = str(64 << 30)
     out = subprocess.run([sys.executable, "-c", code, str(path) if path else ""], env=env, cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout.split()
-    return {"rows": int(out[0]), "maxrss_mb": int(out[1]) * 1024 / 1e6, "wall_s": float(out[2])}
+                         capture_output=True, text=True, check=True).stdout.split(maxsplit=2)
+    rows = int(out[2]) if out[2].strip().isdigit() else out[2].strip()
+    return {"rows": rows, "maxrss_mb": int(out[1]) * 1024 / 1e6, "wall_s": float(out[0])}
 
 
 def cpu_model() -> str:
@@ -170,8 +191,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--readers", nargs="+", default=["kineto", "rocprofv3"], choices=sorted(READ))
     ap.add_argument("--nsys", action="store_true", help="also the nsys reader (needs the corpus)")
     ap.add_argument("--keep", action="store_true", help="keep the synthetic files under benchmarks/_data")
+    ap.add_argument("--pad", type=int, default=8, help="python_function events after each launch (kineto-padded)")
+    ap.add_argument("--before", action="store_true", help="also the whole-file Kineto reader (main before issue 44)")
+    ap.add_argument("--big", type=int, metavar="LAUNCHES", help="only: one Kineto trace of LAUNCHES launches "
+                    "(600000: past the old 1 GiB whole-read ceiling) read with the default ceilings")
     args = ap.parse_args(argv)
+    if args.big:
+        return big(args.big, args.before, args.keep)
     readers = list(args.readers) + (["nsys"] if args.nsys and "nsys" not in args.readers else [])
+    if args.before:
+        readers += [f"{r}-before" for r in readers if r in ("kineto", "kineto-padded")]
     if "nsys" in readers and not NSYS_SEED.exists():
         print(f"nsys: seed {NSYS_SEED} absent (the corpus), skipped")
         readers.remove("nsys")
@@ -180,24 +209,47 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; Python {platform.python_version()}")
     print("traces: SYNTHETIC, real formats (copies of real launches, renumbered); peak RSS of a fresh "
           "subprocess per read (ru_maxrss)")
-    print(f"{'reader':<10} {'launches':>9} {'file MB':>8} {'rows':>9} {'read s':>7} {'peak RSS MB':>11} "
+    print(f"{'reader':<20} {'launches':>9} {'file MB':>8} {'rows':>9} {'read s':>7} {'peak RSS MB':>11} "
           f"{'baseline MB':>11} {'MB per 1M launches':>18}")
     write = {"kineto": (write_kineto, ".json.gz"), "rocprofv3": (write_rocprof, "_kernel_trace.csv"),
-             "nsys": (write_nsys, ".sqlite")}
+             "nsys": (write_nsys, ".sqlite"),
+             "kineto-padded": (lambda n, p: write_kineto(n, p, args.pad), f"_pad{args.pad}.json.gz")}
     for reader in readers:
         base = measure(reader, None)["maxrss_mb"]
         for n in args.launches:
-            fn, suffix = write[reader]
-            path = DATA / f"synthetic_{reader}_{n}{suffix}"
+            fn, suffix = write[reader.removesuffix("-before")]
+            path = DATA / f"synthetic_{reader.removesuffix('-before')}_{n}{suffix}"
             if not path.exists():
                 fn(n, path)
             r = measure(reader, path)
             per = (r["maxrss_mb"] - base) / n * 1e6
-            print(f"{reader:<10} {n:>9,} {path.stat().st_size / 1e6:>8.1f} {r['rows']:>9,} {r['wall_s']:>7.1f} "
+            print(f"{reader:<20} {n:>9,} {path.stat().st_size / 1e6:>8.1f} {r['rows']:>9,} {r['wall_s']:>7.1f} "
                   f"{r['maxrss_mb']:>11,.0f} {base:>11,.0f} {per:>18,.0f}", flush=True)
-            if not args.keep:
+            if not args.keep and not (args.before and not reader.endswith("-before")):
                 path.unlink()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+def big(n: int, before: bool, keep: bool) -> int:
+    """One Kineto trace whose text passes the old 1 GiB whole-read ceiling, read (and, with
+    ``before``, refused by the whole-file reader) with the default ceilings."""
+    DATA.mkdir(parents=True, exist_ok=True)
+    path = DATA / f"synthetic_kineto_{n}.json.gz"
+    if not path.exists():
+        write_kineto(n, path)
+    with gzip.open(path, "rb") as g:
+        text = sum(len(b) for b in iter(lambda: g.read(64 << 20), b""))
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}")
+    print(f"{path.name}: {path.stat().st_size / 1e6:,.0f} MB gzip, {text / 1e9:.3f} GB of JSON text "
+          f"({text / (1 << 30):.2f} GiB), {n:,} launches, {4 * n:,} events (SYNTHETIC, real format)")
+    for reader in ["kineto"] + (["kineto-before"] if before else []):
+        base = measure(reader, None, True)["maxrss_mb"]
+        r = measure(reader, path, True)
+        print(f"{reader:<14} default ceilings: {r['rows'] if isinstance(r['rows'], str) else format(r['rows'], ',') + ' launches'}"
+              f" in {r['wall_s']:.1f} s, peak RSS {r['maxrss_mb']:,.0f} MB (baseline {base:,.0f} MB)", flush=True)
+    if not keep:
+        path.unlink()
     return 0
 
 

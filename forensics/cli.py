@@ -59,9 +59,9 @@ def _main_options(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="print the version and exit"),
     max_input_bytes: str | None = typer.Option(
-        None, "--max-input-bytes", metavar="N", help="ceiling on an input read whole (a Chrome/Kineto JSON, a "
+        None, "--max-input-bytes", metavar="N", help="ceiling on an input read whole (a "
         "JSONL file), its gzip stream decompressed included: bytes or 512M, 4G (default 1G; also "
-        "FORENSICS_MAX_INPUT_BYTES)"),
+        "FORENSICS_MAX_INPUT_BYTES); set, it bounds a streamed read's bytes too (default 64G)"),
     max_records: str | None = typer.Option(
         None, "--max-records", metavar="N", help="ceiling on the rows a streamed reader (Kineto/Chrome JSON, "
         "rocprofv3, nsys) keeps from one file (default 50000000; also FORENSICS_MAX_RECORDS)"),
