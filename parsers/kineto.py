@@ -237,6 +237,9 @@ class _Prefixed:
 #: missing (WIPE), and a launch-frame column cast by ``conform`` kept its values through float64
 #: (FLOAT: exact below 2**53). docs/parsers/kineto.md says which columns this empties.
 WIPE, FLOAT, EXACT = "wipe", "float", "exact"
+#: False: every integer column is exact (a missing value is missing in its own row only); True: the
+#: old typing above, kept to compare with main's frames (tests/test_kineto_stream.py).
+LEGACY_TYPING = False
 
 
 class _Ints:
@@ -556,7 +559,7 @@ def _frame(rows: _Rows, columns: tuple[str, ...]) -> pd.DataFrame:
 def _ints(values: np.ndarray, missing: np.ndarray, typing: str = EXACT) -> pd.arrays.IntegerArray:
     values = np.array(values, dtype=np.int64)
     missing = np.array(missing, dtype=bool)
-    if typing != EXACT and missing.any() and not missing.all():
+    if LEGACY_TYPING and typing != EXACT and missing.any() and not missing.all():
         if typing == WIPE:
             missing[:] = True
         else:

@@ -36,8 +36,14 @@ def _outcome(read, path):
 
 
 def assert_same(path) -> None:
-    """The streamed reader's answer for ``path`` is the whole-file reader's."""
-    old, new = _outcome(whole.read_trace, path), _outcome(kineto.read_trace, path)
+    """The streamed reader's answer for ``path``, read with the whole-file reader's integer typing
+    (``kineto.LEGACY_TYPING``), is the whole-file reader's."""
+    old = _outcome(whole.read_trace, path)
+    saved, kineto.LEGACY_TYPING = kineto.LEGACY_TYPING, True
+    try:
+        new = _outcome(kineto.read_trace, path)
+    finally:
+        kineto.LEGACY_TYPING = saved
     if isinstance(old, tuple) or isinstance(new, tuple):
         assert new == old
         return
@@ -69,6 +75,34 @@ def test_every_real_trace_reads_as_the_whole_file_reader_read_it(src, small_wind
     plain = tmp_path / src.name.removesuffix(".gz")
     plain.write_bytes(gzip.decompress(src.read_bytes()))
     assert_same(plain)
+
+
+@pytest.mark.parametrize("src", [p for p in REAL if p.stat().st_size < 200 << 10], ids=lambda p: p.name)
+def test_exact_typing_only_adds_the_values_the_old_typing_wiped(src):
+    """Every integer the whole-file reader kept is kept; where it emptied a whole column (a value
+    missing in some row), the values are now there, each in its own row."""
+    old, new = whole.read_trace(src), kineto.read_trace(src)
+    for name in FRAMES:
+        a, b = getattr(old, name), getattr(new, name)
+        assert list(a.columns) == list(b.columns) and len(a) == len(b), name
+        for c in a.columns:
+            if str(a[c].dtype) != "Int64":
+                pd.testing.assert_series_equal(b[c], a[c], check_exact=True, obj=f"{name}.{c}")
+                continue
+            kept = a[c].notna()
+            assert (b[c][kept] == a[c][kept]).all(), f"{name}.{c}"
+            assert b[c].notna().sum() >= kept.sum(), f"{name}.{c}"
+
+
+def test_sequence_numbers_of_a_real_trace_are_read():
+    """The real ROCm trace's ops carry ``Sequence number`` on some events only: the old typing
+    emptied the whole column (every real CPU trace); each op now has its own."""
+    events = _doc()["traceEvents"]
+    want = [e["args"].get("Sequence number") for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    assert any(v is not None for v in want) and any(v is None for v in want)
+    got = kineto.read_trace(SEED).cpu_ops["sequence_number"]
+    assert [None if pd.isna(v) else int(v) for v in got] == want
+    assert whole.read_trace(SEED).cpu_ops["sequence_number"].isna().all()
 
 
 def _doc() -> dict:
