@@ -9,6 +9,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+#: Text columns (``"string"``) keep one Python object per row, shared by every row with the same
+#: text (the readers keep one ``str`` per distinct name): 8 bytes a row. pandas' default storage
+#: where pyarrow is installed copies each row's text, and a launch frame of a million launches
+#: held each ~450-character kernel name twice over (``name``, ``kernel``): 1.5 GB, against 0.25 GB
+#: (issue 44, docs/scale.md). Set when frames are first made (this module, ``parsers``); the
+#: probes, which run in the user's process, never import pandas.
+pd.options.mode.string_storage = "python"
+
 
 #: Instrument -> family (independence group); derived from the registry, forensics.instruments.
 
