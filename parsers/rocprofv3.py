@@ -33,6 +33,9 @@ from forensics.core.demangle import short_name
 from forensics.core.errors import BadInput
 from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
 
+from forensics.runtime.inputs import RecordBudget
+
+from ._columns import Columns
 from ._text import iter_line_chunks, preview, sniff_foreign
 
 WHAT = "rocprofv3 kernel trace CSV"  # or rocprof v1 results.csv
@@ -163,7 +166,8 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
     """
     p = Path(path)
     _check_binary(p)
-    rows: list[dict] = []
+    rows = Columns()  # columnar: no per-row dict is kept (issue 44)
+    budget = RecordBudget(p, "kernel dispatch rows")
     header: list[str] | None = None
     index: dict[str, int] = {}
     version = None
@@ -180,13 +184,14 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
             continue
         _check_width(p, lineno, text, header, raw_line, last_cut)
         if "kind" not in index:  # rocprof v1 results.csv: every row is a dispatch
-            rows.append(_row_v1(p, lineno, text, index, version))
+            rows.add(_row_v1(p, lineno, text, index, version))
         elif text[index["kind"]] != "KERNEL_DISPATCH":
             kind = text[index["kind"]]
             other_kinds[kind] = other_kinds.get(kind, 0) + 1
             continue
         else:
-            rows.append(_row(p, lineno, text, index, pid, version))
+            rows.add(_row(p, lineno, text, index, pid, version))
+        budget.take()
         if last_cut:
             problems.append(f"line {lineno}: the last row has no newline (all {len(header)} fields read; "
                             "a number cut short would still read as a value)")
@@ -196,8 +201,8 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
         losses.append(f"{n} row(s) of Kind {kind!r} are not kernel dispatches; skipped")
     if not rows:
         problems.append("no KERNEL_DISPATCH row: the trace holds no kernel launch")
-    df = pd.DataFrame(rows) if rows else empty_frame({**LAUNCH_COLUMNS, **EXTRA_COLUMNS})
-    df = conform(df, {**LAUNCH_COLUMNS, **EXTRA_COLUMNS})
+    schema = {**LAUNCH_COLUMNS, **EXTRA_COLUMNS}
+    df = rows.frame(schema) if len(rows) else conform(empty_frame(schema), schema)
     df.attrs["header_version"] = version
     df.attrs["problems"] = problems + losses
     df.attrs["losses"] = losses
@@ -234,7 +239,10 @@ def _agent(path: Path, lineno: int, text: str | None) -> int | None:
     am = _AGENT.fullmatch(text.strip())
     if not am:
         raise BadInput(path, f"Agent_Id={text!r} is none of N, 'Agent N', 'GPU N', 'CPU N'", line=lineno)
-    return int(am.group(1))
+    n = int(am.group(1))
+    if n > _INT64_MAX:  # an int64 column: past it the frame's cast failed, an internal error (exit 70)
+        raise BadInput(path, f"Agent_Id={text.strip()} is out of range (past int64)", line=lineno)
+    return n
 
 
 def _rest(val: dict[str, str], ints: dict[str, int], used: set[str]) -> dict:
