@@ -77,8 +77,27 @@ class Columns:
                 out[name] = pd.Series(values).array if type(col) is array else pd.Series(col).array
             elif type(col) is array and dtype == "Int64":
                 out[name] = pd.arrays.IntegerArray(values.copy(), np.zeros(n, dtype=bool))
-            else:
-                out[name] = pd.Series(values).astype(dtype).array
+            else:  # straight to the contract dtype: no inferred array (pyarrow text) in between
+                out[name] = pd.array(values, dtype=dtype)
             del col, values
         self.n, self._text = 0, {}
         return pd.DataFrame(out, copy=False)
+
+
+def conform_columns(df: pd.DataFrame, schema: dict[str, str]) -> pd.DataFrame:
+    """What ``forensics.core.model.conform`` gives (the contract's columns first, in its dtypes, a
+    missing one all NA, then the others), without its copy of the whole frame first: a column is
+    cast only when its dtype differs."""
+    out: dict[str, Any] = {}
+    for col, dtype in schema.items():
+        if col not in df.columns:
+            out[col] = pd.array([pd.NA] * len(df), dtype=dtype)
+        else:
+            values = df[col]
+            out[col] = values.array if str(values.dtype) == dtype else values.astype(dtype).array
+    for col in df.columns:
+        if col not in schema:
+            out[col] = df[col].array
+    frame = pd.DataFrame(out, index=df.index, copy=False)
+    frame.attrs = dict(df.attrs)
+    return frame

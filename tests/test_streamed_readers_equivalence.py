@@ -204,7 +204,8 @@ def _nsys_files() -> list[Path]:
 
 @pytest.mark.skipif(not _nsys_files(), reason="the real-instrument corpus (../shared/corpus) is absent")
 @pytest.mark.parametrize("src", _nsys_files(), ids=lambda p: p.name)
-def test_nsys_readers_match_main(src, tmp_path):
+def test_nsys_readers_match_main(src, monkeypatch):
+    monkeypatch.setattr(nsys, "FETCH_ROWS", 3)  # many batches, of mixed kinds, joined
     for fn in ("read_kernels", "read_runtime", "read_ranges"):
         assert_same(getattr(nsys, fn), getattr(old_nsys, fn), src)
 
@@ -229,7 +230,8 @@ _NSYS_EDITS = [
 
 @pytest.mark.skipif(not _nsys_files(), reason="the real-instrument corpus (../shared/corpus) is absent")
 @pytest.mark.parametrize("sql", _NSYS_EDITS)
-def test_nsys_readers_match_main_on_damaged_exports(sql, tmp_path):
+def test_nsys_readers_match_main_on_damaged_exports(sql, tmp_path, monkeypatch):
+    monkeypatch.setattr(nsys, "FETCH_ROWS", 2)
     src = CORPUS / "nsys" / "nsys_cumat_qdrep_export_nvtx.sqlite"
     f = tmp_path / "edited.sqlite"
     shutil.copy(src, f)
