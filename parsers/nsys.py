@@ -22,6 +22,7 @@ from forensics.core.errors import BadInput
 from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, empty_frame
 from forensics.core.site import is_occurrence_label
 from forensics.core.demangle import canonical_kernel
+from forensics.runtime.inputs import RecordBudget
 from parsers._columns import conform_columns
 from parsers._rocm_db import check_pages
 
@@ -143,13 +144,16 @@ def _check_not_null(conn, path: Path, table: str, present: list[str]) -> None:
 FETCH_ROWS = 8192
 
 
-def _query(conn, path: Path, sql: str, ints: tuple[str, ...] = (), order_by: str | None = None) -> pd.DataFrame:
+def _query(conn, path: Path, sql: str, ints: tuple[str, ...] = (), order_by: str | None = None,
+           what: str = "rows") -> pd.DataFrame:
     """Run ``sql``; its rows come ``fetchmany`` at a time into columns (integer columns exact: no
     per-row tuple of the whole table is held, issue 44); corrupt pages -> BadInput.
 
     Columns named in ``ints`` must hold integers or NULL (SQLite stores any type in any column: a
     text, real or blob value there is a damaged or foreign export, said as bad input). ``order_by``:
-    an integer column the rows are put in order of (a stable sort), each column as it is built."""
+    an integer column the rows are put in order of (a stable sort), each column as it is built.
+    ``what`` names the rows in the refusal past the record ceiling (``forensics --max-records``)."""
+    budget = RecordBudget(path, what)
     try:
         cur = conn.execute(sql)
         names = [d[0] for d in cur.description]
@@ -158,6 +162,7 @@ def _query(conn, path: Path, sql: str, ints: tuple[str, ...] = (), order_by: str
             rows = cur.fetchmany(FETCH_ROWS)
             if not rows:
                 break
+            budget.take(len(rows))
             grid = np.empty((len(rows), len(names)), dtype=object)
             grid[:] = rows  # one C-level pass; columns are then object-array slices
             del rows
@@ -431,7 +436,8 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
         if has_runtime:
             _check_not_null(conn, path, RUNTIME_TABLE, _require(conn, path, RUNTIME_TABLE, RUNTIME_REQUIRED))
         df = _query(conn, path, kernels_sql(has_runtime),
-                    ints=KERNEL_REQUIRED + ("mangledName", "launch_ns", "launch_tid", "api_id"), order_by="start")
+                    ints=KERNEL_REQUIRED + ("mangledName", "launch_ns", "launch_tid", "api_id"), order_by="start",
+                    what=f"{KERNEL_TABLE} rows")
         if "mangledName" not in kcols:
             df["mangledName"] = pd.array([pd.NA] * len(df), dtype="Int64")
         ids = np.concatenate([pd.Series(df[c]).dropna().unique() for c in _KERNEL_IDS]) if len(df) else []
@@ -484,6 +490,7 @@ def read_runtime(path: str | PathLike[str]) -> pd.DataFrame:
                        {ec} AS event_class, {rv} AS return_value, r.globalTid AS global_tid
                 FROM {RUNTIME_TABLE} AS r LEFT JOIN StringIds AS n ON n.id = r.nameId ORDER BY r.start""",
             ints=("start_ns", "end_ns", "correlation_id", "global_tid", "event_class", "return_value", "pid", "tid"),
+            what=f"{RUNTIME_TABLE} rows",
         )
     _int64(df, [c for c in cols if c != "name"])
     df["name"] = df["name"].astype("string")
@@ -524,6 +531,7 @@ def read_ranges(path: str | PathLike[str]) -> pd.DataFrame:
                 ORDER BY e.start""",
             ints=("start_ns", "end_ns", "range_id", "event_type", "domain_id", "global_tid", "end_global_tid",
                   "category", "color", "pid", "tid"),
+            what=f"{NVTX_TABLE} ranges",
         )
     for col in ("name", "domain"):  # range names are text (a blob or number there is damage)
         odd = next((v for v in df[col] if v is not None and not isinstance(v, str) and not pd.isna(v)), None)

@@ -329,7 +329,8 @@ def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
     _check_binary(p)
     header: list[str] | None = None
     index: dict[str, int] = {}
-    rows: list[dict] = []
+    rows = Columns()
+    budget = RecordBudget(p, "marker ranges")
     marks = 0
     cut_note = None
     for lineno, text, raw_line, last_cut in _csv_rows(p, MARKER_WHAT):
@@ -356,14 +357,15 @@ def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
         if ints["end_timestamp"] == ints["start_timestamp"]:
             marks += 1
             continue
-        rows.append({"instrument": INSTRUMENT, "file": str(p), "name": val["function"], "domain": None, "kind": None,
+        budget.take()
+        rows.add({"instrument": INSTRUMENT, "file": str(p), "name": val["function"], "domain": None, "kind": None,
                      "start_ns": ints["start_timestamp"], "end_ns": ints["end_timestamp"],
                      "pid": ints.get("process_id"), "tid": ints.get("thread_id"), "line": lineno,
                      "api_domain": val.get("domain"), "correlation_id": ints.get("correlation_id")})
     if header is None:
         raise BadInput(p, f"no header line: not a {MARKER_WHAT}", line=1)
     extra = {"line": "Int64", "api_domain": "string", "correlation_id": "Int64"}
-    df = conform(pd.DataFrame(rows), {**RANGE_COLUMNS, **extra}) if rows else empty_frame({**RANGE_COLUMNS, **extra})
+    df = rows.frame({**RANGE_COLUMNS, **extra}) if rows else empty_frame({**RANGE_COLUMNS, **extra})
     df.attrs["problems"] = ([f"{marks} roctxMark point(s) (start = end): not ranges; left out"] if marks else []) + (
         [cut_note] if cut_note else [])
     df.attrs["losses"] = []
@@ -388,7 +390,8 @@ def read_api_trace(path: str | PathLike[str]) -> pd.DataFrame:
     _check_binary(p)
     header: list[str] | None = None
     index: dict[str, int] = {}
-    rows: list[dict] = []
+    rows = Columns()
+    budget = RecordBudget(p, "API calls")
     problems: list[str] = []
     for lineno, text, raw_line, last_cut in _csv_rows(p, API_WHAT):
         if header is None:
@@ -412,14 +415,16 @@ def read_api_trace(path: str | PathLike[str]) -> pd.DataFrame:
                            line=lineno)
         if last_cut:
             problems.append(f"line {lineno}: the last row has no newline: it may be cut short (a shorter number reads as a value)")
-        rows.append({"instrument": INSTRUMENT, "file": str(p), "line": lineno, "api_domain": val["domain"],
+        budget.take()
+        rows.add({"instrument": INSTRUMENT, "file": str(p), "line": lineno, "api_domain": val["domain"],
                      "name": val["function"], "pid": ints.get("process_id"), "tid": ints.get("thread_id"),
                      "correlation_id": ints["correlation_id"], "start_ns": ints["start_timestamp"],
                      "end_ns": ints["end_timestamp"]})
     if header is None:
         raise BadInput(p, f"no header line: not a {API_WHAT}", line=1)
-    df = conform(pd.DataFrame(rows), API_COLUMNS) if rows else empty_frame(API_COLUMNS)
-    df.attrs["problems"] = problems + ([] if rows else ["no API call: the trace is empty"])
+    kept = len(rows)
+    df = rows.frame(API_COLUMNS) if kept else empty_frame(API_COLUMNS)
+    df.attrs["problems"] = problems + ([] if kept else ["no API call: the trace is empty"])
     df.attrs["losses"] = []
     return df
 

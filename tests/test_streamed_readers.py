@@ -1,0 +1,114 @@
+"""Issue 44, the streamed readers of rocprofv3 CSV, rocprofv3 JSON and nsys tables: each read has a
+ceiling on the rows it keeps (``forensics --max-records``) and on the bytes it reads
+(``--max-input-bytes``), refused in one line naming the limit and the flag that raises it; a JSON
+file past the old whole-read ceiling is read, not refused; sections in any order. Each test here
+fails on main before the change (no ceiling on rows, a fixed whole-file ceiling on JSON)."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from forensics.cli import main
+from forensics.core.errors import BadInput
+from parsers import _rocm_db, nsys, rocprofv3, rocprofv3_json
+from tests._helpers import assert_bad_input
+
+ROOT = Path(__file__).resolve().parents[1]
+AMD = ROOT / "tests" / "fixtures" / "amd"
+JSON = AMD / "synthetic_rocprofv3_v3_results.json"  # SYNTHETIC (PROVENANCE.md), 8 dispatches
+CSV = AMD / "rocprofv3_v3_kernel_trace.csv"  # real, 8 dispatches
+NSYS = ROOT.parent / "shared" / "corpus" / "nsys" / "nsys_cumat_qdrep_export_nvtx.sqlite"
+
+
+@pytest.mark.parametrize("reader,path,what", [
+    (rocprofv3.read_kernel_trace, CSV, "kernel dispatch rows"),
+    (rocprofv3.read_marker_trace, AMD / "rocprofv3_marker_api_trace.csv", "marker ranges"),
+    (rocprofv3.read_api_trace, AMD / "rocprofv3_hip_runtime_api_trace.csv", "API calls"),
+    (rocprofv3_json.read_results, JSON, "kernel dispatches"),
+])
+def test_rows_past_the_record_ceiling_are_refused_naming_the_flag(reader, path, what, monkeypatch):
+    n = len(reader(path))
+    assert n >= 2
+    monkeypatch.setenv("FORENSICS_MAX_RECORDS", str(n))
+    assert len(reader(path)) == n  # at the ceiling: read
+    monkeypatch.setenv("FORENSICS_MAX_RECORDS", str(n - 1))
+    with pytest.raises(BadInput) as e:
+        reader(path)
+    assert f"more than {n - 1:,} {what} kept" in str(e.value) and "--max-records N" in str(e.value)
+    assert "FORENSICS_MAX_RECORDS=N" in str(e.value)
+
+
+@pytest.mark.skipif(not NSYS.exists(), reason="the real-instrument corpus (../shared/corpus) is absent")
+def test_nsys_tables_past_the_record_ceiling_are_refused(monkeypatch):
+    n = len(nsys.read_kernels(NSYS))
+    monkeypatch.setenv("FORENSICS_MAX_RECORDS", str(n - 1))
+    with pytest.raises(BadInput, match=f"more than {n - 1:,} CUPTI_ACTIVITY_KIND_KERNEL rows kept.*--max-records N"):
+        nsys.read_kernels(NSYS)
+    monkeypatch.setenv("FORENSICS_MAX_RECORDS", str(n))
+    assert len(nsys.read_kernels(NSYS)) == n
+
+
+def test_the_record_ceiling_through_the_cli(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FORENSICS_MAX_RECORDS", "50000000")  # restored afterwards: the flag sets it for the process
+    folder = tmp_path / "cap"
+    folder.mkdir()
+    shutil.copy(CSV, folder / "4242_kernel_trace.csv")
+    rc = main(["--max-records", "3", "analyze", str(folder), "--out", str(tmp_path / "out")])
+    cap = capsys.readouterr()
+    assert_bad_input(rc, cap.err, file="4242_kernel_trace.csv", needle="--max-records N", out=cap.out)
+
+
+def test_a_json_past_the_old_whole_read_ceiling_is_read(monkeypatch):
+    """main read the whole JSON into memory and refused one past MAX_JSON_BYTES (1 GiB): a real trace
+    over it was not read. The streamed reader has no such ceiling (only the streamed-input one)."""
+    monkeypatch.setattr(_rocm_db, "MAX_JSON_BYTES", 1000)
+    monkeypatch.setattr(rocprofv3_json, "MAX_JSON_BYTES", 1000, raising=False)
+    assert JSON.stat().st_size > 1000
+    assert len(rocprofv3_json.read_results(JSON)) == 8
+
+
+def test_the_json_byte_ceiling_is_the_streamed_input_one(tmp_path, monkeypatch):
+    gz = tmp_path / "big_results.json.gz"
+    gz.write_bytes(gzip.compress(JSON.read_bytes()))
+    monkeypatch.setenv("FORENSICS_MAX_INPUT_BYTES", "1000")
+    with pytest.raises(BadInput, match="over the 1,000-byte ceiling on a streamed input.*--max-input-bytes N"):
+        rocprofv3_json.read_results(JSON)
+    with pytest.raises(BadInput, match="gzip stream decompresses to more than 1,000 bytes.*--max-input-bytes N"):
+        rocprofv3_json.read_results(gz)
+    monkeypatch.setenv("FORENSICS_MAX_INPUT_BYTES", str(JSON.stat().st_size))
+    assert len(rocprofv3_json.read_results(JSON)) == len(rocprofv3_json.read_results(gz)) == 8
+
+
+def test_json_sections_after_the_dispatches_and_a_repeated_key(tmp_path):
+    """rocprofiler-sdk writes kernel_symbols and agents before buffer_records; a file with them after
+    (another writer, an edit) reads the same; a key written twice counts once, its last value (as
+    Python's json reads it)."""
+    doc = json.loads(JSON.read_text())
+    node = doc["rocprofiler-sdk-tool"][0]
+    want = rocprofv3_json.read_results(JSON)
+    late = tmp_path / "late_results.json"
+    records = node.pop("buffer_records")
+    late.write_text(json.dumps({"rocprofiler-sdk-tool": [{"buffer_records": records, **node}]}))
+    got = rocprofv3_json.read_results(late)
+    assert list(got["kernel"]) == list(want["kernel"]) and list(got["device_id"]) == list(want["device_id"])
+    twice = tmp_path / "twice_results.json"
+    body = json.dumps({"buffer_records": records, **node})
+    twice.write_text('{"rocprofiler-sdk-tool": [{"buffer_records": {"kernel_dispatch": [1, 2, 3]}, '
+                     + body[1:] + "]}")
+    assert len(rocprofv3_json.read_results(twice)) == 8
+
+
+def test_a_big_json_syntax_error_names_where(tmp_path, monkeypatch):
+    """A document yajl refuses past the size read again for Python's words: yajl's reason and the line
+    reached, never the file's text (which may hold anything)."""
+    monkeypatch.setattr(rocprofv3_json, "_RESAY_BYTES", 100)
+    cut = tmp_path / "cut_results.json"
+    cut.write_text(JSON.read_text()[:5000])
+    with pytest.raises(BadInput) as e:
+        rocprofv3_json.read_results(cut)
+    assert "not JSON (parse error: premature EOF, in the 256 KiB read before line" in str(e.value)
+    assert "\n" not in str(e.value)
