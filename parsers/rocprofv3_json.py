@@ -362,7 +362,6 @@ def _events(doc: _Doc, events) -> None:  # noqa: ANN001, C901 - one state machin
             elif prefix == np_ and node is not None and node.type == "dict":
                 if value in _KEPT:
                     builder, depth, kept = ijson.ObjectBuilder(), 0, value
-                    builder_first = True  # noqa: F841 - the value's first event comes next
                 elif value == "buffer_records":
                     node.br_type, node.kd, run = None, None, None
                     await_ = "br"

@@ -112,3 +112,26 @@ def test_a_big_json_syntax_error_names_where(tmp_path, monkeypatch):
         rocprofv3_json.read_results(cut)
     assert "not JSON (parse error: premature EOF, in the 256 KiB read before line" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_columns_give_the_frame_a_list_of_row_dicts_gave(monkeypatch):
+    """parsers._columns.Columns (what the streamed readers keep instead of per-row dicts): a value past
+    int64, a column that is int then None, rows without a key, text repeated: the same frame as
+    ``pandas.DataFrame(rows)``, batch boundaries anywhere."""
+    import pandas as pd
+
+    from parsers._columns import Columns
+
+    rows = [{"a": 1, "b": "x"}, {"a": 1 << 70, "b": "y"}, {"a": None, "c": 3}, {"a": 2, "b": "x", "c": 4},
+            {"a": 5, "b": None, "c": 1}, {"a": 6, "b": "x", "c": 2}]
+    for batch in (1, 2, 4, 100):
+        monkeypatch.setattr(Columns, "BATCH", batch)
+        cols = Columns()
+        for r in rows:
+            cols.add(dict(r))
+        assert len(cols) == len(rows)
+        got = cols.frame({"c": "Int64"})
+        want = pd.DataFrame(rows)
+        want["c"] = want["c"].astype("Int64")
+        pd.testing.assert_frame_equal(got, want[["c", "a", "b"]], check_exact=True)
+        assert got["b"].tolist().count("x") == 3

@@ -16,6 +16,7 @@ import pytest
 
 from forensics.core.errors import BadInput
 from parsers import nsys, rocprofv3, rocprofv3_json
+from parsers._columns import Columns
 from tests._legacy_readers import nsys as old_nsys
 from tests._legacy_readers import rocprofv3 as old_rocprofv3
 from tests._legacy_readers import rocprofv3_json as old_rocprofv3_json
@@ -88,7 +89,8 @@ def _csv_edits(src: Path, tmp: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("src", _csv_files(), ids=lambda p: p.name)
-def test_rocprofv3_csv_readers_match_main(src, tmp_path):
+def test_rocprofv3_csv_readers_match_main(src, tmp_path, monkeypatch):
+    monkeypatch.setattr(Columns, "BATCH", 3)  # rows joined batch by batch
     pairs = [(rocprofv3.read_kernel_trace, old_rocprofv3.read_kernel_trace),
              (rocprofv3.read_marker_trace, old_rocprofv3.read_marker_trace),
              (rocprofv3.read_api_trace, old_rocprofv3.read_api_trace)]
@@ -191,7 +193,8 @@ def _json_files(tmp: Path) -> list[Path]:
     return out
 
 
-def test_rocprofv3_json_reader_matches_main(tmp_path):
+def test_rocprofv3_json_reader_matches_main(tmp_path, monkeypatch):
+    monkeypatch.setattr(Columns, "BATCH", 3)
     seen = []
     for path in _json_files(tmp_path):
         if "_nan_" in path.name:  # Python's json took NaN (then refused as "thread_id is nan"); yajl refuses it
