@@ -174,6 +174,9 @@ def read_results(path: str | PathLike[str]) -> pd.DataFrame:
     cols = {**LAUNCH_COLUMNS, **EXTRA_COLUMNS}
     kept = len(rows)
     df = rows.frame(cols) if kept else conform(empty_frame(cols), cols)
+    if kept:  # each row's JSON path, written once into the frame's column (not held as a str a row)
+        df["record"] = _paths([(f"{TOP}[{pi}]", node.kd.count) for pi, node in enumerate(nodes)
+                               if node.kd is not None and node.kd.count])
     df.attrs["problems"] = problems + ([] if kept else ["no kernel dispatch: the file holds no kernel launch"])
     df.attrs["losses"] = []
     df.attrs["processes"] = len(nodes)
@@ -220,7 +223,7 @@ def _process(p: Path, pi: int, node: "_Node", feeds: "_Feeds", rows: Columns, pr
             workgroup=_dim(p, f"{w}.dispatch_info.workgroup_size", _need(p, f"{w}.dispatch_info", info, "workgroup_size")),
             grid=_dim(p, f"{w}.dispatch_info.grid_size", _need(p, f"{w}.dispatch_info", info, "grid_size")),
             grid_in_items=True, pid=pid, correlation_id=internal, external_id=external or None,
-            device_id=device, agent=agent, record=w,
+            device_id=device, agent=agent,
             queue_id=_handle(p, f"{w}.dispatch_info.queue_id", info.get("queue_id", 0)),
             thread_id=as_int(p, f"{w}.thread_id", rec.get("thread_id"), null=True),
             dispatch_id=as_int(p, f"{w}.dispatch_info.dispatch_id", info.get("dispatch_id"), null=True),
@@ -229,6 +232,19 @@ def _process(p: Path, pi: int, node: "_Node", feeds: "_Feeds", rows: Columns, pr
             kernel_id=kid))
     if unknown_agents:
         problems.append(f"{base}: {unknown_agents} dispatch(es) on an agent the file does not list: no device id")
+
+
+def _paths(processes: list[tuple[str, int]]) -> pd.arrays.ArrowStringArray:
+    """The ``record`` column: ``BASE.buffer_records.kernel_dispatch[i]`` for each process's dispatches,
+    built 65,536 at a time into pyarrow (the ``string`` dtype's storage)."""
+    import pyarrow as pa  # noqa: PLC0415 - pandas' own string storage, loaded with it
+
+    chunks = []
+    for base, count in processes:
+        for lo in range(0, count, 1 << 16):
+            chunks.append(pa.array([f"{base}.buffer_records.kernel_dispatch[{i}]"
+                                    for i in range(lo, min(count, lo + (1 << 16)))], type=pa.large_string()))
+    return pd.array(pa.chunked_array(chunks, type=pa.large_string()), dtype="string")
 
 
 # --------------------------------------------------------------------------- the two passes
@@ -311,7 +327,14 @@ def _events(doc: _Doc, events) -> None:  # noqa: ANN001, C901 - one state machin
     await_ = None  # what the next event starts the value of
     builder, depth, kept = None, 0, None
     first = True
+    skip = item = "\x00"  # the prefixes inside the current run's records, and of a record (list form)
     for prefix, event, value in events:
+        if prefix.startswith(skip):  # inside a dispatch record: the second pass reads it
+            continue
+        if prefix == item:
+            if event in _STARTS:
+                run.count += 1
+            continue
         if builder is not None:
             builder.event(event, value)
             if event == "start_map" or event == "start_array":
@@ -327,6 +350,7 @@ def _events(doc: _Doc, events) -> None:  # noqa: ANN001, C901 - one state machin
             t = _tname(event, value)
             if what == "top":
                 doc.top_type, doc.nodes, node, run = t, [], None, None
+                skip = item = "\x00"
                 np_ = top + ".item" if t == "list" else top if t == "dict" else None
                 if t == "dict":
                     node = _Node("dict")
@@ -339,19 +363,19 @@ def _events(doc: _Doc, events) -> None:  # noqa: ANN001, C901 - one state machin
                 run = _Run(np_ + ".buffer_records.kernel_dispatch", t)
                 doc.runs.append(run)
                 node.kd = run
+                if t == "list":
+                    item = run.kdp + ".item"
+                    skip = item + "."
+                elif t == "dict":
+                    skip = run.kdp + "."
                 continue
         if first:
             first = False
             doc.type = _tname(event, value)
             continue
-        if run is not None and node is not None and node.kd is run:
-            if run.form == "list":
-                if event in _STARTS and prefix == run.kdp + ".item":
-                    run.count += 1
-                    continue
-            elif run.form == "dict" and event == "map_key" and prefix == run.kdp:
-                run.count += 1
-                continue
+        if run is not None and run.form == "dict" and event == "map_key" and prefix == run.kdp:
+            run.count += 1
+            continue
         if event == "map_key":
             if prefix == "":
                 if value not in doc.keys:
@@ -364,6 +388,7 @@ def _events(doc: _Doc, events) -> None:  # noqa: ANN001, C901 - one state machin
                     builder, depth, kept = ijson.ObjectBuilder(), 0, value
                 elif value == "buffer_records":
                     node.br_type, node.kd, run = None, None, None
+                    skip = item = "\x00"
                     await_ = "br"
             elif node is not None and node.br_type == "dict" and prefix == np_ + ".buffer_records" \
                     and value == "kernel_dispatch":
@@ -371,6 +396,7 @@ def _events(doc: _Doc, events) -> None:  # noqa: ANN001, C901 - one state machin
             continue
         if doc.top_type == "list" and prefix == np_ and event in _STARTS:
             node, run = _Node(_tname(event, value)), None
+            skip = item = "\x00"
             doc.nodes.append(node)
 
 
