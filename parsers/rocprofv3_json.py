@@ -197,9 +197,21 @@ def _process(p: Path, pi: int, node: "_Node", feeds: "_Feeds", rows: Columns, pr
         problems.append(f"{base}: no kernel_dispatch record (rocprofv3 without --kernel-trace?)")
         return
     unknown_agents = 0
-    shown: dict[int, tuple] = {}
     for i, rec in enumerate(feeds.take(node.kd)):
         w = f"{base}.buffer_records.kernel_dispatch[{i}]"
+        fast = _usual(rec, symbols)
+        if fast is not None:  # every field of its usual type: the checks below would pass as they are
+            kid, handle = fast[0], fast[1]
+            device, agent = agents.get(handle, (None, f"handle {handle}"))
+            if handle not in agents:
+                unknown_agents += 1
+            mangled, demangled = symbols[kid]
+            rows.add(launch_row(p, w, instrument=INSTRUMENT, mangled=mangled, demangled=demangled, start=fast[2],
+                                end=fast[3], workgroup=fast[4], grid=fast[5], grid_in_items=True, pid=pid,
+                                correlation_id=fast[6], external_id=fast[7] or None, device_id=device, agent=agent,
+                                queue_id=fast[8], thread_id=fast[9], dispatch_id=fast[10], stream_id=fast[11],
+                                kernel_id=kid))
+            continue
         rec = _obj(p, w, rec)
         info = _obj(p, f"{w}.dispatch_info", _need(p, w, rec, "dispatch_info"))
         corr = _need(p, w, rec, "correlation_id")
@@ -232,6 +244,42 @@ def _process(p: Path, pi: int, node: "_Node", feeds: "_Feeds", rows: Columns, pr
             kernel_id=kid))
     if unknown_agents:
         problems.append(f"{base}: {unknown_agents} dispatch(es) on an agent the file does not list: no device id")
+
+
+_LO, _HI = -(1 << 63), (1 << 63) - 1
+
+
+def _usual(rec: Any, symbols: Mapping) -> tuple | None:
+    """A dispatch record's values when each has its usual JSON type (objects where objects are, ints
+    within int64, a known kernel_id), in the order :func:`_process` uses them; None otherwise, and
+    the checked path then reads the record and names what is wrong. The same values either way."""
+    if type(rec) is not dict:
+        return None
+    info, corr = rec.get("dispatch_info"), rec.get("correlation_id")
+    if type(info) is not dict or type(corr) is not dict:
+        return None
+    agent, queue, wg, gs = info.get("agent_id"), info.get("queue_id", 0), info.get("workgroup_size"), info.get("grid_size")
+    if type(agent) is dict:
+        agent = agent.get("handle")
+    if type(queue) is dict:
+        queue = queue.get("handle")
+    if type(wg) is not dict or type(gs) is not dict:
+        return None
+    stream = rec.get("stream_id")
+    if type(stream) is dict:
+        stream = stream.get("handle")
+    vals = (info.get("kernel_id"), agent, rec.get("start_timestamp"), rec.get("end_timestamp"),
+            wg.get("x"), wg.get("y"), wg.get("z"), gs.get("x"), gs.get("y"), gs.get("z"), corr.get("internal"), queue)
+    for v in vals:
+        if type(v) is not int or not _LO <= v <= _HI:
+            return None
+    opt = (corr.get("external"), rec.get("thread_id"), info.get("dispatch_id"), stream)
+    for v in opt:
+        if v is not None and (type(v) is not int or not _LO <= v <= _HI):
+            return None
+    if vals[0] not in symbols:
+        return None
+    return (vals[0], vals[1], vals[2], vals[3], vals[4:7], vals[7:10], vals[10], opt[0], vals[11], opt[1], opt[2], opt[3])
 
 
 def _paths(processes: list[tuple[str, int]]) -> pd.arrays.ArrowStringArray:

@@ -124,6 +124,12 @@ def _node_edits() -> list:
         setdisp(1, correlation_id=5),
         setdisp(1, correlation_id={"external": 3}),
         setdisp(2, stream_id={"handle": 7}),
+        setdisp(2, stream_id={}),
+        setdisp(2, thread_id=21228.0, start_timestamp=2414192765353337.0),  # a float with no fraction: taken
+        setdisp(2, thread_id=None),
+        setdisp(1, start_timestamp=1 << 63),
+        lambda n: n["buffer_records"]["kernel_dispatch"][3]["dispatch_info"].update(queue_id={"id": 1}),
+        lambda n: n["buffer_records"]["kernel_dispatch"][3]["dispatch_info"].update(agent_id=94450000000002),
         setdisp(2, end_timestamp=1),
         lambda n: n["buffer_records"]["kernel_dispatch"][3]["dispatch_info"]["grid_size"].update(x="1024"),
         lambda n: n["buffer_records"]["kernel_dispatch"][3]["dispatch_info"]["workgroup_size"].pop("z"),
