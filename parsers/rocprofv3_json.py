@@ -143,7 +143,7 @@ def read_results(path: str | PathLike[str]) -> pd.DataFrame:
         raise BadInput(p, f"cannot read {WHAT}: {e.strerror or e}") from None
     if size == 0:
         raise BadInput(p, f"empty file: expected {WHAT}")
-    doc = _scan(p)
+    doc, backend = _scan(p)
     if doc.type != "dict" or not doc.has_top:
         keys = ", ".join(doc.keys[:6]) if doc.type == "dict" else doc.type
         raise BadInput(p, f"no {TOP!r} key at the top (it has {keys}): not {WHAT}", line=1)
@@ -165,7 +165,7 @@ def read_results(path: str | PathLike[str]) -> pd.DataFrame:
     RecordBudget(p, "kernel dispatches").take(total)  # refused before the second pass, not part-way
     rows = Columns()
     problems: list[str] = []
-    feeds = _Feeds(p, doc.runs)
+    feeds = _Feeds(p, doc.runs, backend)
     try:
         for pi, node in enumerate(nodes):
             _process(p, pi, node, feeds, rows, problems)
@@ -355,16 +355,25 @@ class _Lines:
         return data
 
 
-def _scan(p: Path) -> _Doc:
-    """The first pass: the whole document's syntax, its top keys, and per process what :class:`_Node` keeps."""
-    doc = _Doc()
-    with open_stream(p, WHAT) as raw:
-        stream = _Lines(raw)
-        try:
-            _events(doc, ijson.parse(stream, buf_size=_BUF, use_float=True))
-        except (ijson.JSONError, UnicodeDecodeError) as e:
-            _syntax(p, e, stream)
-    return doc
+def _scan(p: Path):  # noqa: ANN202
+    """The first pass: the whole document's syntax, its top keys, and per process what :class:`_Node`
+    keeps; and the ijson backend that reads it. yajl (the C backend) refuses an integer past int64
+    anywhere in the file ("integer overflow"), which is JSON (a uint64 handle, say): such a file is
+    read by ijson's pure-Python backend, slower, the same values. (A number past a double, 1e400, is
+    refused by both, as not strict JSON; Python's json read it as inf.)"""
+    backend = ijson
+    while True:
+        doc = _Doc()
+        with open_stream(p, WHAT) as raw:
+            stream = _Lines(raw)
+            try:
+                _events(doc, backend.parse(stream, buf_size=_BUF, use_float=True))
+                return doc, backend
+            except (ijson.JSONError, UnicodeDecodeError) as e:
+                if backend is ijson and "integer overflow" in str(e):
+                    backend = ijson.get_backend("python")
+                    continue
+                _syntax(p, e, stream)
 
 
 def _events(doc: _Doc, events) -> None:  # noqa: ANN001, C901 - one state machine over the event stream
@@ -474,16 +483,17 @@ class _Feeds:
     form) or kvitems (object form) stream per prefix and form, records of a run the document
     replaced (a repeated key: the last one counts, as ``json`` keeps it) skipped."""
 
-    def __init__(self, p: Path, runs: list[_Run]) -> None:
-        self.p, self.runs, self.open = p, runs, {}
+    def __init__(self, p: Path, runs: list[_Run], backend) -> None:  # noqa: ANN001
+        self.p, self.runs, self.open, self.backend = p, runs, {}, backend
 
     def take(self, run: _Run):
         key = (run.kdp, run.form)
         if key not in self.open:
             stream = open_stream(self.p, WHAT)
             lines = _Lines(stream)
-            it = (ijson.items(lines, run.kdp + ".item", buf_size=_BUF, use_float=True) if run.form == "list" else
-                  (v for _, v in ijson.kvitems(lines, run.kdp, buf_size=_BUF, use_float=True)))
+            be = self.backend
+            it = (be.items(lines, run.kdp + ".item", buf_size=_BUF, use_float=True) if run.form == "list" else
+                  (v for _, v in be.kvitems(lines, run.kdp, buf_size=_BUF, use_float=True)))
             self.open[key] = [stream, it, [r for r in self.runs if (r.kdp, r.form) == key], 0]
         state = self.open[key]
         _, it, queue, pos = state

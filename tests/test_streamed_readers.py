@@ -135,3 +135,18 @@ def test_columns_give_the_frame_a_list_of_row_dicts_gave(monkeypatch):
         want["c"] = want["c"].astype("Int64")
         pd.testing.assert_frame_equal(got, want[["c", "a", "b"]], check_exact=True)
         assert got["b"].tolist().count("x") == 3
+
+
+def test_a_json_integer_past_int64_is_json(tmp_path):
+    """yajl (ijson's C backend) refuses an integer past int64 anywhere in a file; JSON has them (a
+    uint64 handle). A field the reader does not use holding one is read; one it uses is named by path."""
+    doc = json.loads(JSON.read_text())
+    node = doc["rocprofiler-sdk-tool"][0]
+    node["buffer_records"]["hip_api"] = [{"correlation_id": {"internal": 1, "external": (1 << 64) - 1}}]
+    f = tmp_path / "big_int_results.json"
+    f.write_text(json.dumps(doc))
+    assert len(rocprofv3_json.read_results(f)) == 8
+    node["buffer_records"]["kernel_dispatch"][2]["thread_id"] = 1 << 64
+    f.write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=r"kernel_dispatch\[2\]\.thread_id is 18446744073709551616, past int64"):
+        rocprofv3_json.read_results(f)
