@@ -461,8 +461,13 @@ def _syntax(p: Path, e: Exception, stream: _Lines) -> None:
     """BadInput for a document yajl refuses: a small one read again by ``json`` for the words and line
     the whole-file reader gave; a larger one with yajl's reason and where it was."""
     reason = str(e).split("\n", 1)[0].split("\\n", 1)[0].removeprefix("b'").removeprefix('b"')
+    raw = None
     if stream.bytes <= _RESAY_BYTES:
-        raw = read_bytes(p, WHAT, _RESAY_BYTES + 1)
+        try:
+            raw = read_bytes(p, WHAT, _RESAY_BYTES)
+        except BadInput:  # the error came early in a larger file: yajl's words below
+            raw = None
+    if raw is not None:
         try:
             json.loads(raw)
         except UnicodeDecodeError as u:

@@ -150,3 +150,21 @@ def test_a_json_integer_past_int64_is_json(tmp_path):
     f.write_text(json.dumps(doc))
     with pytest.raises(BadInput, match=r"kernel_dispatch\[2\]\.thread_id is 18446744073709551616, past int64"):
         rocprofv3_json.read_results(f)
+
+
+def test_an_early_syntax_error_in_a_large_json_gets_yajls_words(tmp_path, monkeypatch):
+    """A syntax error near the start of a file larger than the size read again by Python's json: the
+    file is not read whole for the message (nor refused for its size), yajl's reason is given."""
+    monkeypatch.setattr(rocprofv3_json, "_RESAY_BYTES", 2000)
+    monkeypatch.setattr(rocprofv3_json, "_BUF", 1024)  # the error is met after 1 KiB, in a 15 KB file
+    text = JSON.read_text()
+    for name, data in (("early_results.json", text[:300] + "]" + text[300:]),):
+        f = tmp_path / name
+        f.write_text(data)
+        assert f.stat().st_size > 2000
+        with pytest.raises(BadInput, match="not JSON \\(parse error: .*, in the 1 KiB read before line"):
+            rocprofv3_json.read_results(f)
+        gz = tmp_path / (name + ".gz")
+        gz.write_bytes(gzip.compress(data.encode()))
+        with pytest.raises(BadInput, match="not JSON \\(parse error: .*read before line"):
+            rocprofv3_json.read_results(gz)
