@@ -20,6 +20,8 @@ ROCm/rocprofiler-sdk at commit 8ab1ed78d8c2afb25fedddb7684aff08d1233c5c):
 Not read: the other buffer records (HIP/HSA/marker/RCCL API calls, memory copies, scratch memory),
 counter collection, PC samples, code objects, ``strings``. A value of the wrong JSON type is bad input
 naming its JSON path (``rocprofiler-sdk-tool[0].buffer_records.kernel_dispatch[3].dispatch_info.grid_size.x``).
+
+The file is streamed with ``ijson`` (issue 44), never held whole: :func:`read_results` says how.
 """
 from __future__ import annotations
 
