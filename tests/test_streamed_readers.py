@@ -168,3 +168,26 @@ def test_an_early_syntax_error_in_a_large_json_gets_yajls_words(tmp_path, monkey
         gz.write_bytes(gzip.compress(data.encode()))
         with pytest.raises(BadInput, match="not JSON \\(parse error: .*read before line"):
             rocprofv3_json.read_results(gz)
+
+
+def test_a_chunk_that_ends_on_a_newline_is_not_the_end_of_the_file(tmp_path, monkeypatch):
+    """parsers._text.iter_line_chunks stopped, silently, after a chunk whose last byte was a newline
+    (``while pending``): a 2 GB kernel trace read 6.7 of its 11.9 million rows, no problem said.
+    Chunk sizes are picked so that a read ends exactly at the end of a row."""
+    from parsers import _text
+
+    lines = CSV.read_text().splitlines(keepends=True)
+    header, row = lines[0].encode(), lines[1].encode()
+    f = tmp_path / "even_kernel_trace.csv"
+    f.write_bytes(header + row * 40)
+    ends = {len(header) + m * len(row) for m in range(1, 40)}
+    sizes = [c for c in range(len(header), len(header) + 3 * len(row)) if 2 * c in ends or 3 * c in ends]
+    assert sizes
+    for chunk in sizes[:3]:
+        monkeypatch.setattr(_text, "CHUNK_BYTES", chunk)
+        df = rocprofv3.read_kernel_trace(f)
+        assert len(df) == 40 and list(df["line"]) == list(range(2, 42))
+    plain = tmp_path / "lines.log"
+    plain.write_text("abc\n" * 10)
+    got = [x for _, chunk_lines, _ in _text.iter_line_chunks(plain, "test", chunk_bytes=8) for x in chunk_lines]
+    assert got == ["abc"] * 10
