@@ -18,6 +18,11 @@ kernel name taken in turn from that file's kernels.
 - rocprofv3 CSV: tests/fixtures/amd/rocprofv3_v3_kernel_trace.csv (real): its header, its rows
   repeated with Dispatch_Id, Correlation_Id and timestamps renumbered. Read with
   ``parsers.rocprofv3.read_kernel_trace``.
+- rocprofv3 JSON: tests/fixtures/amd/synthetic_rocprofv3_v3_results.json (itself SYNTHETIC, in
+  rocprofiler-sdk's JSON layout, PROVENANCE.md): its process with its 8 dispatch records repeated,
+  correlation id, dispatch id and timestamps renumbered. ``rocprofv3_json_padded``: the same plus 4
+  SYNTHETIC ``hip_api`` records per launch (the buffer-record header fields), which the reader
+  drops: its peak memory should be the unpadded one's. Read with ``parsers.rocprofv3_json.read_results``.
 - nsys SQLite (``--nsys``, needs the corpus): the real export ../shared/corpus/nsys/
   extrap_con_kernel.sqlite with its CUPTI_ACTIVITY_KIND_KERNEL and ..._RUNTIME rows repeated
   (correlationId and times renumbered). Read with ``parsers.nsys.read_kernels``.
@@ -51,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "_data" / "read_memory"
 KINETO_SEED = ROOT / "tests" / "fixtures" / "amd" / "kineto_rocm6.2_mi250_minitoy_train.json.gz"
 ROCPROF_SEED = ROOT / "tests" / "fixtures" / "amd" / "rocprofv3_v3_kernel_trace.csv"
+ROCPROF_JSON_SEED = ROOT / "tests" / "fixtures" / "amd" / "synthetic_rocprofv3_v3_results.json"
 NSYS_SEED = ROOT.parent / "shared" / "corpus" / "nsys" / "extrap_con_kernel.sqlite"
 PAD_SEED = ROOT / "tests" / "fixtures" / "amd" / "kineto_rocm6.4_mi300x_bert_small.json.gz"
 ENV_MAX = "FORENSICS_MAX_INPUT_BYTES"
@@ -111,6 +117,38 @@ def write_rocprof(n: int, out: Path) -> Path:
     return out
 
 
+def write_rocprof_json(n: int, out: Path, pad: int = 0) -> Path:
+    """SYNTHETIC rocprofv3 JSON of ``n`` dispatches (the synthetic seed's records renumbered), with
+    ``pad`` SYNTHETIC hip_api records per dispatch that the reader drops."""
+    doc = json.loads(ROCPROF_JSON_SEED.read_text())
+    node = doc["rocprofiler-sdk-tool"][0]
+    seed = node["buffer_records"]["kernel_dispatch"]
+    node["buffer_records"] = {k: v for k, v in node["buffer_records"].items() if k not in ("kernel_dispatch", "hip_api")}
+    t0 = seed[0]["start_timestamp"]
+    with open(out, "w") as f:
+        head = json.dumps({"rocprofiler-sdk-tool": [node]})
+        cut = head.rindex("}]}") - 1  # inside buffer_records' object, before its closing brace
+        f.write(head[:cut] + (", " if node["buffer_records"] else "") + '"kernel_dispatch": [')
+        for i in range(n):
+            r = seed[i % len(seed)]
+            dur = r["end_timestamp"] - r["start_timestamp"]
+            start = t0 + i * 20_000
+            rec = dict(r, correlation_id=dict(r["correlation_id"], internal=i + 1), start_timestamp=start,
+                       end_timestamp=start + dur, dispatch_info=dict(r["dispatch_info"], dispatch_id=i + 1))
+            f.write(("," if i else "") + json.dumps(rec))
+        f.write("]")
+        if pad:
+            f.write(', "hip_api": [')
+            for i in range(n * pad):
+                start = t0 + (i // pad) * 20_000 - 5_000 + (i % pad)
+                f.write(("," if i else "") + json.dumps({
+                    "size": 64, "kind": 2, "operation": 41, "correlation_id": {"internal": n + i + 1, "external": 0},
+                    "start_timestamp": start, "end_timestamp": start + 800, "thread_id": r["thread_id"]}))
+            f.write("]")
+        f.write(head[cut:])
+    return out
+
+
 def write_nsys(n: int, out: Path) -> Path:
     """SYNTHETIC nsys export: the real seed with its kernel and runtime rows repeated to ``n``."""
     shutil.copy(NSYS_SEED, out)
@@ -154,6 +192,8 @@ READ = {
     "kineto-padded-before": ("from tests import _kineto_whole_read as m", "len(m.read_kernels(p))"),
     "rocprofv3": ("from parsers import rocprofv3 as m", "len(m.read_kernel_trace(p))"),
     "nsys": ("from parsers import nsys as m", "len(m.read_kernels(p))"),
+    "rocprofv3_json": ("from parsers import rocprofv3_json as m", "len(m.read_results(p))"),
+    "rocprofv3_json_padded": ("from parsers import rocprofv3_json as m", "len(m.read_results(p))"),
 }
 
 
@@ -209,11 +249,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; Python {platform.python_version()}")
     print("traces: SYNTHETIC, real formats (copies of real launches, renumbered); peak RSS of a fresh "
           "subprocess per read (ru_maxrss)")
-    print(f"{'reader':<20} {'launches':>9} {'file MB':>8} {'rows':>9} {'read s':>7} {'peak RSS MB':>11} "
+    print(f"{'reader':<21} {'launches':>9} {'file MB':>8} {'rows':>9} {'read s':>7} {'peak RSS MB':>11} "
           f"{'baseline MB':>11} {'MB per 1M launches':>18}")
     write = {"kineto": (write_kineto, ".json.gz"), "rocprofv3": (write_rocprof, "_kernel_trace.csv"),
              "nsys": (write_nsys, ".sqlite"),
-             "kineto-padded": (lambda n, p: write_kineto(n, p, args.pad), f"_pad{args.pad}.json.gz")}
+             "kineto-padded": (lambda n, p: write_kineto(n, p, args.pad), f"_pad{args.pad}.json.gz"),
+             "rocprofv3_json": (write_rocprof_json, "_results.json"),
+             "rocprofv3_json_padded": (lambda n, out: write_rocprof_json(n, out, pad=4), "_results.json")}
     for reader in readers:
         base = measure(reader, None)["maxrss_mb"]
         for n in args.launches:
@@ -223,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                 fn(n, path)
             r = measure(reader, path)
             per = (r["maxrss_mb"] - base) / n * 1e6
-            print(f"{reader:<20} {n:>9,} {path.stat().st_size / 1e6:>8.1f} {r['rows']:>9,} {r['wall_s']:>7.1f} "
+            print(f"{reader:<21} {n:>9,} {path.stat().st_size / 1e6:>8.1f} {r['rows']:>9,} {r['wall_s']:>7.1f} "
                   f"{r['maxrss_mb']:>11,.0f} {base:>11,.0f} {per:>18,.0f}", flush=True)
             if not args.keep and not (args.before and not reader.endswith("-before")):
                 path.unlink()

@@ -3,10 +3,10 @@
 file, the typed border (a value that is not an integer is bad input naming the table or JSON path
 and the row), and one launch row in the form the rocprofv3 CSV reader gives.
 
-Ceilings (docs/parsers/rpd.md, rocprofv3-json.md, rocprofv3-rocpd.md): :data:`MAX_BYTES` bytes of a database and
-:data:`MAX_JSON_BYTES` of a JSON file, after gzip decompression, and
-:data:`MAX_LAUNCHES` launch rows; past either the file is refused with a line naming the limit,
-never read in part.
+Ceilings (docs/parsers/rpd.md, rocprofv3-rocpd.md): :data:`MAX_BYTES` bytes of a database, after gzip
+decompression, and :data:`MAX_LAUNCHES` launch rows; past either the file is refused with a line
+naming the limit, never read in part. rocprofv3's JSON is streamed (issue 44) under the streamed-read
+ceilings of ``forensics.runtime.inputs`` (``--max-input-bytes``, ``--max-records``), not these.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 #: Bytes of one file read at most (after gzip decompression): past it the file is refused.
 MAX_BYTES = 4 << 30
-#: Bytes of one JSON file read at most (decoded whole into Python objects, several times its size in memory).
+#: Bytes of one JSON file read whole at most (main's rocprofv3 JSON reader; the streamed one does not use it).
 MAX_JSON_BYTES = 1 << 30
 #: Launch rows of one file read at most: past it the file is refused.
 MAX_LAUNCHES = 20_000_000

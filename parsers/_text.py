@@ -92,8 +92,10 @@ def iter_line_chunks(
         lineno = 1
         _no_nul(p, head, lineno, what)  # a binary file is refused on its first chunk, never read whole
         pending = head
-        while pending:
+        while True:
             more = f.read(chunk_bytes)
+            if not pending and not more:  # end of file (a chunk that ended on a newline leaves nothing pending)
+                break
             _no_nul(p, more, lineno + pending.count(b"\n"), what)
             buf = pending + more if more else pending
             cut = buf.rfind(b"\n")

@@ -22,6 +22,8 @@ from forensics.core.errors import BadInput
 from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, empty_frame
 from forensics.core.site import is_occurrence_label
 from forensics.core.demangle import canonical_kernel
+from forensics.runtime.inputs import RecordBudget
+from parsers._columns import conform_columns
 from parsers._rocm_db import check_pages
 
 
@@ -138,50 +140,123 @@ def _check_not_null(conn, path: Path, table: str, present: list[str]) -> None:
             raise BadInput(path, f"{table} row {row[0]}: {col} is NULL (nsys writes it NOT NULL): a damaged export")
 
 
-def _query(conn, path: Path, sql: str, ints: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Run ``sql``; frame from ``fetchall`` (integer columns exact); corrupt pages -> BadInput.
+#: Rows fetched at a time: a batch becomes columns (int64 arrays, a mask, shared strings) before the next.
+FETCH_ROWS = 8192
+
+
+def _query(conn, path: Path, sql: str, ints: tuple[str, ...] = (), order_by: str | None = None,
+           what: str = "rows") -> pd.DataFrame:
+    """Run ``sql``; its rows come ``fetchmany`` at a time into columns (integer columns exact: no
+    per-row tuple of the whole table is held, issue 44); corrupt pages -> BadInput.
 
     Columns named in ``ints`` must hold integers or NULL (SQLite stores any type in any column: a
-    text, real or blob value there is a damaged or foreign export, said as bad input)."""
+    text, real or blob value there is a damaged or foreign export, said as bad input). ``order_by``:
+    an integer column the rows are put in order of (a stable sort), each column as it is built.
+    ``what`` names the rows in the refusal past the record ceiling (``forensics --max-records``)."""
+    budget = RecordBudget(path, what)
     try:
         cur = conn.execute(sql)
-        rows = cur.fetchall()
+        names = [d[0] for d in cur.description]
+        cols = [_Col() for _ in names]
+        while True:
+            rows = cur.fetchmany(FETCH_ROWS)
+            if not rows:
+                break
+            budget.take(len(rows))
+            grid = np.empty((len(rows), len(names)), dtype=object)
+            grid[:] = rows  # one C-level pass; columns are then object-array slices
+            del rows
+            for j, col in enumerate(cols):
+                col.add(grid[:, j], names[j] in ints)
+            del grid
     except sqlite3.DatabaseError as e:
         raise BadInput(path, f"corrupt or truncated SQLite file: {one_line(e)}") from None
-    names = [d[0] for d in cur.description]
-    if not rows:
+    if not cols or not cols[0].n:
         return pd.DataFrame({n: np.array([], dtype=np.int64) for n in names})
-    grid = np.empty((len(rows), len(names)), dtype=object)
-    grid[:] = rows  # one C-level pass; columns are then object-array slices
-    for j, n in enumerate(names):
-        if n in ints:
-            odd = next((v for v in grid[:, j] if v is not None and type(v) is not int), _NONE)
-            if odd is not _NONE:
-                raise BadInput(path, f"column {n} holds {type(odd).__name__} {odd!r:.40}, not an integer: "
-                               "a damaged or foreign export")
-    return pd.DataFrame({n: _column(grid[:, j]) for j, n in enumerate(names)})
+    for n, col in zip(names, cols):
+        if col.odd is not _NONE:
+            raise BadInput(path, f"column {n} holds {type(col.odd).__name__} {col.odd!r:.40}, not an integer: "
+                           "a damaged or foreign export")
+    order = None
+    if order_by is not None:
+        key = cols[names.index(order_by)].build()
+        order = np.argsort(np.asarray(key, dtype=np.int64), kind="stable")
+        del key
+    out = {}
+    for n, col in zip(names, cols):
+        values = col.build()
+        col.parts = []  # this column's batches, released as it is built
+        out[n] = values if order is None else values.take(order) if not isinstance(values, pd.Series) else \
+            pd.Series(values.to_numpy().take(order), dtype=object)
+        del values
+    return pd.DataFrame(out, copy=False)
 
 
 _NONE = object()
+_INTISH = frozenset({int, type(None)})
 
 
-def _column(values: np.ndarray):
-    """One result column (an object array) with exact integers: int64, nullable Int64 when NULLs
-    occur, string, or inferred (a plain frame constructor would turn integers with NULLs into
-    lossy float64)."""
-    kinds = set(map(type, values))
-    if kinds == {int}:
-        return values.astype(np.int64)
-    if kinds == {int, type(None)}:
-        arr = values.copy()
-        mask = arr == None  # noqa: E711  (elementwise on an object array)
-        arr[mask] = 0
-        return pd.arrays.IntegerArray(arr.astype(np.int64), mask)
-    if kinds == {type(None)}:
-        return pd.array([pd.NA] * len(values), dtype="Int64")
-    if kinds <= {str, type(None)} and kinds:
-        return pd.array(values, dtype="string")
-    return pd.Series(values, dtype=object) if kinds else np.array([], dtype=np.int64)
+class _Col:
+    """One result column, batch by batch: integers (and NULLs) as int64 arrays and masks, anything
+    else as object arrays with one ``str`` per distinct text; :meth:`build` gives what a column of
+    all the values gave at once (int64, nullable Int64, string, or object)."""
+
+    __slots__ = ("parts", "kinds", "odd", "n", "_text")
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, np.ndarray | None]] = []
+        self.kinds: set[type] = set()
+        self.odd = _NONE  # the first value that is not an integer, in an integer column
+        self.n = 0
+        self._text: dict[str, str] = {}
+
+    def add(self, values: np.ndarray, integer: bool) -> None:
+        kinds = set(map(type, values))
+        self.kinds |= kinds
+        self.n += len(values)
+        if integer and self.odd is _NONE and not kinds <= _INTISH:
+            self.odd = next(v for v in values if v is not None and type(v) is not int)
+        if kinds <= _INTISH and int in kinds:
+            if type(None) in kinds:
+                mask = values == None  # noqa: E711  (elementwise on an object array)
+                data = values.copy()
+                data[mask] = 0
+                self.parts.append((data.astype(np.int64), mask))
+            else:
+                self.parts.append((values.astype(np.int64), None))
+            return
+        if str in kinds:
+            text = self._text
+            values = np.array([text.setdefault(v, v) if type(v) is str else v for v in values.tolist()], dtype=object)
+        else:
+            values = values.copy()
+        self.parts.append((values, None))
+
+    def build(self):
+        """The column, from its batches."""
+        kinds, parts = self.kinds, self.parts
+        if kinds <= _INTISH and int in kinds:
+            data = np.concatenate([d for d, _ in parts])
+            if type(None) not in kinds:
+                return data
+            mask = np.concatenate([m if m is not None else np.zeros(len(d), dtype=bool) for d, m in parts])
+            return pd.arrays.IntegerArray(data, mask)
+        if kinds == {type(None)}:
+            return pd.array([pd.NA] * self.n, dtype="Int64")
+        values = np.concatenate([_objects(d, m) for d, m in parts])
+        if kinds <= {str, type(None)}:
+            return pd.array(values, dtype="string")
+        return pd.Series(values, dtype=object)
+
+
+def _objects(data: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """A batch as an object array (an integer batch back to Python ints and None)."""
+    if data.dtype == object:
+        return data
+    out = data.astype(object)
+    if mask is not None:
+        out[mask] = None
+    return out
 
 
 def _strings(conn, path: Path, ids) -> dict[int, str]:
@@ -361,14 +436,12 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
         if has_runtime:
             _check_not_null(conn, path, RUNTIME_TABLE, _require(conn, path, RUNTIME_TABLE, RUNTIME_REQUIRED))
         df = _query(conn, path, kernels_sql(has_runtime),
-                    ints=KERNEL_REQUIRED + ("mangledName", "launch_ns", "launch_tid", "api_id"))
+                    ints=KERNEL_REQUIRED + ("mangledName", "launch_ns", "launch_tid", "api_id"), order_by="start",
+                    what=f"{KERNEL_TABLE} rows")
         if "mangledName" not in kcols:
             df["mangledName"] = pd.array([pd.NA] * len(df), dtype="Int64")
         ids = np.concatenate([pd.Series(df[c]).dropna().unique() for c in _KERNEL_IDS]) if len(df) else []
         names = _strings(conn, path, ids)
-    if len(df):
-        order = np.argsort(np.asarray(df["start"], dtype=np.int64), kind="stable")
-        df = df.take(order).reset_index(drop=True)
     _require_names(path, df, names)
     df["demangled_nsys"] = _map_ids(df["demangledName"], names)
     df["short_name"] = _map_ids(df["shortName"], names)
@@ -392,7 +465,7 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
     df = df.drop(columns=list(_KERNEL_IDS) + ["launch_tid"]).rename(columns=_KERNEL_RENAME)
     df["instrument"] = "nsys"
     df["file"] = str(path)
-    return conform(df, LAUNCH_COLUMNS)
+    return conform_columns(df, LAUNCH_COLUMNS)
 
 
 @_sqlite_errors_are_bad_input
@@ -416,7 +489,8 @@ def read_runtime(path: str | PathLike[str]) -> pd.DataFrame:
                        (r.globalTid >> 24) & 0xFFFFFF AS pid, r.globalTid & 0xFFFFFF AS tid,
                        {ec} AS event_class, {rv} AS return_value, r.globalTid AS global_tid
                 FROM {RUNTIME_TABLE} AS r LEFT JOIN StringIds AS n ON n.id = r.nameId ORDER BY r.start""",
-            ints=("start_ns", "end_ns", "correlation_id", "global_tid"),
+            ints=("start_ns", "end_ns", "correlation_id", "global_tid", "event_class", "return_value", "pid", "tid"),
+            what=f"{RUNTIME_TABLE} rows",
         )
     _int64(df, [c for c in cols if c != "name"])
     df["name"] = df["name"].astype("string")
@@ -455,7 +529,9 @@ def read_ranges(path: str | PathLike[str]) -> pd.DataFrame:
                 LEFT JOIN StringIds AS ds ON ds.id = dom.textId
                 WHERE e.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND})
                 ORDER BY e.start""",
-            ints=("start_ns", "end_ns", "range_id", "event_type", "domain_id", "global_tid", "end_global_tid"),
+            ints=("start_ns", "end_ns", "range_id", "event_type", "domain_id", "global_tid", "end_global_tid",
+                  "category", "color", "pid", "tid"),
+            what=f"{NVTX_TABLE} ranges",
         )
     for col in ("name", "domain"):  # range names are text (a blob or number there is damage)
         odd = next((v for v in df[col] if v is not None and not isinstance(v, str) and not pd.isna(v)), None)
@@ -464,7 +540,7 @@ def read_ranges(path: str | PathLike[str]) -> pd.DataFrame:
     _int64(df, ("range_id", "event_type", "domain_id", "global_tid", "end_global_tid", "category", "color"))
     df["instrument"] = "nsys"
     df["file"] = str(path)
-    return conform(df, RANGE_COLUMNS)
+    return conform_columns(df, RANGE_COLUMNS)
 
 
 # --------------------------------------------------------------------------- attribution

@@ -33,6 +33,9 @@ from forensics.core.demangle import short_name
 from forensics.core.errors import BadInput
 from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, dim3, empty_frame
 
+from forensics.runtime.inputs import RecordBudget
+
+from ._columns import Columns
 from ._text import iter_line_chunks, preview, sniff_foreign
 
 WHAT = "rocprofv3 kernel trace CSV"  # or rocprof v1 results.csv
@@ -163,7 +166,8 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
     """
     p = Path(path)
     _check_binary(p)
-    rows: list[dict] = []
+    rows = Columns()  # columnar: no per-row dict is kept (issue 44)
+    budget = RecordBudget(p, "kernel dispatch rows")
     header: list[str] | None = None
     index: dict[str, int] = {}
     version = None
@@ -180,13 +184,14 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
             continue
         _check_width(p, lineno, text, header, raw_line, last_cut)
         if "kind" not in index:  # rocprof v1 results.csv: every row is a dispatch
-            rows.append(_row_v1(p, lineno, text, index, version))
+            rows.add(_row_v1(p, lineno, text, index, version))
         elif text[index["kind"]] != "KERNEL_DISPATCH":
             kind = text[index["kind"]]
             other_kinds[kind] = other_kinds.get(kind, 0) + 1
             continue
         else:
-            rows.append(_row(p, lineno, text, index, pid, version))
+            rows.add(_row(p, lineno, text, index, pid, version))
+        budget.take()
         if last_cut:
             problems.append(f"line {lineno}: the last row has no newline (all {len(header)} fields read; "
                             "a number cut short would still read as a value)")
@@ -196,8 +201,8 @@ def read_kernel_trace(path: str | PathLike[str]) -> pd.DataFrame:
         losses.append(f"{n} row(s) of Kind {kind!r} are not kernel dispatches; skipped")
     if not rows:
         problems.append("no KERNEL_DISPATCH row: the trace holds no kernel launch")
-    df = pd.DataFrame(rows) if rows else empty_frame({**LAUNCH_COLUMNS, **EXTRA_COLUMNS})
-    df = conform(df, {**LAUNCH_COLUMNS, **EXTRA_COLUMNS})
+    schema = {**LAUNCH_COLUMNS, **EXTRA_COLUMNS}
+    df = rows.frame(schema) if len(rows) else conform(empty_frame(schema), schema)
     df.attrs["header_version"] = version
     df.attrs["problems"] = problems + losses
     df.attrs["losses"] = losses
@@ -234,7 +239,10 @@ def _agent(path: Path, lineno: int, text: str | None) -> int | None:
     am = _AGENT.fullmatch(text.strip())
     if not am:
         raise BadInput(path, f"Agent_Id={text!r} is none of N, 'Agent N', 'GPU N', 'CPU N'", line=lineno)
-    return int(am.group(1))
+    n = int(am.group(1))
+    if n > _INT64_MAX:  # an int64 column: past it the frame's cast failed, an internal error (exit 70)
+        raise BadInput(path, f"Agent_Id={text.strip()} is out of range (past int64)", line=lineno)
+    return n
 
 
 def _rest(val: dict[str, str], ints: dict[str, int], used: set[str]) -> dict:
@@ -321,7 +329,8 @@ def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
     _check_binary(p)
     header: list[str] | None = None
     index: dict[str, int] = {}
-    rows: list[dict] = []
+    rows = Columns()
+    budget = RecordBudget(p, "marker ranges")
     marks = 0
     cut_note = None
     for lineno, text, raw_line, last_cut in _csv_rows(p, MARKER_WHAT):
@@ -348,14 +357,15 @@ def read_marker_trace(path: str | PathLike[str]) -> pd.DataFrame:
         if ints["end_timestamp"] == ints["start_timestamp"]:
             marks += 1
             continue
-        rows.append({"instrument": INSTRUMENT, "file": str(p), "name": val["function"], "domain": None, "kind": None,
+        budget.take()
+        rows.add({"instrument": INSTRUMENT, "file": str(p), "name": val["function"], "domain": None, "kind": None,
                      "start_ns": ints["start_timestamp"], "end_ns": ints["end_timestamp"],
                      "pid": ints.get("process_id"), "tid": ints.get("thread_id"), "line": lineno,
                      "api_domain": val.get("domain"), "correlation_id": ints.get("correlation_id")})
     if header is None:
         raise BadInput(p, f"no header line: not a {MARKER_WHAT}", line=1)
     extra = {"line": "Int64", "api_domain": "string", "correlation_id": "Int64"}
-    df = conform(pd.DataFrame(rows), {**RANGE_COLUMNS, **extra}) if rows else empty_frame({**RANGE_COLUMNS, **extra})
+    df = rows.frame({**RANGE_COLUMNS, **extra}) if rows else empty_frame({**RANGE_COLUMNS, **extra})
     df.attrs["problems"] = ([f"{marks} roctxMark point(s) (start = end): not ranges; left out"] if marks else []) + (
         [cut_note] if cut_note else [])
     df.attrs["losses"] = []
@@ -380,7 +390,8 @@ def read_api_trace(path: str | PathLike[str]) -> pd.DataFrame:
     _check_binary(p)
     header: list[str] | None = None
     index: dict[str, int] = {}
-    rows: list[dict] = []
+    rows = Columns()
+    budget = RecordBudget(p, "API calls")
     problems: list[str] = []
     for lineno, text, raw_line, last_cut in _csv_rows(p, API_WHAT):
         if header is None:
@@ -404,14 +415,16 @@ def read_api_trace(path: str | PathLike[str]) -> pd.DataFrame:
                            line=lineno)
         if last_cut:
             problems.append(f"line {lineno}: the last row has no newline: it may be cut short (a shorter number reads as a value)")
-        rows.append({"instrument": INSTRUMENT, "file": str(p), "line": lineno, "api_domain": val["domain"],
+        budget.take()
+        rows.add({"instrument": INSTRUMENT, "file": str(p), "line": lineno, "api_domain": val["domain"],
                      "name": val["function"], "pid": ints.get("process_id"), "tid": ints.get("thread_id"),
                      "correlation_id": ints["correlation_id"], "start_ns": ints["start_timestamp"],
                      "end_ns": ints["end_timestamp"]})
     if header is None:
         raise BadInput(p, f"no header line: not a {API_WHAT}", line=1)
-    df = conform(pd.DataFrame(rows), API_COLUMNS) if rows else empty_frame(API_COLUMNS)
-    df.attrs["problems"] = problems + ([] if rows else ["no API call: the trace is empty"])
+    kept = len(rows)
+    df = rows.frame(API_COLUMNS) if kept else empty_frame(API_COLUMNS)
+    df.attrs["problems"] = problems + ([] if kept else ["no API call: the trace is empty"])
     df.attrs["losses"] = []
     return df
 

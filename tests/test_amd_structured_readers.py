@@ -384,8 +384,9 @@ def test_rpd_roctx_ranges_attribute_launches_to_site_occurrences(tmp_path):
 
 
 def test_json_byte_ceiling_is_named(tmp_path, monkeypatch):
-    monkeypatch.setattr(rocprofv3_json, "MAX_JSON_BYTES", 1000)
-    with pytest.raises(BadInput, match="more than .* GiB \\(the reader's ceiling\\): not read"):
+    """The JSON is streamed (issue 44): its ceiling is the streamed-input one (--max-input-bytes)."""
+    monkeypatch.setenv("FORENSICS_MAX_INPUT_BYTES", "1000")
+    with pytest.raises(BadInput, match="over the 1,000-byte ceiling on a streamed input"):
         rocprofv3_json.read_results(JSON)
     gz = _gz(JSON, tmp_path / "big_results.json.gz")
     with pytest.raises(BadInput, match="decompresses to more than"):
