@@ -294,3 +294,18 @@ def test_cpu_precision_and_layout_conflicts():
     assert checks["precision"].status == CONFLICTS and checks["precision"].log == "oneMKL fp32"
     assert checks["layout"].status == CONFLICTS and checks["layout"].kernel.endswith("-> TN")
     assert checks["problem size"].status == CONSISTENT
+
+
+def test_cpu_gemm_call_missing_a_dimension_leaves_the_size_unchecked():
+    """SYNTHETIC row: a oneMKL line damaged so that its n is missing (the fuzz campaign's byte flip
+    in an MKL_VERBOSE log, seed 2026 scale 4: exit 70, TypeError in check_op on main) leaves the
+    problem size unchecked, never an internal error; the complete row is still compared."""
+    from forensics.core.cpu_ops import check_op
+
+    launch = {"kernel": "aten::mm", "input_dims": [[16, 32], [32, 64]]}
+    for bad in (None, "x", float("nan")):
+        checks = check_op(launch, [{"routine": "SGEMM", "family": "gemm", "m": 64, "n": bad, "k": 32}], "mkl")
+        size = next(c for c in checks if c.field == "problem size")
+        assert size.status != CONFLICTS and size.status != CONSISTENT
+    ok = check_op(launch, [{"routine": "SGEMM", "family": "gemm", "m": "64", "n": 16, "k": 32}], "mkl")
+    assert next(c for c in ok if c.field == "problem size").status == CONSISTENT

@@ -132,6 +132,17 @@ def _dims(launch: dict, key: str = "input_dims") -> list | None:
     return v if isinstance(v, list) else None
 
 
+def _size(v: Any) -> int | None:
+    """A GEMM dimension a library log gave (an int, or its text), else None: a log line missing
+    one of m, n, k (a damaged line) leaves the problem size unchecked, never an internal error."""
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return int(v) if str(v) not in ("nan", "<NA>") else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def check_op(launch: dict, calls: list[dict], instrument: str) -> list[FieldCheck]:
     """Compare an implementation op the profiler saw with the library calls the log matched to it.
 
@@ -171,10 +182,10 @@ def check_op(launch: dict, calls: list[dict], instrument: str) -> list[FieldChec
         if len(mats) >= 2 and mats[-2][1] == mats[-1][0]:
             (mm, kk), (_, nn) = mats[-2], mats[-1]
             shaped = (nn, mm, kk)
-    gemms = [c for c, k in kinds if k == "gemm" and c.get("m") is not None and str(c.get("m")) not in ("nan", "<NA>")]
+    gemms = [c for c, k in kinds if k == "gemm" and all(_size(c.get(d)) is not None for d in "mnk")]
     if shaped and instrument == "mkl" and gemms:
         for c in gemms:
-            log = (int(c["m"]), int(c["n"]), int(c["k"]))
+            log = (_size(c["m"]), _size(c["n"]), _size(c["k"]))
             out.append(FieldCheck("problem size", CONSISTENT if log == shaped else CONFLICTS,
                                   f"{op} {dims} -> m,n,k={shaped[0]},{shaped[1]},{shaped[2]}",
                                   f"{lib} {c.get('routine')} m,n,k={log[0]},{log[1]},{log[2]}"))
