@@ -75,13 +75,12 @@ def _main_options(
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--max-input-bytes") from None
     if max_records is not None:
-        from forensics.runtime.inputs import MAX_RECORDS_ENV  # noqa: PLC0415
+        from forensics.runtime.inputs import MAX_RECORDS_ENV, parse_count  # noqa: PLC0415
 
-        text = max_records.strip().replace("_", "").replace(",", "")
-        if not text.isdigit() or int(text) < 1:
-            raise typer.BadParameter(f"{max_records!r} is not a count of rows (a whole number, 1 or more)",
-                                     param_hint="--max-records")
-        os.environ[MAX_RECORDS_ENV] = text  # worker processes inherit it
+        try:
+            os.environ[MAX_RECORDS_ENV] = str(parse_count(max_records))  # worker processes inherit it
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--max-records") from None
 
 
 for _name in COMMAND_MODULES:

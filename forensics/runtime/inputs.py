@@ -125,11 +125,18 @@ def max_stream_bytes() -> int:
         return DEFAULT_MAX_STREAM_BYTES
 
 
+def parse_count(text: str) -> int:
+    """``50000000``, ``50_000_000``, ``50,000,000`` -> the count (ValueError unless a whole number >= 1)."""
+    t = str(text).strip().replace("_", "").replace(",", "")
+    if not t.isdigit() or int(t) < 1:
+        raise ValueError(f"{text!r} is not a count of rows (a whole number, 1 or more)")
+    return int(t)
+
+
 def max_records() -> int:
     """The row ceiling of a streamed read: FORENSICS_MAX_RECORDS (``forensics --max-records``), else 50 million."""
     try:
-        n = int(str(os.environ[MAX_RECORDS_ENV]).replace("_", "").replace(",", ""))
-        return n if n >= 1 else DEFAULT_MAX_RECORDS
+        return parse_count(os.environ[MAX_RECORDS_ENV])
     except (KeyError, ValueError):
         return DEFAULT_MAX_RECORDS
 
