@@ -21,6 +21,7 @@ from forensics.core.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_PIPE_CLOSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     BadInput,
@@ -134,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         code = 0
     except SystemExit as e:  # typer/click exit with the command's code
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if type(sys.stdout).__name__ == "PacifyFlushWrapper":  # typer's answer to EPIPE (typer.echo): exit 1
+            code = EXIT_PIPE_CLOSED  # would read as a finding (rich's own: runtime.console._Console)
         if code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into Exit(130) silently
             typer.echo(f"forensics {command}: interrupted".replace("  ", " "), err=True)
     except BadSite as e:

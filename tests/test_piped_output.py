@@ -122,3 +122,18 @@ def test_version(tmp_path):
 
     r = _run(["--version"], tmp_path)
     assert r.returncode == 0 and r.stdout == f"forensics {__version__}\n" and r.stderr == ""
+
+
+def test_a_reader_that_closes_the_pipe_early_is_not_a_finding(tmp_path):
+    """``forensics analyze CAP | head -1``: the reader closes stdout after one line. Exit 141 (the
+    shell's code for SIGPIPE), not click's exit 1, which reads as "nothing NAMED"."""
+    cap = tmp_path / "cap"
+    shutil.copytree(REPO / "tests" / "fixtures" / "cpu" / "conv1d-threads", cap)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FORENSICS_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.Popen([sys.executable, "-m", "forensics", "analyze", str(cap)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    assert p.stdout.readline().startswith(b"capture ")
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=600) == 141, err
+    assert b"Traceback" not in err

@@ -19,6 +19,7 @@ EXIT_BAD_INPUT = 3  # bad input file: truncated, corrupt, empty, foreign schema,
 EXIT_UNAVAILABLE = 4  # a required tool/device/resource (CUDA, ncu, disk space) is missing; nothing could be done
 EXIT_INTERNAL = 70  # internal error (sysexits EX_SOFTWARE): a bug; one line + where the traceback was written
 EXIT_INTERRUPTED = 130  # SIGINT / Ctrl-C (128 + 2)
+EXIT_PIPE_CLOSED = 141  # stdout closed by its reader (`| head`): what a shell shows for SIGPIPE (128 + 13)
 
 
 class ForensicsError(Exception):

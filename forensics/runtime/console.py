@@ -117,13 +117,27 @@ def is_terminal(stream: TextIO) -> bool:
         return False
 
 
+class _Console(Console):
+    """rich's Console, but a reader that closes the pipe early (``| head``) ends the command with
+    exit 141 (:data:`~forensics.core.errors.EXIT_PIPE_CLOSED`), not rich's exit 1, which reads as
+    a finding ("nothing NAMED", "a divergence")."""
+
+    def on_broken_pipe(self) -> None:
+        from forensics.core.errors import EXIT_PIPE_CLOSED  # noqa: PLC0415
+
+        try:
+            super().on_broken_pipe()  # quiet, stdout to /dev/null (no second error at exit), SystemExit(1)
+        except SystemExit:
+            raise SystemExit(EXIT_PIPE_CLOSED) from None
+
+
 def make_console(stderr: bool = False) -> Console:
     """A Console for stdout (or stderr) that prints plain unwrapped lines when not on a terminal."""
     stream = sys.stderr if stderr else sys.stdout
     if is_terminal(stream):
-        return Console(stderr=stderr, soft_wrap=False)  # wrapped between words, never inside one
+        return _Console(stderr=stderr, soft_wrap=False)  # wrapped between words, never inside one
     # stdout is fitted to 100 columns; stderr is not: an error there is one line, whatever its length
-    return Console(file=stream if stderr else _FittedStream(stream), width=PLAIN_WIDTH, soft_wrap=True, no_color=True, color_system=None,
+    return _Console(file=stream if stderr else _FittedStream(stream), width=PLAIN_WIDTH, soft_wrap=True, no_color=True, color_system=None,
                    highlight=False, emoji=False, force_terminal=False)
 
 
