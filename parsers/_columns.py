@@ -102,3 +102,21 @@ class Columns:
         self.n, self._text = 0, {}
         return pd.DataFrame(out, copy=False)
 
+
+def conform_columns(df: pd.DataFrame, schema: dict[str, str]) -> pd.DataFrame:
+    """What ``forensics.core.model.conform`` gives (the contract's columns first, in its dtypes, a
+    missing one all NA, then the others), without its copy of the whole frame first: a column is
+    cast only when its dtype differs."""
+    out: dict[str, Any] = {}
+    for col, dtype in schema.items():
+        if col not in df.columns:
+            out[col] = pd.array([pd.NA] * len(df), dtype=dtype)
+        else:
+            values = df[col]
+            out[col] = values.array if str(values.dtype) == dtype else values.astype(dtype).array
+    for col in df.columns:
+        if col not in schema:
+            out[col] = df[col].array
+    frame = pd.DataFrame(out, index=df.index, copy=False)
+    frame.attrs = dict(df.attrs)
+    return frame

@@ -23,6 +23,7 @@ from forensics.core.model import LAUNCH_COLUMNS, RANGE_COLUMNS, conform, empty_f
 from forensics.core.site import is_occurrence_label
 from forensics.core.demangle import canonical_kernel
 from forensics.runtime.inputs import RecordBudget
+from parsers._columns import conform_columns
 from parsers._rocm_db import check_pages
 
 
@@ -464,7 +465,7 @@ def read_kernels(path: str | PathLike[str]) -> pd.DataFrame:
     df = df.drop(columns=list(_KERNEL_IDS) + ["launch_tid"]).rename(columns=_KERNEL_RENAME)
     df["instrument"] = "nsys"
     df["file"] = str(path)
-    return conform(df, LAUNCH_COLUMNS)
+    return conform_columns(df, LAUNCH_COLUMNS)
 
 
 @_sqlite_errors_are_bad_input
@@ -539,7 +540,7 @@ def read_ranges(path: str | PathLike[str]) -> pd.DataFrame:
     _int64(df, ("range_id", "event_type", "domain_id", "global_tid", "end_global_tid", "category", "color"))
     df["instrument"] = "nsys"
     df["file"] = str(path)
-    return conform(df, RANGE_COLUMNS)
+    return conform_columns(df, RANGE_COLUMNS)
 
 
 # --------------------------------------------------------------------------- attribution

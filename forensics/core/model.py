@@ -70,23 +70,16 @@ def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
 def conform(df: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
     """Add missing contract columns, cast to the contract dtypes, put contract columns first.
 
-    Extra columns are kept (unknown fields are never dropped). A column already in its contract
-    dtype is taken as it is, not copied (the frame is built from the caller's columns: pandas'
-    copy-on-write keeps the caller's frame unchanged by any later write); ``attrs`` are kept.
+    Extra columns are kept (unknown fields are never dropped).
     """
-    out: dict[str, pd.Series] = {}
+    df = df.copy()
     for col, dtype in columns.items():
         if col not in df.columns:
-            out[col] = pd.Series(pd.array([pd.NA] * len(df), dtype=dtype), index=df.index)
+            df[col] = pd.Series([pd.NA] * len(df), dtype=dtype, index=df.index)
         else:
-            values = df[col]
-            out[col] = values if values.dtype == pd.api.types.pandas_dtype(dtype) else values.astype(dtype)
-    for col in df.columns:
-        if col not in columns:
-            out[col] = df[col]
-    frame = pd.DataFrame(out, index=df.index, copy=False)
-    frame.attrs = dict(df.attrs)
-    return frame
+            df[col] = df[col].astype(dtype)
+    extra = [c for c in df.columns if c not in columns]
+    return df[list(columns) + extra]
 
 
 def dim3(x, y, z) -> str:
