@@ -76,9 +76,11 @@ class OptraceArm:
     ``module`` another version of probes.optrace (bench_tracer_ab.py), default this one."""
 
     def __init__(self, out: Path, ordered: str = "auto", module: Any = None, evidence: str = "full",
-                 at: str = "ops") -> None:
-        cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="0-", max_records=10**9,
-                          extra={"ordered_digests": ordered, "evidence": evidence, "at": at})
+                 at: str = "ops", optimizer: str | None = None) -> None:
+        extra = {"ordered_digests": ordered, "evidence": evidence, "at": at}
+        if optimizer is not None:  # else the tracer's default for the level (forensics trace --optimizer)
+            extra["optimizer"] = optimizer
+        cfg = ProbeConfig(out_dir=str(out), probes=["optrace"], steps="0-", max_records=10**9, extra=extra)
         self.window = StepWindow(parse_steps("0-"))
         self.installed = (module or optrace).install(cfg, self.window, out / "rank0", 0)
         self.tracer = self.installed.tracer

@@ -10,7 +10,7 @@ from forensics.runtime.launch import launch
 from forensics.runtime.output import examples
 
 from forensics.core.errors import EXIT_UNAVAILABLE, EXIT_USAGE, BadInput
-from forensics.core.formats.optrace import EVIDENCE_LEVELS, GRANULARITIES
+from forensics.core.formats.optrace import EVIDENCE_LEVELS, GRANULARITIES, OPTIMIZER_RECORDS, default_optimizer
 
 
 class UsageError(ValueError):
@@ -56,7 +56,7 @@ def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
 def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str = "all",
                   max_records: int = 2_000_000, chunk_digests: bool = True,
                   ordered_digests: str = "auto", compiled: str = "compiled",
-                  evidence: str = "full", at: str = "ops") -> tuple[int, Path]:
+                  evidence: str = "full", at: str = "ops", optimizer: str | None = None) -> tuple[int, Path]:
     """Run ``command`` through the probe bootstrap with ``optrace`` on; returns (exit code, out dir).
 
     ``out`` must be absent or empty (a capture is never overwritten; a config left by a run that
@@ -66,7 +66,10 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
     command ended by signal N gives 128+N. A run that traced nothing leaves nothing behind.
     ``evidence``: the level every tensor entry is recorded at (full, sampled, summary, metadata;
     docs/trace-format.md, "Evidence levels"); ``at``: what a record is, every ATen op (``ops``) or
-    every nn.Module call (``modules``, no dispatch mode: the light first pass at scale).
+    every nn.Module call (``modules``, no dispatch mode: the light first pass at scale);
+    ``optimizer``: how an optimizer step is recorded, ``ops`` (every op it runs) or ``whole`` (one
+    record of its parameters, gradients and state before and after); None: ``ops`` at full evidence
+    op by op, ``whole`` otherwise (:func:`forensics.core.formats.optrace.default_optimizer`).
     """
     from probes.config import ProbeConfig, bootstrap_env  # noqa: PLC0415
     from probes.window import parse_ranks, parse_steps  # noqa: PLC0415
@@ -84,6 +87,13 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
         raise UsageError(f"--evidence {evidence!r}: one of {', '.join(EVIDENCE_LEVELS)}")
     if at not in GRANULARITIES:
         raise UsageError(f"--at {at!r}: one of {', '.join(GRANULARITIES)}")
+    if optimizer is None:
+        optimizer = default_optimizer(evidence, at)
+    if optimizer not in OPTIMIZER_RECORDS:
+        raise UsageError(f"--optimizer {optimizer!r}: one of {', '.join(OPTIMIZER_RECORDS)}")
+    if optimizer == "ops" and at == "modules":
+        raise UsageError("--optimizer ops needs --at ops: at module boundaries no op is traced, so each optimizer "
+                         "step is one record (--optimizer whole)")
     from forensics.runtime.atomic import claim_dir  # noqa: PLC0415 - one run per --out, even when two start at once
 
     if _only_leftover_config(out):
@@ -95,7 +105,7 @@ def trace_command(command: list[str], out: Path, steps: str = "all", ranks: str 
     cfg = ProbeConfig(out_dir=str(out.resolve()), probes=["optrace"], steps=steps, ranks=ranks,
                       max_records=max_records, chunk_digests=chunk_digests, nvtx=False,
                       extra={"command": list(command), "ordered_digests": ordered_digests, "compiled": compiled,
-                             "evidence": evidence, "at": at})
+                             "evidence": evidence, "at": at, "optimizer": optimizer})
     cfg_path = cfg.write(out / CONFIG_NAME)
     try:
         code = run_forwarding_signals(command, bootstrap_env(cfg_path))
@@ -169,14 +179,20 @@ def register(app: typer.Typer) -> None:
         evidence: str = typer.Option("full", "--evidence", metavar="full|sampled|summary|metadata",
                                      help="what each tensor entry records: full = digests of every element (the "
                                           "only level whose equal digests prove equality); sampled = a digest of 64 "
-                                          "elements at fixed positions; summary = sum/min/max; metadata = shape and "
-                                          "dtype. A light first pass finds the step and rank; `diff` then proposes "
-                                          "the full rerun of that window"),
+                                          "elements at fixed positions; summary = the sum of the elements' bits; "
+                                          "metadata = shape and dtype. A light first pass finds the step and rank; "
+                                          "`diff` then proposes the full rerun of that window"),
         at: str = typer.Option("ops", "--at", metavar="ops|modules",
                                help="what a record is: ops = every ATen op (a dispatch mode); modules = every "
                                     "nn.Module call (no dispatch mode: the cheapest first pass; a difference is a "
                                     "candidate inside that module, and `diff` proposes the op-level rerun of its "
                                     "window)"),
+        optimizer: str | None = typer.Option(None, "--optimizer", metavar="ops|whole",
+                                             help="how an optimizer step is recorded: ops = every op it runs; "
+                                                  "whole = one record of the parameters, gradients and optimizer "
+                                                  "state before and after, its ops not traced (a difference inside "
+                                                  "it is a candidate the full rerun of its window names). Default: "
+                                                  "ops at --evidence full, whole at the light levels and --at modules"),
         command_from: Path | None = typer.Option(
             None, "--command-from", metavar="TRACE", help="run the command recorded in this trace (what `forensics "
             "diff`'s next: line gives when the traced command holds a secret, never printed)"),
@@ -209,7 +225,7 @@ def register(app: typer.Typer) -> None:
         try:
             with contextlib.nullcontext() if free else replacing(out, force=force, flag="--out", what="trace"):
                 code, out_dir = trace_command(command, out, steps, ranks, max_records, not no_chunks, ordered,
-                                              compiled, evidence, at)
+                                              compiled, evidence, at, optimizer)
         except UsageError as e:
             typer.echo(f"forensics trace: {e}", err=True)
             raise typer.Exit(EXIT_USAGE) from None

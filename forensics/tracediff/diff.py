@@ -379,6 +379,7 @@ def start_report(a_name: str, b_name: str, fmt: str, run_info_a: dict, run_info_
                  window: int = WINDOW) -> tuple[DiffReport, bool]:
     """An empty report with the comparability of the two runs, and whether order-sensitive digests
     of the two runs can be compared (one algorithm made both)."""
+    _records_pair(b_name, run_info_a, run_info_b)
     report = DiffReport(a=a_name, b=b_name, format=fmt, ranks={}, window=window)
     report.comparability = [d.to_json() for d in compare_runs(run_info_a, run_info_b)]
     report.config_differences = config_differences(report.comparability)
@@ -386,6 +387,20 @@ def start_report(a_name: str, b_name: str, fmt: str, run_info_a: dict, run_info_
     if why:
         report.warnings.append(why)
     return report, use_ordered
+
+
+def _records_pair(b_name: str, run_info_a: dict, run_info_b: dict) -> None:
+    """Refuse two of our traces whose records are different things (BadInput, exit 3): one recorded
+    ATen ops and the other nn.Module calls (header ``at``), or one traced each optimizer step's ops
+    and the other recorded each step whole (header ``optimizer``). Their records do not pair, so a
+    diff would report a control-flow difference neither run had. Other formats do not say."""
+    for key, flag in (("at", "--at"), ("optimizer", "--optimizer")):
+        va, vb = run_info_a.get(key), run_info_b.get(key)
+        if isinstance(va, str) and isinstance(vb, str) and va != vb:
+            what = {"at": {"ops": "every ATen op", "modules": "every nn.Module call"},
+                    "optimizer": {"ops": "each optimizer step op by op", "whole": "each optimizer step whole"}}[key]
+            raise BadInput(b_name, f"B recorded {what.get(vb, vb)} ({flag} {vb}), A {what.get(va, va)} ({flag} {va}): "
+                           f"their records do not pair; trace both runs with one {flag}")
 
 
 def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> DiffReport:

@@ -88,6 +88,8 @@ def _wrap_backward(tracer: OpTracer) -> list[tuple[Any, str, Any]]:
 
     @functools.wraps(orig)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if tracer.suspended:  # a whole optimizer step raised before its post-hook: trace again
+            tracer.resume()
         tracer.semantic("backward.start", "backward", _tensors_of(tensors), [])
         tracer.phase_stack.append("backward")
         try:
@@ -101,26 +103,67 @@ def _wrap_backward(tracer: OpTracer) -> list[tuple[Any, str, Any]]:
 
 
 def _hook_optimizer(tracer: OpTracer) -> list[Any]:
-    """``optimizer.step`` records: inputs = params and grads before, outputs = params after."""
+    """``optimizer.step`` records. ``optimizer_records`` ``ops``: inputs = params and grads before,
+    outputs = params after, the step's own ops traced one by one. ``whole``: inputs = params, grads
+    and every tensor of the optimizer's state before (parameter by parameter, state keys in sorted
+    order), outputs = params and state after, and the mode off while the step runs
+    (:meth:`OpTracer.suspend`): its ops are not traced. ``meta`` says how many of each."""
     from torch.optim.optimizer import (  # noqa: PLC0415
         register_optimizer_step_post_hook,
         register_optimizer_step_pre_hook,
     )
 
-    state: dict[int, list[dict]] = {}
+    state: dict[int, tuple[list[dict], list[int]]] = {}  # id(optimizer) -> (digests before, counts)
+    whole = tracer.optimizer_records == "whole"
 
     def params_of(opt: Any) -> list[torch.Tensor]:
         return [p for g in opt.param_groups for p in g["params"] if isinstance(p, torch.Tensor)]
 
+    def state_of(opt: Any, ps: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[str]]:
+        """The optimizer's state tensors, parameter by parameter, and their keys (``exp_avg``...)."""
+        tensors: list[torch.Tensor] = []
+        keys: list[str] = []
+        try:
+            st = opt.state
+            for p in ps:
+                s = st.get(p) if p in st else None
+                if not isinstance(s, dict):
+                    continue
+                for k in sorted(s, key=str):
+                    if isinstance(s[k], torch.Tensor):
+                        tensors.append(s[k])
+                        if str(k) not in keys:
+                            keys.append(str(k))
+        except Exception:  # noqa: BLE001 - an optimizer whose state is not a dict of tensors: params only
+            return [], []
+        return tensors, keys
+
     def pre(opt: Any, *_a: Any, **_k: Any) -> None:
         ps = params_of(opt)
         tracer.phase_stack.append("optimizer")
-        state[id(opt)] = tracer.digests_now(ps + [p.grad for p in ps if p.grad is not None])
+        grads = [p.grad for p in ps if p.grad is not None]
+        if whole:
+            held, _keys = state_of(opt, ps)
+            state[id(opt)] = (tracer.digests_now(ps + grads + held), [len(ps), len(grads), len(held)])
+            tracer.suspend()
+        else:
+            state[id(opt)] = (tracer.digests_now(ps + grads), [])
 
     def post(opt: Any, *_a: Any, **_k: Any) -> None:
-        before = state.pop(id(opt), [])
-        tracer.semantic_digested("optimizer.step", "optimizer", before, params_of(opt),
-                                 {"optimizer": type(opt).__name__})
+        before, counts = state.pop(id(opt), ([], []))
+        meta: dict[str, Any] = {"optimizer": type(opt).__name__}
+        ps = params_of(opt)
+        outputs = ps
+        if whole:
+            tracer.resume()
+            held, keys = state_of(opt, ps)
+            outputs = ps + held
+            meta["whole"] = True
+            if counts:
+                meta["in"] = {"params": counts[0], "grads": counts[1], "state": counts[2]}
+            meta["out"] = {"params": len(ps), "state": len(held)}
+            meta["state"] = keys
+        tracer.semantic_digested("optimizer.step", "optimizer", before, outputs, meta)
         if tracer.phase_stack and tracer.phase_stack[-1] == "optimizer":
             tracer.phase_stack.pop()
 

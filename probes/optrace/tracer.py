@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
-from forensics.core.formats.optrace import EVIDENCE_LEVELS, GRANULARITIES
+from forensics.core.formats.optrace import EVIDENCE_LEVELS, GRANULARITIES, OPTIMIZER_RECORDS, default_optimizer
 from forensics.core.formats.optrace import record as new_record
 from forensics.core.formats.optrace import record_line
 from probes import forks as _forks
@@ -113,6 +113,15 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         #: what a record is (``forensics trace --at``, header ``at``): ``ops``, every ATen op (the
         #: dispatch mode), or ``modules``, every nn.Module call (:mod:`probes.optrace.modules`; no mode)
         self.granularity = at if at in GRANULARITIES else "ops"
+        optimizer = extra.get("optimizer")
+        #: how an optimizer step is recorded (``forensics trace --optimizer``, header ``optimizer``):
+        #: ``ops``, its ops one by one (the mode stays on); ``whole``, one record of its parameters,
+        #: gradients and state before and after, the mode off while it runs (:meth:`suspend`)
+        self.optimizer_records = optimizer if optimizer in OPTIMIZER_RECORDS and self.granularity == "ops" \
+            else default_optimizer(level, self.granularity)
+        #: the mode is off for a whole-recorded optimizer step (:meth:`suspend`): True when it was
+        #: popped, "passing" when another mode lies on top (the handler then only runs each op)
+        self.suspended: bool | str = False
         compiled = extra.get("compiled", "compiled")
         self.compiled_mode = compiled if compiled in COMPILED_MODES else "compiled"
         type(self)._runs_compiled = self.compiled_mode == "compiled"  # read by ignore_compile_internals
@@ -262,7 +271,8 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         step, asked = self.window.step, self._active_for  # _recording, inline on the hot path
         if step != asked[0]:
             asked = self._active_for = (step, step in self.window.steps)
-        if not asked[1] or self.closed or self.failed is not None or _forks.forked and os.getpid() != self.pid:  # _forks.foreign, inline
+        if not asked[1] or self.closed or self.failed is not None or self.suspended \
+                or _forks.forked and os.getpid() != self.pid:  # _forks.foreign, inline
             return func(*args, **kwargs)
         info = _OP_BY_ID.get(id(func))
         if info is None or info.func is not func:
@@ -411,9 +421,44 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
             self.__enter__()
             self.entered = True
 
+    def suspend(self) -> None:
+        """The mode off for a whole-recorded optimizer step (``optimizer_records`` ``whole``): popped
+        when it is the innermost mode (its ops then cost nothing), else left in place and passing
+        every op straight through. :meth:`resume` undoes it; :meth:`leave` too, for a step that
+        raised before its post-hook ran."""
+        if self.suspended or not self.entered:
+            return
+        try:
+            from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: PLC0415
+
+            innermost = _get_current_dispatch_mode() is self
+        except Exception:  # noqa: BLE001 - private API: pass ops through instead
+            innermost = False
+        if innermost:
+            try:
+                self.__exit__(None, None, None)
+                self.suspended = True
+                return
+            except Exception:  # noqa: BLE001
+                pass
+        self.suspended = "passing"
+
+    def resume(self) -> None:
+        """The mode back on after a whole-recorded optimizer step (:meth:`suspend`)."""
+        popped, self.suspended = self.suspended is True, False
+        if popped and self.entered:
+            try:
+                self.__enter__()
+            except Exception:  # noqa: BLE001 - never break the program: no more op records
+                self.entered = False
+
     def leave(self, _step: int = 0) -> None:
         if self.issuers is not None:
             self.issuers.forget()
+        if self.suspended:  # an optimizer step raised before its post-hook: the mode is already off
+            popped, self.suspended = self.suspended is True, False
+            if popped:
+                self.entered = False
         if self.entered:
             self.entered = False
             try:

@@ -105,6 +105,7 @@ class TraceWriting:
             "evidence": self.evidence,
             "evidence_digests": {"sampled": optrace_format.SAMPLED, "summary": optrace_format.SUMMARY},
             "at": self.granularity,
+            "optimizer": self.optimizer_records,
         }
 
     def _ordered_info(self) -> dict[str, Any]:
@@ -150,7 +151,10 @@ class TraceWriting:
     # ------------------------------------------------------------------ flush / close
     def step_ended(self, _step: int = 0) -> None:
         """At a step's end: write the batch; outside the window no op is traced, so a write there
-        would go unseen: grown storages are forgotten (never marked on a later step's reads)."""
+        would go unseen: grown storages are forgotten (never marked on a later step's reads). A whole
+        optimizer step that raised before its post-hook left the mode off: it is pushed again."""
+        if self.suspended:
+            self.resume()
         self.flush()
         if self.grown and not self._recording():
             self.grown.clear()

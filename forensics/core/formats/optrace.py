@@ -33,6 +33,13 @@ EVIDENCE_LEVELS = ("full", "sampled", "summary", "metadata")
 #: dispatcher (the default; a trace that does not say), or ``modules``, every nn.Module call (kind
 #: ``module``, identity ``module.<class>:<occurrence>``), the light first pass at scale
 GRANULARITIES = ("ops", "modules")
+#: how an optimizer step is recorded (header ``optimizer``, ``forensics trace --optimizer``): ``ops``,
+#: every ATen op it runs, beside its ``optimizer.step`` record of the parameters and gradients before
+#: and the parameters after (the default at ``full`` evidence); ``whole``, one ``optimizer.step``
+#: record of the parameters, gradients and optimizer state before and the parameters and state after,
+#: its ops not traced (the default at the light levels and at ``--at modules``). A trace that does not
+#: say recorded ``ops`` at ``--at ops`` and ``whole`` (without the state) at ``--at modules``.
+OPTIMIZER_RECORDS = ("ops", "whole")
 #: the header's ``evidence`` in a trace that does not say (version 1)
 DEFAULT_EVIDENCE = "full"
 #: elements a ``sampled`` entry digests: at row-major positions ``i * ceil(n / SAMPLES)``
@@ -57,7 +64,8 @@ FILE_NAME = "trace.jsonl"
 #: the header's keys, in the order they are written (``type``, ``schema``, ``version`` first)
 HEADER_KEYS = ("type", "schema", "version", "rank", "world_size", "argv", "script_argv", "pid", "versions", "env",
                "steps", "ranks", "max_records", "hash", "chunks", "chunked_ops", "ordered", "compiled", "generators",
-               "storage_events", "program", "packages", "switches", "evidence", "evidence_digests", "at")
+               "storage_events", "program", "packages", "switches", "evidence", "evidence_digests", "at",
+               "optimizer")
 #: a record's keys, in the order they are written (``meta`` only when it has something)
 RECORD_KEYS = ("seq", "id", "op", "kind", "step", "phase", "in", "out", "meta")
 #: the first two keys of every record line: the columnar reader matches them as text
@@ -156,3 +164,19 @@ def evidence_of(header: dict[str, Any]) -> str:
     """The level a trace was recorded at (``full`` for a version 1 trace, which does not say)."""
     level = header.get("evidence", DEFAULT_EVIDENCE)
     return level if level in EVIDENCE_LEVELS else DEFAULT_EVIDENCE
+
+
+def optimizer_of(header: dict[str, Any]) -> str:
+    """How a trace recorded its optimizer steps (:data:`OPTIMIZER_RECORDS`): the header's
+    ``optimizer``, else what its tracer did (``whole`` at ``--at modules``, ``ops`` otherwise)."""
+    value = header.get("optimizer")
+    if value in OPTIMIZER_RECORDS:
+        return value
+    return "whole" if header.get("at") == "modules" else "ops"
+
+
+def default_optimizer(evidence: str, at: str) -> str:
+    """``forensics trace --optimizer``'s default: ``ops`` at full evidence op by op (every op proven),
+    ``whole`` at the light levels (a first pass: a difference inside the step is a candidate that the
+    full rerun of its window names) and at ``--at modules`` (no dispatch mode)."""
+    return "ops" if evidence == "full" and at == "ops" else "whole"
