@@ -360,11 +360,12 @@ def test_summary_of_every_dtype_matches_its_general_path():
     assert entry(big)["h"] == f"sum32:{(4096 * 0xFFFFFFFF) & 0xFFFFFFFF:08x}"
 
 
-@pytest.mark.parametrize("level", ["sampled", "summary"])
-def test_a_views_light_entry_is_the_digest_of_its_own_elements(tmp_path, level):
-    """A same-element view's output may reuse its input's light digest only where that is the same
-    value: every view at ``summary`` (a sum), an order-keeping view at ``sampled`` (the same
-    row-major samples); a transpose at ``sampled`` samples other elements and is digested anew."""
+@pytest.mark.parametrize("level", ["sampled", "summary", "metadata"])
+def test_a_light_level_skips_views_and_their_reader_digests_their_elements(tmp_path, level):
+    """At the light levels a same-element view (``t``, ``view``, ``detach``...) is no record (header
+    ``views: skipped``): it computes nothing, and the op that reads its output digests that output's
+    own elements. An op that brings outside data in (``lift_fresh``, ``torch.tensor``) is still
+    recorded. Full evidence records every view (``views: recorded``)."""
     torch = pytest.importorskip("torch")
     from probes.optrace.digest import light_entry
     from tests.traced import trace_in_process
@@ -376,20 +377,23 @@ def test_a_views_light_entry_is_the_digest_of_its_own_elements(tmp_path, level):
         x.t().sum()
         x.view(170, 33).sum()
         x.detach().sum()
+        torch.tensor([1.0, 2.0]).sum()
 
-    f = trace_in_process(tmp_path, fn, evidence=level)
-    records = [json.loads(x) for x in f.read_text().splitlines()][1:-1]
+    f = trace_in_process(tmp_path / level, fn, evidence=level)
+    lines = [json.loads(x) for x in f.read_text().splitlines()]
+    header, records = lines[0], lines[1:-1]
+    assert header["views"] == "skipped"
+    ops = [r["op"] for r in records]
+    assert not {"aten.t.default", "aten.view.default", "aten.detach.default"} & set(ops)
+    assert "aten.lift_fresh.default" in ops
+    sums = [r for r in records if r["op"] == "aten.sum.default"][:3]
     entry = light_entry(level)
-    want = {"aten.t.default": w.t(), "aten.view.default": w.view(170, 33), "aten.detach.default": w.detach()}
-    seen = set()
-    for r in records:
-        if r["op"] in want:
-            out, src = r["out"][0], r["in"][0]
-            assert out["h"] == entry(want[r["op"]])["h"] and out["s"] == list(want[r["op"]].shape)
-            seen.add(r["op"])
-            if r["op"] == "aten.t.default":  # the transpose: same sum, other samples
-                assert (out["h"] == src["h"]) == (level == "summary")
-    assert seen == set(want)
+    for r, view in zip(sums, (w.t(), w.view(170, 33), w.detach())):
+        assert r["in"][0] == entry(view) and r["in"][0]["s"] == list(view.shape)
+    full = trace_in_process(tmp_path / "full", fn)
+    lines = [json.loads(x) for x in full.read_text().splitlines()]
+    assert lines[0]["views"] == "recorded"
+    assert {"aten.t.default", "aten.view.default", "aten.detach.default"} <= {r["op"] for r in lines[1:-1]}
 
 
 @pytest.mark.parametrize("level", ["sampled", "summary"])
@@ -410,3 +414,24 @@ def test_a_light_digest_reads_the_bytes_at_the_address_now(level):
     assert entry(y)["h"] == digest(y) == entry(x)["h"]
     z = x[:1024]  # the same address, fewer bytes
     assert entry(z)["h"] == digest(z) != entry(x)["h"]
+
+
+def test_diff_refuses_a_full_trace_against_a_light_one_of_real_ops(tmp_path):
+    """A full trace records views, a light one does not: their op records do not pair, so the pair
+    is refused in one line (exit 3) rather than read as a control-flow difference."""
+    torch = pytest.importorskip("torch")
+    from forensics.core.errors import BadInput
+    from tests.traced import trace_in_process
+
+    def fn() -> None:
+        x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+        (x.t() @ x).sum()
+
+    a = trace_in_process(tmp_path / "a", fn)
+    b = trace_in_process(tmp_path / "b", fn, evidence="sampled")
+    with pytest.raises(BadInput, match=r"B skipped same-element views .* A recorded them.*\(A full, B sampled\)"):
+        diff_paths(tmp_path / "a", tmp_path / "b")
+    c = trace_in_process(tmp_path / "c", fn, evidence="summary")  # two light levels pair: graded, not refused
+    rep = diff_paths(tmp_path / "b", tmp_path / "c")
+    assert rep.evidence["graded_by"] == "metadata" and rep.ranks[0].first_divergence is None
+    assert a.exists()

@@ -391,16 +391,28 @@ def start_report(a_name: str, b_name: str, fmt: str, run_info_a: dict, run_info_
 
 def _records_pair(b_name: str, run_info_a: dict, run_info_b: dict) -> None:
     """Refuse two of our traces whose records are different things (BadInput, exit 3): one recorded
-    ATen ops and the other nn.Module calls (header ``at``), or one traced each optimizer step's ops
-    and the other recorded each step whole (header ``optimizer``). Their records do not pair, so a
-    diff would report a control-flow difference neither run had. Other formats do not say."""
-    for key, flag in (("at", "--at"), ("optimizer", "--optimizer")):
-        va, vb = run_info_a.get(key), run_info_b.get(key)
-        if isinstance(va, str) and isinstance(vb, str) and va != vb:
-            what = {"at": {"ops": "every ATen op", "modules": "every nn.Module call"},
-                    "optimizer": {"ops": "each optimizer step op by op", "whole": "each optimizer step whole"}}[key]
-            raise BadInput(b_name, f"B recorded {what.get(vb, vb)} ({flag} {vb}), A {what.get(va, va)} ({flag} {va}): "
-                           f"their records do not pair; trace both runs with one {flag}")
+    ATen ops and the other nn.Module calls (header ``at``), one traced each optimizer step's ops and
+    the other recorded each step whole (header ``optimizer``), or one recorded same-element views and
+    the other skipped them (header ``views``: full evidence against a light level). Their records do
+    not pair, so a diff would report a control-flow difference neither run had. Other formats do not
+    say."""
+    _refuse_unpaired(b_name, run_info_a, run_info_b, "at", "--at")
+    va, vb = run_info_a.get("views"), run_info_b.get("views")
+    if isinstance(va, str) and isinstance(vb, str) and va != vb:
+        raise BadInput(b_name, f"B {vb} same-element views (t, view, detach...), A {va} them: full evidence "
+                       "records them, the light levels skip them, so their records do not pair; trace both runs at "
+                       f"full evidence or both at a light level (A {run_info_a.get('evidence')}, "
+                       f"B {run_info_b.get('evidence')})")
+    _refuse_unpaired(b_name, run_info_a, run_info_b, "optimizer", "--optimizer")
+
+
+def _refuse_unpaired(b_name: str, run_info_a: dict, run_info_b: dict, key: str, flag: str) -> None:
+    va, vb = run_info_a.get(key), run_info_b.get(key)
+    if isinstance(va, str) and isinstance(vb, str) and va != vb:
+        what = {"at": {"ops": "every ATen op", "modules": "every nn.Module call"},
+                "optimizer": {"ops": "each optimizer step op by op", "whole": "each optimizer step whole"}}[key]
+        raise BadInput(b_name, f"B recorded {what.get(vb, vb)} ({flag} {vb}), A {what.get(va, va)} ({flag} {va}): "
+                       f"their records do not pair; trace both runs with one {flag}")
 
 
 def finish_report(report: DiffReport, run_info_a: dict, run_info_b: dict) -> DiffReport:

@@ -109,6 +109,9 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         self._entry = tensor_entry if level == "full" else light_entry(level)
         if level != "full":
             self.chunk_digests = False  # a light entry has none (the header says so)
+        #: same-element views are records at full evidence only (header ``views``); at the light levels
+        #: the op that reads a view's output digests it, and the view, which computes nothing, is skipped
+        self.views_recorded = level == "full"
         at = extra.get("at", "ops")
         #: what a record is (``forensics trace --at``, header ``at``): ``ops``, every ATen op (the
         #: dispatch mode), or ``modules``, every nn.Module call (:mod:`probes.optrace.modules`; no mode)
@@ -278,7 +281,7 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         if info is None or info.func is not func:
             info = op_info(func)
         name, base = info.name, info.base
-        if info.skip:
+        if info.skip or (info.view and not self.views_recorded and not info.lift):  # a light level's view
             return info.call(*args, **kwargs)
         if self.seq >= self.max_records:
             self.dropped += 1

@@ -106,6 +106,7 @@ class TraceWriting:
             "evidence_digests": {"sampled": optrace_format.SAMPLED, "summary": optrace_format.SUMMARY},
             "at": self.granularity,
             "optimizer": self.optimizer_records,
+            "views": "recorded" if self.views_recorded else "skipped",
         }
 
     def _ordered_info(self) -> dict[str, Any]:

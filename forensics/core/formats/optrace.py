@@ -40,6 +40,11 @@ GRANULARITIES = ("ops", "modules")
 #: its ops not traced (the default at the light levels and at ``--at modules``). A trace that does not
 #: say recorded ``ops`` at ``--at ops`` and ``whole`` (without the state) at ``--at modules``.
 OPTIMIZER_RECORDS = ("ops", "whole")
+#: whether same-element views (``t``, ``view``, ``detach``...: :data:`probes.optrace.ops.SAME_ELEMENT_VIEWS`
+#: but the ops that bring outside data in, ``lift_fresh``) are records (header ``views``): ``recorded``
+#: at full evidence (a trace that does not say), ``skipped`` at the light levels, where a view, which
+#: computes nothing, is left to the op that reads its output (that op digests it)
+VIEWS = ("recorded", "skipped")
 #: the header's ``evidence`` in a trace that does not say (version 1)
 DEFAULT_EVIDENCE = "full"
 #: elements a ``sampled`` entry digests: at row-major positions ``i * ceil(n / SAMPLES)``
@@ -65,7 +70,7 @@ FILE_NAME = "trace.jsonl"
 HEADER_KEYS = ("type", "schema", "version", "rank", "world_size", "argv", "script_argv", "pid", "versions", "env",
                "steps", "ranks", "max_records", "hash", "chunks", "chunked_ops", "ordered", "compiled", "generators",
                "storage_events", "program", "packages", "switches", "evidence", "evidence_digests", "at",
-               "optimizer")
+               "optimizer", "views")
 #: a record's keys, in the order they are written (``meta`` only when it has something)
 RECORD_KEYS = ("seq", "id", "op", "kind", "step", "phase", "in", "out", "meta")
 #: the first two keys of every record line: the columnar reader matches them as text
@@ -180,3 +185,12 @@ def default_optimizer(evidence: str, at: str) -> str:
     ``whole`` at the light levels (a first pass: a difference inside the step is a candidate that the
     full rerun of its window names) and at ``--at modules`` (no dispatch mode)."""
     return "ops" if evidence == "full" and at == "ops" else "whole"
+
+
+def views_of(header: dict[str, Any]) -> str | None:
+    """Whether a trace's op records include same-element views (:data:`VIEWS`): the header's
+    ``views``, else ``recorded``; None for a trace of module calls (no op records)."""
+    if header.get("at") == "modules":
+        return None
+    value = header.get("views")
+    return value if value in VIEWS else "recorded"

@@ -582,6 +582,7 @@ def run_info(path: Path) -> dict[str, Any]:
     info["evidence"] = optrace_format.evidence_of(first)  # version 1 traces: full
     info["at"] = first.get("at") if first.get("at") in optrace_format.GRANULARITIES else "ops"
     info["optimizer"] = optrace_format.optimizer_of(first)  # what older traces did
+    info["views"] = optrace_format.views_of(first)
     info["traced_ranks"] = sorted(files)
     dropped, ends = {}, {}
     packages = dict(first.get("packages") or {})
