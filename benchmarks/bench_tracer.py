@@ -156,6 +156,8 @@ def level_verdict(level: str, wall: float, cpu: float, kind: str) -> str:
     both the wall and the thread-CPU ratio are within it (a shared machine's wall clock also counts
     waiting for a core; CPU time alone would hide a slower step)."""
     name = level.split()[0]
+    if "--optimizer ops" in level:
+        return "no target (each optimizer op a record: what --optimizer ops costs)"
     if name in ("sampled", "summary"):
         ok = wall <= LIGHT_TARGET and cpu <= LIGHT_TARGET
         where = "" if level == name else " (module level)"
@@ -197,6 +199,9 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
     levels = {}
     for level in args.levels:  # the light evidence levels, each its own tracer (its own rank file)
         levels[level] = arms[f"optrace {level}"] = OptraceArm(out / level, evidence=level)
+    for level in args.optimizer_ops_levels:  # light levels with every optimizer op traced (--optimizer ops)
+        levels[f"{level} --optimizer ops"] = arms[f"optrace {level} --optimizer ops"] = OptraceArm(
+            out / f"{level}-optimizer-ops", evidence=level, optimizer="ops")
     for level in args.module_levels:  # the same at module boundaries (forensics trace --at modules)
         levels[f"{level} --at modules"] = arms[f"optrace {level} --at modules"] = OptraceArm(
             out / f"{level}-modules", evidence=level, at="modules")
@@ -222,8 +227,9 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
             cpu[name].append(time.thread_time() - c)
             faults[name].append(minor_faults() - f)
     records = ours.close()
-    for arm in levels.values():
-        arm.close()
+    per_step = {"full": records / (args.steps + 2)}
+    for level, arm in levels.items():
+        per_step[level] = arm.close() / (args.steps + 2)
     med = {k: statistics.median(v) for k, v in times.items()}
     med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     base, base_cpu = med["untraced"], med_cpu["untraced"]
@@ -250,8 +256,8 @@ def run_batch(batch: int, args: argparse.Namespace) -> dict[str, float]:
           "(ratios of medians within this run; wall, then thread CPU time):")
     for level in ("full", *levels):
         k = "optrace" if level == "full" else f"optrace {level}"
-        print(f"    --evidence {level:22s} x{med[k] / base:5.2f} wall, x{med_cpu[k] / base_cpu:5.2f} CPU   "
-              f"{level_verdict(level, med[k] / base, med_cpu[k] / base_cpu, kind)}")
+        print(f"    --evidence {level:30s} x{med[k] / base:5.2f} wall, x{med_cpu[k] / base_cpu:5.2f} CPU   "
+              f"{per_step[level]:4.0f} records/step   {level_verdict(level, med[k] / base, med_cpu[k] / base_cpu, kind)}")
     return med
 
 
@@ -326,6 +332,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--levels", nargs="*", default=["sampled", "summary", "metadata"],
                    help="light evidence levels measured beside full (forensics trace --evidence)")
+    p.add_argument("--optimizer-ops-levels", nargs="*", default=["sampled", "summary"],
+                   help="light levels also measured with every optimizer op traced (forensics trace --optimizer ops; "
+                        "no target: the light levels' default records each optimizer step whole)")
     p.add_argument("--module-levels", nargs="*", default=["sampled", "summary", "full"],
                    help="evidence levels also measured at module boundaries (forensics trace --at modules)")
     p.add_argument("--no-debugmode", action="store_true", help="leave the DebugMode arm out (a shorter run)")
