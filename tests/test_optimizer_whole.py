@@ -141,6 +141,7 @@ def test_a_step_that_raises_leaves_the_mode_off_only_until_the_next_backward(tmp
     assert len(marks) == 4
     in_backward = [sum(1 for r in recs[s:e] if r["kind"] == "op") for s, e in (marks[0:2], marks[2:4])]
     assert in_backward[0] == in_backward[1] > 0  # the second backward is traced: the mode came back
+    assert all(r["phase"] != "optimizer" for r in recs[marks[2]:marks[3]])  # and out of the step's phase
 
 
 def test_a_mode_inside_the_tracer_is_left_in_place(tmp_path):
@@ -250,3 +251,50 @@ def test_only_an_exact_sum_is_spared_the_reduction_order_warning():
     assert not _exact_sums(rec("norm:1.5"), rec("norm:1.25"), [0])
     assert not _exact_sums(rec("sum32:0000002a", "0.5"), rec("sum32:0000002b", "0.25"), [0, 1])
     assert not _exact_sums(rec("sum32:0000002a"), rec("sum32:0000002b"), [])
+
+
+def test_a_closure_step_keeps_its_ops_and_a_nested_step_keeps_the_mode_off_to_its_end(tmp_path):
+    """LBFGS runs the closure's forward and backward inside its step: those ops stay records
+    (``meta.closure``). A wrapper whose step calls the inner optimizer's: two records, and the
+    outer step's own ops after the inner one are not traced either (the mode comes back at the
+    outer step's end)."""
+    model, _opt, x, y = _model()
+    lbfgs = torch.optim.LBFGS(model.parameters(), max_iter=2)
+
+    def closure():
+        lbfgs.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    header, recs = _records(_trace(tmp_path, "lbfgs", lambda: lbfgs.step(closure), evidence="sampled"))
+    step = next(r for r in recs if r["op"] == "optimizer.step")
+    assert step["meta"]["closure"] is True and step["meta"]["whole"] is True
+    assert any(r["phase"] == "optimizer" and r["kind"] == "op" for r in recs)  # the closure's forward
+
+    model, inner, x, y = _model()
+
+    class Wrapper(torch.optim.Optimizer):
+        def __init__(self, inner):
+            self.inner = inner
+            super().__init__(inner.param_groups, {})
+
+        @torch.no_grad()
+        def step(self, closure=None):
+            self.inner.step()
+            for p in self.inner.param_groups[0]["params"]:
+                p.mul_(1.0)  # the wrapper's own op after the inner step: inside the outer step
+
+    outer = Wrapper(inner)
+
+    def fn() -> None:
+        inner.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        outer.step()
+        torch.nn.functional.cross_entropy(model(x), y)  # after the outer step: traced again
+
+    header, recs = _records(_trace(tmp_path, "nested", fn, evidence="summary"))
+    steps = [r for r in recs if r["op"] == "optimizer.step"]
+    assert [r["meta"]["optimizer"] for r in steps] == ["AdamW", "Wrapper"]
+    assert not [r for r in recs if r["phase"] == "optimizer" and r["kind"] == "op"]
+    assert any(r["op"].startswith("aten.addmm") and r["seq"] > steps[1]["seq"] for r in recs)  # traced again

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,12 @@ def _wrap_backward(tracer: OpTracer) -> list[tuple[Any, str, Any]]:
 
     @functools.wraps(orig)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        if tracer.suspended:  # a whole optimizer step raised before its post-hook: trace again
-            tracer.resume()
+        if tracer.suspended and tracer.suspended_thread == threading.get_ident():
+            # a whole optimizer step raised before its post-hook (a closure's backward never gets
+            # here: a step given one is not suspended): trace again, outside the optimizer phase
+            tracer.resume(all_levels=True)
+            while tracer.phase_stack and tracer.phase_stack[-1] == "optimizer":
+                tracer.phase_stack.pop()
         tracer.semantic("backward.start", "backward", _tensors_of(tensors), [])
         tracer.phase_stack.append("backward")
         try:
@@ -138,14 +143,19 @@ def _hook_optimizer(tracer: OpTracer) -> list[Any]:
             return [], []
         return tensors, keys
 
-    def pre(opt: Any, *_a: Any, **_k: Any) -> None:
+    def pre(opt: Any, args: Any = (), kwargs: Any = None, *_a: Any) -> None:
         ps = params_of(opt)
         tracer.phase_stack.append("optimizer")
         grads = [p.grad for p in ps if p.grad is not None]
         if whole:
             held, _keys = state_of(opt, ps)
-            state[id(opt)] = (tracer.digests_now(ps + grads + held), [len(ps), len(grads), len(held)])
-            tracer.suspend()
+            # a closure (LBFGS) runs a forward and backward inside the step: its ops stay traced
+            # (torch passes the step's own arguments, the optimizer first)
+            rest = tuple(args)[1:] if isinstance(args, tuple) and args and args[0] is opt else tuple(args or ())
+            closure = (rest[0] if rest else None) or (kwargs.get("closure") if isinstance(kwargs, dict) else None)
+            state[id(opt)] = (tracer.digests_now(ps + grads + held), [len(ps), len(grads), len(held), closure is None])
+            if closure is None:
+                tracer.suspend()
         else:
             state[id(opt)] = (tracer.digests_now(ps + grads), [])
 
@@ -155,10 +165,14 @@ def _hook_optimizer(tracer: OpTracer) -> list[Any]:
         ps = params_of(opt)
         outputs = ps
         if whole:
-            tracer.resume()
+            suspended = bool(counts) and counts[3]
+            if suspended:
+                tracer.resume()
             held, keys = state_of(opt, ps)
             outputs = ps + held
             meta["whole"] = True
+            if counts and not counts[3]:
+                meta["closure"] = True  # its ops (the closure's forward and backward, the update) are records
             if counts:
                 meta["in"] = {"params": counts[0], "grads": counts[1], "state": counts[2]}
             meta["out"] = {"params": len(ps), "state": len(held)}

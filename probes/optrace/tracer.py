@@ -125,6 +125,8 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         #: the mode is off for a whole-recorded optimizer step (:meth:`suspend`): True when it was
         #: popped, "passing" when another mode lies on top (the handler then only runs each op)
         self.suspended: bool | str = False
+        self.suspended_depth = 0  # optimizer steps (nested: one calling another's) now suspending it
+        self.suspended_thread: int | None = None  # the thread whose ops a "passing" mode lets through
         compiled = extra.get("compiled", "compiled")
         self.compiled_mode = compiled if compiled in COMPILED_MODES else "compiled"
         type(self)._runs_compiled = self.compiled_mode == "compiled"  # read by ignore_compile_internals
@@ -274,7 +276,8 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         step, asked = self.window.step, self._active_for  # _recording, inline on the hot path
         if step != asked[0]:
             asked = self._active_for = (step, step in self.window.steps)
-        if not asked[1] or self.closed or self.failed is not None or self.suspended \
+        if not asked[1] or self.closed or self.failed is not None \
+                or self.suspended and threading.get_ident() == self.suspended_thread \
                 or _forks.forked and os.getpid() != self.pid:  # _forks.foreign, inline
             return func(*args, **kwargs)
         info = _OP_BY_ID.get(id(func))
@@ -425,12 +428,17 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
             self.entered = True
 
     def suspend(self) -> None:
-        """The mode off for a whole-recorded optimizer step (``optimizer_records`` ``whole``): popped
-        when it is the innermost mode (its ops then cost nothing), else left in place and passing
-        every op straight through. :meth:`resume` undoes it; :meth:`leave` too, for a step that
-        raised before its post-hook ran."""
+        """The mode off for a whole-recorded optimizer step (``optimizer_records`` ``whole``), for
+        this thread: popped when it is this thread's innermost mode (the step's ops then cost
+        nothing), else left in place and passing this thread's ops straight through (another
+        thread's ops are traced as before). Nested steps (an optimizer whose step calls another's)
+        count: the mode comes back when the outermost ends. :meth:`resume` undoes it; the next
+        ``backward()``, step boundary or :meth:`leave` too, for a step that raised before its
+        post-hook ran."""
+        self.suspended_depth += 1
         if self.suspended or not self.entered:
             return
+        self.suspended_thread = threading.get_ident()
         try:
             from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: PLC0415
 
@@ -446,8 +454,12 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
                 pass
         self.suspended = "passing"
 
-    def resume(self) -> None:
-        """The mode back on after a whole-recorded optimizer step (:meth:`suspend`)."""
+    def resume(self, all_levels: bool = False) -> None:
+        """The mode back on after a whole-recorded optimizer step (:meth:`suspend`): when the
+        outermost suspended step ends, or at once (``all_levels``: a step raised)."""
+        self.suspended_depth = 0 if all_levels else max(0, self.suspended_depth - 1)
+        if self.suspended_depth:
+            return
         popped, self.suspended = self.suspended is True, False
         if popped and self.entered:
             try:
@@ -459,7 +471,7 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         if self.issuers is not None:
             self.issuers.forget()
         if self.suspended:  # an optimizer step raised before its post-hook: the mode is already off
-            popped, self.suspended = self.suspended is True, False
+            popped, self.suspended, self.suspended_depth = self.suspended is True, False, 0
             if popped:
                 self.entered = False
         if self.entered:

@@ -152,10 +152,7 @@ class TraceWriting:
     # ------------------------------------------------------------------ flush / close
     def step_ended(self, _step: int = 0) -> None:
         """At a step's end: write the batch; outside the window no op is traced, so a write there
-        would go unseen: grown storages are forgotten (never marked on a later step's reads). A whole
-        optimizer step that raised before its post-hook left the mode off: it is pushed again."""
-        if self.suspended:
-            self.resume()
+        would go unseen: grown storages are forgotten (never marked on a later step's reads)."""
         self.flush()
         if self.grown and not self._recording():
             self.grown.clear()
