@@ -105,7 +105,10 @@ def test_full_traces_every_op_of_the_step_and_either_level_can_ask_for_the_other
     assert all("ev" not in e for r in recs if r["op"] == "optimizer.step" for e in r["out"])  # full digests
 
 
-def test_a_step_that_raises_leaves_the_mode_off_only_until_the_next_backward(tmp_path):
+@pytest.mark.parametrize("optimizer", ["whole", "ops"])
+def test_a_step_that_raises_leaves_the_mode_off_only_until_the_next_backward(tmp_path, optimizer):
+    """A step that raises before its post-hook: at ``whole`` the mode comes back at the next
+    ``backward()``; at either setting the later records leave the ``optimizer`` phase there."""
     model, opt, x, y = _model()
     calls = {"n": 0}
     cls = type(opt)
@@ -134,7 +137,7 @@ def test_a_step_that_raises_leaves_the_mode_off_only_until_the_next_backward(tmp
             else:
                 cls._init_group = own
 
-    header, recs = _records(_trace(tmp_path, "t", fn, evidence="sampled"))
+    header, recs = _records(_trace(tmp_path, "t", fn, evidence="sampled", optimizer=optimizer))
     assert calls["n"] == 2
     assert [r["op"] for r in recs].count("optimizer.step") == 1  # the step that raised has none
     marks = [i for i, r in enumerate(recs) if r["op"] in ("backward.start", "backward.end")]
@@ -142,6 +145,8 @@ def test_a_step_that_raises_leaves_the_mode_off_only_until_the_next_backward(tmp
     in_backward = [sum(1 for r in recs[s:e] if r["kind"] == "op") for s, e in (marks[0:2], marks[2:4])]
     assert in_backward[0] == in_backward[1] > 0  # the second backward is traced: the mode came back
     assert all(r["phase"] != "optimizer" for r in recs[marks[2]:marks[3]])  # and out of the step's phase
+    step = next(r for r in recs if r["op"] == "optimizer.step")
+    assert all(r["phase"] != "optimizer" for r in recs if r["seq"] > step["seq"])  # after the step that finished
 
 
 def test_a_mode_inside_the_tracer_is_left_in_place(tmp_path):

@@ -89,12 +89,8 @@ def _wrap_backward(tracer: OpTracer) -> list[tuple[Any, str, Any]]:
 
     @functools.wraps(orig)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        if tracer.suspended and tracer.suspended_thread == threading.get_ident():
-            # a whole optimizer step raised before its post-hook (a closure's backward never gets
-            # here: a step given one is not suspended): trace again, outside the optimizer phase
-            tracer.resume(all_levels=True)
-            while tracer.phase_stack and tracer.phase_stack[-1] == "optimizer":
-                tracer.phase_stack.pop()
+        if tracer.raised_steps is not None:  # optimizer steps that raised before their post-hook
+            tracer.raised_steps()
         tracer.semantic("backward.start", "backward", _tensors_of(tensors), [])
         tracer.phase_stack.append("backward")
         try:
@@ -118,8 +114,26 @@ def _hook_optimizer(tracer: OpTracer) -> list[Any]:
         register_optimizer_step_pre_hook,
     )
 
-    state: dict[int, tuple[list[dict], list[int]]] = {}  # id(optimizer) -> (digests before, counts)
+    # id(optimizer) -> (digests before, counts, whether the step was given a closure), from the
+    # pre-hook to the post-hook
+    state: dict[int, tuple[list[dict], list[int], bool]] = {}
     whole = tracer.optimizer_records == "whole"
+
+    def raised_steps() -> None:
+        """At a ``backward()``: a step given no closure never runs one, so a step of that kind still
+        open here raised before its post-hook. Its record is never written; the phase leaves
+        ``optimizer``, and at ``whole`` the mode comes back (a closure's backward, inside LBFGS's
+        step, changes nothing)."""
+        if not state:
+            return
+        for key in [k for k, v in state.items() if not v[2]]:
+            state.pop(key)
+            if tracer.phase_stack and tracer.phase_stack[-1] == "optimizer":
+                tracer.phase_stack.pop()
+        if tracer.suspended and tracer.suspended_thread == threading.get_ident():
+            tracer.resume(all_levels=True)
+
+    tracer.raised_steps = raised_steps
 
     def params_of(opt: Any) -> list[torch.Tensor]:
         return [p for g in opt.param_groups for p in g["params"] if isinstance(p, torch.Tensor)]
@@ -147,20 +161,24 @@ def _hook_optimizer(tracer: OpTracer) -> list[Any]:
         ps = params_of(opt)
         tracer.phase_stack.append("optimizer")
         grads = [p.grad for p in ps if p.grad is not None]
-        if whole:
-            held, _keys = state_of(opt, ps)
-            # a closure (LBFGS) runs a forward and backward inside the step: its ops stay traced
-            # (torch passes the step's own arguments, the optimizer first)
+        # a closure (LBFGS) runs a forward and backward inside the step: at whole, its ops stay traced
+        # (torch passes the step's own arguments, the optimizer first)
+        try:
             rest = tuple(args)[1:] if isinstance(args, tuple) and args and args[0] is opt else tuple(args or ())
             closure = (rest[0] if rest else None) or (kwargs.get("closure") if isinstance(kwargs, dict) else None)
-            state[id(opt)] = (tracer.digests_now(ps + grads + held), [len(ps), len(grads), len(held), closure is None])
+        except Exception:  # noqa: BLE001 - arguments we cannot read: take it as given a closure (mode stays on)
+            closure = True
+        if whole:
+            held, _keys = state_of(opt, ps)
+            state[id(opt)] = (tracer.digests_now(ps + grads + held), [len(ps), len(grads), len(held), closure is None],
+                              closure is not None)
             if closure is None:
                 tracer.suspend()
         else:
-            state[id(opt)] = (tracer.digests_now(ps + grads), [])
+            state[id(opt)] = (tracer.digests_now(ps + grads), [], closure is not None)
 
     def post(opt: Any, *_a: Any, **_k: Any) -> None:
-        before, counts = state.pop(id(opt), ([], []))
+        before, counts, _closure = state.pop(id(opt), ([], [], False))
         meta: dict[str, Any] = {"optimizer": type(opt).__name__}
         ps = params_of(opt)
         outputs = ps

@@ -127,6 +127,9 @@ class OpTracer(TraceWriting, GrownStorages, TorchDispatchMode):
         self.suspended: bool | str = False
         self.suspended_depth = 0  # optimizer steps (nested: one calling another's) now suspending it
         self.suspended_thread: int | None = None  # the thread whose ops a "passing" mode lets through
+        #: ends the optimizer steps that raised before their post-hook (set by the optimizer hooks,
+        #: called at each backward(): probes.optrace.hooks._hook_optimizer)
+        self.raised_steps: Any = None
         compiled = extra.get("compiled", "compiled")
         self.compiled_mode = compiled if compiled in COMPILED_MODES else "compiled"
         type(self)._runs_compiled = self.compiled_mode == "compiled"  # read by ignore_compile_internals
