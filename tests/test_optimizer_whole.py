@@ -254,6 +254,10 @@ def test_only_an_exact_sum_is_spared_the_reduction_order_warning():
     assert _exact_sums(rec("sum32:0000002a", "x"), rec("sum32:0000002b", "x"), [0])
     assert _exact_sums(rec("sum64:" + "0" * 16), rec("summary:" + "1" * 16), [0])
     assert not _exact_sums(rec("norm:1.5"), rec("norm:1.25"), [0])
+    # Megatron's summary digests are its statistics as JSON behind the same word
+    megatron = 'summary:{"all_finite":true,"max":1.5,"mean":0.25,"min":-1.0,"norm":2.0}'
+    assert not _exact_sums(rec(megatron), rec(megatron.replace("2.0", "2.5")), [0])
+    assert not _exact_sums(rec("sum32:0000002a00"), rec("sum32:0000002b"), [0])
     assert not _exact_sums(rec("sum32:0000002a", "0.5"), rec("sum32:0000002b", "0.25"), [0, 1])
     assert not _exact_sums(rec("sum32:0000002a"), rec("sum32:0000002b"), [])
 

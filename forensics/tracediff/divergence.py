@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forensics.core import ops
+from forensics.core.formats.optrace import EXACT_SUMMARY
 from forensics.core.site import is_gemm_label, site_for_record
 from forensics.tracediff.compare import DIFFER, EQUAL, EXACT_ENTRIES, LAYOUTS_DIFFER, SCREEN, UNOBSERVED, UNPROVEN, ListTest
 from forensics.tracediff.traces import EVIDENCE_LEVELS, TensorDigest, TraceRecord
@@ -158,18 +159,13 @@ class RankResult:
         return res
 
 
-#: the prefixes of our tracer's summaries: exact sums of the elements' bits, the same for equal values
-#: whatever the reduction order (docs/trace-format.md, "Evidence levels"); another producer's summary
-#: (a norm) is a float reduction whose bits can change with its order
-EXACT_SUMMARY_PREFIXES = ("sum32:", "sum64:", "summary:")
-
-
 def _exact_sums(a: TraceRecord, b: TraceRecord, differing: list[int]) -> bool:
-    """Every differing output of the pair is one of our exact sums on both sides."""
+    """Every differing output of the pair is one of our exact sums on both sides
+    (:data:`forensics.core.formats.optrace.EXACT_SUMMARY`)."""
     def exact(rec: TraceRecord, i: int) -> bool:
         x = rec.outputs[i] if i < len(rec.outputs) else None
         digest = getattr(x, "digest", None)
-        return isinstance(digest, str) and digest.startswith(EXACT_SUMMARY_PREFIXES)
+        return isinstance(digest, str) and EXACT_SUMMARY.match(digest) is not None
 
     return bool(differing) and all(exact(a, i) and exact(b, i) for i in differing)
 

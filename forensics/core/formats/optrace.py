@@ -11,6 +11,7 @@ reads a record's ``seq`` and ``id`` from the start of its line (:data:`RECORD_HE
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,10 @@ SAMPLED = (f"xxh3_64 of the bytes of at most {SAMPLES} elements, at row-major po
 SUMMARY = ("sum32:<8 hex digits> (elements of 1 to 4 bytes) or sum64:<16 hex digits> (8-byte elements): the sum "
            "of the elements' bit patterns as unsigned integers mod 2^32, resp. mod 2^64 (complex: of its real "
            "pairs), exact and independent of order and layout; on other devices the same sum, computed there")
+#: a ``summary`` value of ours, of either algorithm: an exact sum of the elements' bits, the same for
+#: equal values in any order. Another producer's summary (Megatron's ``summary:{json}`` statistics,
+#: norms) is not one: its float reductions can change bits with their order
+EXACT_SUMMARY = re.compile(r"(?:sum32:[0-9a-f]{8}|sum64:[0-9a-f]{16}|summary:[0-9a-f]{16})\Z")
 #: the first ``summary`` algorithm (traces written before the 32-bit sum; their values start ``summary:``)
 SUMMARY_V1 = ("summary:<16 hex digits>: the sum of the elements' bit patterns as unsigned integers mod 2^64 "
               "(complex: of its real pairs), exact and independent of order and layout; on other devices the same "
