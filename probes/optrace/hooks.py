@@ -170,7 +170,7 @@ def _hook_optimizer(tracer: OpTracer) -> list[Any]:
             closure = True
         if whole:
             held, _keys = state_of(opt, ps)
-            state[id(opt)] = (tracer.digests_now(ps + grads + held), [len(ps), len(grads), len(held), closure is None],
+            state[id(opt)] = (tracer.digests_now(ps + grads + held), [len(ps), len(grads), len(held)],
                               closure is not None)
             if closure is None:
                 tracer.suspend()
@@ -178,18 +178,18 @@ def _hook_optimizer(tracer: OpTracer) -> list[Any]:
             state[id(opt)] = (tracer.digests_now(ps + grads), [], closure is not None)
 
     def post(opt: Any, *_a: Any, **_k: Any) -> None:
-        before, counts, _closure = state.pop(id(opt), ([], [], False))
+        opened = id(opt) in state  # its pre-hook ran (and, given no closure at whole, suspended the mode)
+        before, counts, closure = state.pop(id(opt), ([], [], False))
         meta: dict[str, Any] = {"optimizer": type(opt).__name__}
         ps = params_of(opt)
         outputs = ps
         if whole:
-            suspended = bool(counts) and counts[3]
-            if suspended:
+            if opened and not closure:
                 tracer.resume()
             held, keys = state_of(opt, ps)
             outputs = ps + held
             meta["whole"] = True
-            if counts and not counts[3]:
+            if closure:
                 meta["closure"] = True  # its ops (the closure's forward and backward, the update) are records
             if counts:
                 meta["in"] = {"params": counts[0], "grads": counts[1], "state": counts[2]}
