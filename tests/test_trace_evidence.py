@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -294,31 +295,28 @@ def test_the_columnar_prefix_grades_light_traces_as_the_record_walk_does(tmp_pat
     assert got[0][2:] == ("ORIGIN", "aten.sum.default:1", "unproven", "sampled") and got[0][1] == got[0][0] - 1
 
 
-def _old_summaries(run: Path, digests: bool) -> Path:
-    """Rewrite a SYNTHETIC summary trace as the first summary algorithm wrote it: values
-    ``summary:<16 hex>`` (the 64-bit sum), and (``digests``) its header naming that algorithm."""
+def _rewrite_summaries(run: Path, digests: bool, algorithm: str, value: Any) -> Path:
+    """Rewrite a SYNTHETIC summary trace's values with ``value`` (the sum they hold -> its text) and
+    (``digests``) its header naming ``algorithm``."""
     f = run / "rank0" / fmt.FILE_NAME
     lines = [json.loads(x) for x in f.read_text().splitlines()]
     if digests:
-        lines[0]["evidence_digests"] = {"sampled": fmt.SAMPLED, "summary": fmt.SUMMARY_V1}
+        lines[0]["evidence_digests"] = {"sampled": fmt.SAMPLED, "summary": algorithm}
     for rec in lines[1:-1]:
         for e in (*rec["in"], *rec["out"]):
-            e["h"] = f"summary:{int(e['h'].partition(':')[2], 16):016x}"
+            e["h"] = value(int(e["h"].partition(":")[2], 16))
     f.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return run
+
+
+def _old_summaries(run: Path, digests: bool) -> Path:
+    """The run as the first summary algorithm wrote it: ``summary:<16 hex>`` (the 64-bit sum)."""
+    return _rewrite_summaries(run, digests, fmt.SUMMARY_V1, lambda v: f"summary:{v:016x}")
 
 
 def _new_summaries(run: Path, digests: bool) -> Path:
     """The same run as today's tracer writes it: ``sum32:<8 hex>`` values, the header naming SUMMARY."""
-    f = run / "rank0" / fmt.FILE_NAME
-    lines = [json.loads(x) for x in f.read_text().splitlines()]
-    if digests:
-        lines[0]["evidence_digests"] = {"sampled": fmt.SAMPLED, "summary": fmt.SUMMARY}
-    for rec in lines[1:-1]:
-        for e in (*rec["in"], *rec["out"]):
-            e["h"] = f"sum32:{int(e['h'].partition(':')[2], 16) & 0xFFFFFFFF:08x}"
-    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    return run
+    return _rewrite_summaries(run, digests, fmt.SUMMARY, lambda v: f"sum32:{v & 0xFFFFFFFF:08x}")
 
 
 @pytest.mark.parametrize("digests", [True, False], ids=["header-says", "values-only"])
